@@ -1,0 +1,97 @@
+// Command infergate is a reverse proxy and load generator for LLM
+// inference backends that speak the OpenAI HTTP API.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+)
+
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+func commands() []command {
+	return []command{
+		{"serve", "run the gateway (with no flags: in front of a built-in simulator)", runServe},
+		{"sim", "run the continuous-batching inference simulator", runSim},
+		{"overhead", "measure what the gateway adds: direct vs gateway vs nginx, interleaved", runOverhead},
+	}
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "infergate: a reverse proxy and load generator for OpenAI-compatible LLM backends")
+	fmt.Fprintln(w, "\nUsage: infergate <command> [flags]\n\nCommands:")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w, "\nRun 'infergate <command> --help' for a command's flags.")
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stdout)
+		return 0
+	}
+	for _, c := range commands() {
+		if c.name != args[0] {
+			continue
+		}
+		err := c.run(ctx, args[1:], stdout, stderr)
+		switch {
+		case err == nil:
+			return 0
+		case errors.Is(err, flag.ErrHelp):
+			return 0
+		default:
+			fmt.Fprintf(stderr, "infergate %s: %v\n", c.name, err)
+			return 1
+		}
+	}
+	fmt.Fprintf(stderr, "infergate: unknown command %q\n\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+// newFlagSet returns a flag set whose --help prints the command's usage.
+func newFlagSet(name, synopsis string, out io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("infergate "+name, flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.Usage = func() {
+		fmt.Fprintf(out, "Usage: infergate %s\n\n%s\n\nFlags:\n", name, synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// newLogger makes the process's structured logger.
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch strings.ToLower(format) {
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	case "text", "":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format: %q is not text or json", format)
+}

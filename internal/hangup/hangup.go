@@ -1,0 +1,180 @@
+// Package hangup tells when the peer of a TCP connection has gone away,
+// without reading from the connection, so a server learns of a vanished
+// client while it still waits on a backend (fasthttp's RequestCtx.Done fires
+// only at shutdown: fasthttp issues #468, #965).
+//
+// One goroutine polls every watched socket for POLLRDHUP in a single poll(2)
+// call per interval. POLLRDHUP reports a peer that shut down its side even
+// while unread bytes (a pipelined request, a TLS alert) sit in the socket,
+// and poll consumes nothing.
+package hangup
+
+import (
+	"crypto/tls"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// DefaultInterval is how often sockets are polled when New is given zero.
+const DefaultInterval = 20 * time.Millisecond
+
+// Watcher polls registered connections and calls their callback once when
+// the peer hangs up. It is safe for concurrent use; Close stops it.
+type Watcher struct {
+	interval time.Duration
+
+	mu      sync.Mutex
+	entries []*Handle
+	fds     []unix.PollFd
+
+	stop chan struct{}
+	done chan struct{}
+	once sync.Once
+}
+
+// Handle is one watched connection. Stop it when the request ends.
+type Handle struct {
+	w     *Watcher
+	fd    int32
+	idx   int // position in w.entries, -1 once removed
+	onHup func()
+}
+
+// New starts a watcher that polls every interval (DefaultInterval if zero).
+func New(interval time.Duration) *Watcher {
+	if interval <= 0 {
+		interval = DefaultInterval
+	}
+	w := &Watcher{interval: interval, stop: make(chan struct{}), done: make(chan struct{})}
+	go w.loop()
+	return w
+}
+
+// Watch calls onHup (from the watcher's goroutine, at most once) when the
+// peer of conn hangs up or the socket fails. The connection must stay open
+// until the returned handle is stopped. A connection that has no socket to
+// poll (a net.Pipe in tests) gives a handle that never fires.
+func (w *Watcher) Watch(conn net.Conn, onHup func()) *Handle {
+	h := &Handle{w: w, fd: -1, idx: -1, onHup: onHup}
+	fd, ok := socketFD(conn)
+	if !ok {
+		return h
+	}
+	h.fd = int32(fd)
+	w.mu.Lock()
+	h.idx = len(w.entries)
+	w.entries = append(w.entries, h)
+	w.mu.Unlock()
+	return h
+}
+
+// Stop ends the watch. After Stop returns the callback will not start; it
+// may be running already. Stop is idempotent.
+func (h *Handle) Stop() {
+	if h == nil || h.fd < 0 {
+		return
+	}
+	h.w.mu.Lock()
+	h.w.removeLocked(h)
+	h.w.mu.Unlock()
+}
+
+func (w *Watcher) removeLocked(h *Handle) {
+	i := h.idx
+	if i < 0 {
+		return
+	}
+	last := len(w.entries) - 1
+	w.entries[i] = w.entries[last]
+	w.entries[i].idx = i
+	w.entries[last] = nil
+	w.entries = w.entries[:last]
+	h.idx = -1
+}
+
+// Len returns the number of connections being watched.
+func (w *Watcher) Len() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.entries)
+}
+
+// Close stops the watcher and waits for its goroutine. Safe to call twice.
+func (w *Watcher) Close() {
+	w.once.Do(func() { close(w.stop) })
+	<-w.done
+}
+
+func (w *Watcher) loop() {
+	defer close(w.done)
+	t := time.NewTicker(w.interval)
+	defer t.Stop()
+	var fired []*Handle
+	for {
+		select {
+		case <-w.stop:
+			return
+		case <-t.C:
+		}
+		fired = w.poll(fired[:0])
+		// Callbacks run outside the lock: they may cancel contexts, log, or
+		// stop other handles.
+		for i, h := range fired {
+			h.onHup()
+			fired[i] = nil
+		}
+	}
+}
+
+// poll checks every socket once and returns the handles whose peer is gone,
+// already removed from the watch list.
+func (w *Watcher) poll(fired []*Handle) []*Handle {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.entries) == 0 {
+		return fired
+	}
+	w.fds = w.fds[:0]
+	for _, h := range w.entries {
+		w.fds = append(w.fds, unix.PollFd{Fd: h.fd, Events: unix.POLLRDHUP})
+	}
+	// Timeout 0: poll answers at once. Holding the lock keeps every fd in
+	// the list open (its handle cannot be stopped, so its request cannot
+	// end and close it) for the duration of this one short syscall.
+	n, err := unix.Poll(w.fds, 0)
+	if err != nil || n == 0 {
+		return fired
+	}
+	for i := len(w.fds) - 1; i >= 0; i-- {
+		if w.fds[i].Revents&(unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR|unix.POLLNVAL) != 0 {
+			h := w.entries[i]
+			w.removeLocked(h)
+			fired = append(fired, h)
+		}
+	}
+	return fired
+}
+
+// socketFD returns the file descriptor under conn, looking through TLS.
+func socketFD(conn net.Conn) (int, bool) {
+	if tc, ok := conn.(*tls.Conn); ok {
+		conn = tc.NetConn()
+	}
+	sc, ok := conn.(syscall.Conn)
+	if !ok {
+		return 0, false
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return 0, false
+	}
+	fd := -1
+	if err := raw.Control(func(f uintptr) { fd = int(f) }); err != nil || fd < 0 {
+		return 0, false
+	}
+	return fd, true
+}

@@ -1,0 +1,191 @@
+package openai
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors of request scanning, tested with errors.Is.
+var (
+	ErrInvalidJSON    = errors.New("openai: invalid JSON")
+	ErrNotObject      = errors.New("openai: request body is not a JSON object")
+	ErrMissingModel   = errors.New("openai: missing required field model")
+	ErrModelNotString = errors.New("openai: field model must be a string")
+	ErrStreamNotBool  = errors.New("openai: field stream must be a boolean")
+)
+
+// Envelope is what the gateway needs from a request body to route it,
+// without decoding the rest: the model, whether the response streams, and
+// where the model's value sits in the body so it can be rewritten in place.
+type Envelope struct {
+	Model  string
+	Stream bool
+	// ModelStart and ModelEnd delimit the model's JSON value, quotes
+	// included: body[ModelStart:ModelEnd] is `"name"`.
+	ModelStart, ModelEnd int
+}
+
+// ScanRequest validates body as JSON and reads the top-level model and
+// stream fields. A malformed body gives an error wrapping ErrInvalidJSON
+// that says at which byte it broke. Later duplicates of a key win, as in
+// encoding/json and Python's json module.
+func ScanRequest(body []byte) (Envelope, error) {
+	var env Envelope
+	if !json.Valid(body) {
+		var v any
+		err := json.Unmarshal(body, &v)
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			return env, fmt.Errorf("%w at byte %d: %s", ErrInvalidJSON, se.Offset, se.Error())
+		}
+		return env, fmt.Errorf("%w: %v", ErrInvalidJSON, err)
+	}
+	i := skipSpace(body, 0)
+	if body[i] != '{' {
+		return env, ErrNotObject
+	}
+	i++
+	haveModel := false
+	for {
+		i = skipSpace(body, i)
+		if body[i] == '}' {
+			break
+		}
+		if body[i] == ',' {
+			i = skipSpace(body, i+1)
+		}
+		keyStart := i
+		i = skipString(body, i)
+		key := body[keyStart:i]
+		i = skipSpace(body, i)
+		i = skipSpace(body, i+1) // the colon
+		valStart := i
+		i = skipValue(body, i)
+		val := body[valStart:i]
+		switch {
+		case keyIs(key, "model"):
+			if val[0] != '"' {
+				return env, ErrModelNotString
+			}
+			m, err := unquote(val)
+			if err != nil {
+				return env, fmt.Errorf("%w: %v", ErrInvalidJSON, err)
+			}
+			env.Model, env.ModelStart, env.ModelEnd, haveModel = m, valStart, i, true
+		case keyIs(key, "stream"):
+			switch string(val) {
+			case "true":
+				env.Stream = true
+			case "false", "null":
+				env.Stream = false
+			default:
+				return env, ErrStreamNotBool
+			}
+		}
+	}
+	if !haveModel || env.Model == "" {
+		return env, ErrMissingModel
+	}
+	return env, nil
+}
+
+// RewriteModel returns a copy of body with the model value replaced by
+// model. env must come from ScanRequest of the same body.
+func RewriteModel(body []byte, env Envelope, model string) []byte {
+	q, _ := json.Marshal(model) // a string always marshals
+	out := make([]byte, 0, len(body)-(env.ModelEnd-env.ModelStart)+len(q))
+	out = append(out, body[:env.ModelStart]...)
+	out = append(out, q...)
+	return append(out, body[env.ModelEnd:]...)
+}
+
+// keyIs reports whether the quoted JSON string key equals name; keys with
+// escapes are compared after unquoting.
+func keyIs(key []byte, name string) bool {
+	if len(key) == len(name)+2 && string(key[1:len(key)-1]) == name {
+		return true
+	}
+	for _, c := range key {
+		if c == '\\' {
+			s, err := unquote(key)
+			return err == nil && s == name
+		}
+	}
+	return false
+}
+
+func unquote(q []byte) (string, error) {
+	plain := true
+	for _, c := range q[1 : len(q)-1] {
+		if c == '\\' {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		return string(q[1 : len(q)-1]), nil
+	}
+	var s string
+	err := json.Unmarshal(q, &s)
+	return s, err
+}
+
+// The skip functions walk JSON that json.Valid accepted, so they do not
+// re-check syntax; each returns the index just past what it skipped.
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+func skipString(b []byte, i int) int {
+	i++ // opening quote
+	for i < len(b) {
+		switch b[i] {
+		case '\\':
+			i += 2
+		case '"':
+			return i + 1
+		default:
+			i++
+		}
+	}
+	return i
+}
+
+func skipValue(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for i < len(b) {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return i
+	default: // number, true, false, null
+		for i < len(b) {
+			switch b[i] {
+			case ',', '}', ']', ' ', '\t', '\n', '\r':
+				return i
+			}
+			i++
+		}
+		return i
+	}
+}

@@ -1,0 +1,112 @@
+package openai
+
+import (
+	"bytes"
+	"errors"
+	"io"
+)
+
+// Sentinel errors of event reading.
+var (
+	// ErrEventTooLarge means one event outgrew the reader's limit.
+	ErrEventTooLarge = errors.New("openai: SSE event exceeds size limit")
+	// ErrTruncatedEvent means the stream ended inside an event.
+	ErrTruncatedEvent = errors.New("openai: stream ended inside an SSE event")
+)
+
+// EventReader splits a server-sent event stream into events without
+// copying or re-encoding them: each event is returned as the raw bytes read,
+// its terminating blank line included, so a relay can write it out exactly.
+// It is not safe for concurrent use; the zero value is not usable.
+type EventReader struct {
+	r          io.Reader
+	buf        []byte
+	start, end int // unread bytes are buf[start:end]
+	scan       int // bytes of buf[start:end] already searched for a boundary
+	max        int
+	pending    error // the error of the last read, reported once its data is used
+}
+
+// NewEventReader reads events from r using buf (which it may replace by a
+// larger one, up to max bytes, for a long event).
+func NewEventReader(r io.Reader, buf []byte, max int) *EventReader {
+	er := &EventReader{}
+	er.Reset(r, buf, max)
+	return er
+}
+
+// Reset makes er read from r with buf, keeping no state from before.
+func (er *EventReader) Reset(r io.Reader, buf []byte, max int) {
+	if len(buf) == 0 {
+		buf = make([]byte, 4096)
+	}
+	if max < len(buf) {
+		max = len(buf)
+	}
+	*er = EventReader{r: r, buf: buf, max: max}
+}
+
+// Buffered returns the bytes read past the last returned event.
+func (er *EventReader) Buffered() []byte { return er.buf[er.start:er.end] }
+
+// Next returns the next event. The slice is valid until the next call. At a
+// clean end of stream it returns io.EOF; a stream that ends in the middle of
+// an event gives ErrTruncatedEvent; a read error is returned as it is, after
+// the complete events that arrived before it.
+func (er *EventReader) Next() ([]byte, error) {
+	for {
+		if n := boundary(er.buf[er.start+er.scan : er.end]); n >= 0 {
+			ev := er.buf[er.start : er.start+er.scan+n]
+			er.start += er.scan + n
+			er.scan = 0
+			return ev, nil
+		}
+		if err := er.pending; err != nil {
+			if err == io.EOF && len(bytes.TrimSpace(er.buf[er.start:er.end])) > 0 {
+				return nil, ErrTruncatedEvent
+			}
+			return nil, err
+		}
+		// Keep the last two bytes unscanned: a boundary may straddle reads.
+		if s := er.end - er.start - 2; s > er.scan {
+			er.scan = s
+		}
+		if er.start > 0 && er.end == len(er.buf) {
+			copy(er.buf, er.buf[er.start:er.end])
+			er.end -= er.start
+			er.start = 0
+		}
+		if er.end == len(er.buf) {
+			if len(er.buf) >= er.max {
+				return nil, ErrEventTooLarge
+			}
+			nb := make([]byte, min(2*len(er.buf), er.max))
+			copy(nb, er.buf[:er.end])
+			er.buf = nb
+		}
+		n, err := er.r.Read(er.buf[er.end:])
+		er.end += n
+		er.pending = err
+	}
+}
+
+// boundary returns the length of the leading event in b, blank line
+// included, or -1 when b holds no complete event. LF and CRLF line endings
+// are both accepted.
+func boundary(b []byte) int {
+	for i := 0; i < len(b); {
+		j := bytes.IndexByte(b[i:], '\n')
+		if j < 0 {
+			return -1
+		}
+		k := i + j + 1
+		if k < len(b) && b[k] == '\n' {
+			return k + 1
+		}
+		if k+1 < len(b) && b[k] == '\r' && b[k+1] == '\n' {
+			return k + 2
+		}
+		i = k
+	}
+	return -1
+}

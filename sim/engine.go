@@ -1,0 +1,383 @@
+package sim
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// seq is one request in the engine. The engine goroutine owns every field
+// but the atomics, which the request's handler reads.
+type seq struct {
+	prompt int // prompt tokens
+	target int // output tokens to generate
+
+	generated int // tokens produced so far
+	need      int // tokens to prefill: prompt, or prompt+generated after a preemption
+	prefilled int // of need
+	blocks    int // KV blocks held
+	running   bool
+
+	arrival, scheduled, lastToken time.Time
+
+	emitted atomic.Int32  // tokens the handler may send
+	done    atomic.Bool   // generation finished or aborted
+	aborted atomic.Bool   // the client went away; set by the handler
+	notify  chan struct{} // capacity 1: wakes the handler
+}
+
+func newSeq(prompt, target int) *seq {
+	return &seq{prompt: prompt, target: target, need: prompt, notify: make(chan struct{}, 1)}
+}
+
+func (s *seq) wake() {
+	select {
+	case s.notify <- struct{}{}:
+	default:
+	}
+}
+
+// abort tells the engine the client is gone; the engine frees the sequence
+// at its next step.
+func (s *seq) abort() {
+	s.aborted.Store(true)
+	s.wake()
+}
+
+// engineStats is a snapshot for metrics, written by the engine.
+type engineStats struct {
+	running, waiting int
+	kvUsage          float64 // fraction of KV blocks in use
+}
+
+// engine is the continuous-batching scheduler: one goroutine, one loop,
+// one sleep per step.
+type engine struct {
+	cfg     EngineConfig
+	speedup float64
+	metrics *metrics // may be nil in benchmarks
+
+	submit chan *seq
+	stop   chan struct{}
+	done   chan struct{}
+	once   sync.Once
+
+	// owned by the loop
+	waiting     []*seq
+	runningSeqs []*seq
+	freeBlocks  int
+	totalBlocks int
+
+	// busy is the scheduler's own compute time, in ns, for overhead checks.
+	busy  atomic.Int64
+	steps atomic.Int64
+}
+
+func newEngine(cfg EngineConfig, speedup float64, m *metrics) *engine {
+	total := cfg.KVCacheTokens / cfg.BlockSize
+	return &engine{
+		cfg: cfg, speedup: speedup, metrics: m,
+		submit: make(chan *seq, 1024), stop: make(chan struct{}), done: make(chan struct{}),
+		freeBlocks: total, totalBlocks: total,
+	}
+}
+
+// fits reports whether a sequence of this size can ever be scheduled.
+func (e *engine) fits(prompt, target int) bool {
+	return blocksFor(prompt+target, e.cfg.BlockSize) <= e.totalBlocks
+}
+
+func blocksFor(tokens, bs int) int { return (tokens + bs - 1) / bs }
+
+func (e *engine) start() { go e.loop() }
+
+// Add queues a sequence. It returns false when the engine has stopped.
+func (e *engine) add(s *seq) bool {
+	s.arrival = time.Now()
+	select {
+	case e.submit <- s:
+		return true
+	case <-e.stop:
+		return false
+	}
+}
+
+// close stops the loop and waits for it; queued and running sequences end
+// as aborted. Safe to call twice.
+func (e *engine) close() {
+	e.once.Do(func() { close(e.stop) })
+	<-e.done
+}
+
+// stepCost is the simulated duration of one forward step.
+func (e *engine) stepCost(decodes, kvTokens, prefillTokens int) time.Duration {
+	c := &e.cfg
+	decodeMs := (c.DecodePerSeqMs*float64(decodes) + c.DecodePerKVTokenUs*float64(kvTokens)/1000) / e.speedup
+	ms := c.DecodeBaseMs/e.speedup + decodeMs + float64(prefillTokens)/c.PrefillTokensPerS*1000
+	return time.Duration(ms * float64(time.Millisecond))
+}
+
+func (e *engine) loop() {
+	defer close(e.done)
+	defer e.abortAll()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	var touched []*seq
+	var stepEnd time.Time
+	for {
+		if len(e.runningSeqs) == 0 && len(e.waiting) == 0 {
+			select {
+			case s := <-e.submit:
+				e.waiting = append(e.waiting, s)
+			case <-e.stop:
+				return
+			}
+			stepEnd = time.Time{}
+		}
+		t0 := time.Now()
+		e.drainSubmit()
+		e.dropAborted()
+		plan := e.schedule()
+		dur := e.stepCost(plan.decodes, plan.kvTokens, plan.prefillTokens)
+		// Steps are laid end to end on the clock, so time spent scheduling
+		// or oversleeping does not accumulate.
+		if stepEnd.IsZero() || t0.Sub(stepEnd) > dur {
+			stepEnd = t0
+		}
+		stepEnd = stepEnd.Add(dur)
+		e.busy.Add(int64(time.Since(t0)))
+		if d := time.Until(stepEnd); d > 0 {
+			timer.Reset(d)
+			select {
+			case <-timer.C:
+			case <-e.stop:
+				return
+			}
+		}
+		t1 := time.Now()
+		touched = e.finishStep(plan, t1, touched[:0])
+		for i, s := range touched {
+			s.wake()
+			touched[i] = nil
+		}
+		e.steps.Add(1)
+		if e.metrics != nil {
+			e.metrics.step(dur, min(1, float64(plan.decodes+plan.prefillTokens)/float64(e.cfg.SaturationBatch)),
+				engineStats{running: len(e.runningSeqs), waiting: len(e.waiting), kvUsage: e.kvUsage()})
+		}
+		e.busy.Add(int64(time.Since(t1)))
+	}
+}
+
+func (e *engine) kvUsage() float64 {
+	return float64(e.totalBlocks-e.freeBlocks) / float64(e.totalBlocks)
+}
+
+func (e *engine) drainSubmit() {
+	for {
+		select {
+		case s := <-e.submit:
+			e.waiting = append(e.waiting, s)
+		default:
+			return
+		}
+	}
+}
+
+// dropAborted frees sequences whose client went away.
+func (e *engine) dropAborted() {
+	keep := e.runningSeqs[:0]
+	for _, s := range e.runningSeqs {
+		if s.aborted.Load() {
+			e.release(s)
+			continue
+		}
+		keep = append(keep, s)
+	}
+	clear(e.runningSeqs[len(keep):])
+	e.runningSeqs = keep
+	w := e.waiting[:0]
+	for _, s := range e.waiting {
+		if s.aborted.Load() {
+			s.done.Store(true)
+			continue
+		}
+		w = append(w, s)
+	}
+	clear(e.waiting[len(w):])
+	e.waiting = w
+}
+
+func (e *engine) release(s *seq) {
+	e.freeBlocks += s.blocks
+	s.blocks = 0
+	s.running = false
+	s.done.Store(true)
+}
+
+// stepPlan is what one step computes.
+type stepPlan struct {
+	decodes       int
+	kvTokens      int
+	prefillTokens int
+	// prefill[i] tokens of prefillSeqs[i] are processed this step.
+	prefillSeqs []*seq
+	prefill     []int
+}
+
+// schedule picks this step's work: one token for every decoding sequence,
+// then prefill chunks within the token budget, admitting waiting sequences
+// while the batch and the KV cache have room. A decoding sequence that
+// needs a block when none is free preempts the newest running sequence.
+func (e *engine) schedule() stepPlan {
+	var p stepPlan
+	bs := e.cfg.BlockSize
+	budget := e.cfg.MaxBatchedTokens
+	preempted := false
+	if budget == 0 {
+		budget = int(^uint(0) >> 1)
+	}
+	// Decodes, oldest first; preemption takes from the back.
+	for i := 0; i < len(e.runningSeqs); i++ {
+		s := e.runningSeqs[i]
+		if s.prefilled < s.need {
+			continue
+		}
+		for blocksFor(s.prompt+s.generated+1, bs) > s.blocks {
+			if e.freeBlocks > 0 {
+				e.freeBlocks--
+				s.blocks++
+				continue
+			}
+			victim := e.runningSeqs[len(e.runningSeqs)-1]
+			e.preempt(victim)
+			preempted = true
+			if victim == s {
+				break
+			}
+		}
+		if !s.running {
+			break // s preempted itself: it was the newest
+		}
+		p.decodes++
+		p.kvTokens += s.prompt + s.generated
+		budget--
+	}
+	// Continue partial prefills, then admit from the queue.
+	for _, s := range e.runningSeqs {
+		if budget <= 0 {
+			break
+		}
+		if left := s.need - s.prefilled; left > 0 {
+			n := min(left, budget)
+			p.prefillSeqs = append(p.prefillSeqs, s)
+			p.prefill = append(p.prefill, n)
+			p.prefillTokens += n
+			budget -= n
+		}
+	}
+	// After a preemption nothing is admitted this step, or the victim
+	// would come straight back and thrash.
+	for !preempted && len(e.waiting) > 0 && len(e.runningSeqs) < e.cfg.MaxNumSeqs && budget > 0 {
+		s := e.waiting[0]
+		nb := blocksFor(s.need+1, bs)
+		if nb > e.freeBlocks {
+			break // head-of-line: the oldest waits for memory
+		}
+		e.waiting[0] = nil
+		e.waiting = e.waiting[1:]
+		e.freeBlocks -= nb
+		s.blocks = nb
+		s.running = true
+		s.prefilled = 0
+		if s.scheduled.IsZero() {
+			s.scheduled = time.Now()
+		}
+		e.runningSeqs = append(e.runningSeqs, s)
+		n := min(s.need, budget)
+		p.prefillSeqs = append(p.prefillSeqs, s)
+		p.prefill = append(p.prefill, n)
+		p.prefillTokens += n
+		budget -= n
+	}
+	return p
+}
+
+// preempt evicts s (recompute mode): its blocks are freed and it goes to
+// the front of the queue, to prefill its prompt and output again.
+func (e *engine) preempt(s *seq) {
+	for i := len(e.runningSeqs) - 1; i >= 0; i-- {
+		if e.runningSeqs[i] == s {
+			copy(e.runningSeqs[i:], e.runningSeqs[i+1:])
+			e.runningSeqs[len(e.runningSeqs)-1] = nil
+			e.runningSeqs = e.runningSeqs[:len(e.runningSeqs)-1]
+			break
+		}
+	}
+	e.freeBlocks += s.blocks
+	s.blocks = 0
+	s.running = false
+	s.need = s.prompt + s.generated
+	s.prefilled = 0
+	e.waiting = append(e.waiting, nil)
+	copy(e.waiting[1:], e.waiting)
+	e.waiting[0] = s
+	if e.metrics != nil {
+		e.metrics.preemptions.Inc()
+	}
+}
+
+// finishStep applies a completed step at time now: decoding sequences and
+// sequences whose prefill completed each gain a token; finished ones leave
+// the batch. It returns the sequences whose handlers must be woken.
+func (e *engine) finishStep(p stepPlan, now time.Time, touched []*seq) []*seq {
+	for i, s := range p.prefillSeqs {
+		s.prefilled += p.prefill[i]
+	}
+	keep := e.runningSeqs[:0]
+	for _, s := range e.runningSeqs {
+		// A sequence whose prefill completed this step, and every decoding
+		// one, produced one token; one still prefilling produced none.
+		if s.prefilled >= s.need {
+			first := s.generated == 0
+			s.generated++
+			if e.metrics != nil {
+				if first {
+					e.metrics.ttft.Observe(now.Sub(s.arrival).Seconds())
+					e.metrics.queue.Observe(s.scheduled.Sub(s.arrival).Seconds())
+				} else {
+					e.metrics.itl.Observe(now.Sub(s.lastToken).Seconds())
+				}
+				e.metrics.generation.Inc()
+			}
+			s.lastToken = now
+			s.emitted.Store(int32(s.generated))
+			touched = append(touched, s)
+			if s.generated >= s.target {
+				e.release(s)
+				if e.metrics != nil {
+					e.metrics.e2e.Observe(now.Sub(s.arrival).Seconds())
+				}
+				continue
+			}
+		}
+		keep = append(keep, s)
+	}
+	clear(e.runningSeqs[len(keep):])
+	e.runningSeqs = keep
+	return touched
+}
+
+// abortAll ends every sequence when the engine stops.
+func (e *engine) abortAll() {
+	e.drainSubmit()
+	for _, s := range e.runningSeqs {
+		e.release(s)
+		s.wake()
+	}
+	for _, s := range e.waiting {
+		s.done.Store(true)
+		s.wake()
+	}
+	e.runningSeqs, e.waiting = nil, nil
+}
