@@ -169,4 +169,3 @@ func TestClientGoneFreesSlot(t *testing.T) {
 }
 
 func runningNow(t *testing.T, url string) float64 { return scrape(t, url)["vllm:num_requests_running"] }
-
