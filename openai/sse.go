@@ -35,8 +35,12 @@ func NewEventReader(r io.Reader, buf []byte, max int) *EventReader {
 	return er
 }
 
-// Reset makes er read from r with buf, keeping no state from before.
+// Reset makes er read from r with buf, keeping no state from before. A nil
+// buf keeps the reader's current buffer.
 func (er *EventReader) Reset(r io.Reader, buf []byte, max int) {
+	if len(buf) == 0 {
+		buf = er.buf
+	}
 	if len(buf) == 0 {
 		buf = make([]byte, 4096)
 	}
@@ -46,26 +50,55 @@ func (er *EventReader) Reset(r io.Reader, buf []byte, max int) {
 	*er = EventReader{r: r, buf: buf, max: max}
 }
 
+// Cap returns the size of the reader's buffer.
+func (er *EventReader) Cap() int { return len(er.buf) }
+
 // Buffered returns the bytes read past the last returned event.
 func (er *EventReader) Buffered() []byte { return er.buf[er.start:er.end] }
+
+// Ready reports whether Next will return without reading: a complete event
+// is buffered, or the read error that ends the stream is already known. A
+// relay flushes when Ready is false, before Next blocks.
+func (er *EventReader) Ready() bool {
+	return er.pending != nil || boundary(er.buf[er.start+er.scan:er.end]) >= 0
+}
 
 // Next returns the next event. The slice is valid until the next call. At a
 // clean end of stream it returns io.EOF; a stream that ends in the middle of
 // an event gives ErrTruncatedEvent; a read error is returned as it is, after
 // the complete events that arrived before it.
 func (er *EventReader) Next() ([]byte, error) {
+	n, err := er.fill()
+	if err != nil {
+		return nil, err
+	}
+	ev := er.buf[er.start : er.start+n]
+	er.start += n
+	er.scan = 0
+	return ev, nil
+}
+
+// Fill blocks until a complete event is buffered, or the stream's end or
+// error is known, without consuming anything: the next Next returns at
+// once. It lets a caller wait for the first event in another goroutine.
+func (er *EventReader) Fill() {
+	if _, err := er.fill(); err != nil && er.pending == nil {
+		er.pending = err
+	}
+}
+
+// fill reads until buf[start:] begins with a complete event and returns
+// its length.
+func (er *EventReader) fill() (int, error) {
 	for {
 		if n := boundary(er.buf[er.start+er.scan : er.end]); n >= 0 {
-			ev := er.buf[er.start : er.start+er.scan+n]
-			er.start += er.scan + n
-			er.scan = 0
-			return ev, nil
+			return er.scan + n, nil
 		}
 		if err := er.pending; err != nil {
 			if err == io.EOF && len(bytes.TrimSpace(er.buf[er.start:er.end])) > 0 {
-				return nil, ErrTruncatedEvent
+				return 0, ErrTruncatedEvent
 			}
-			return nil, err
+			return 0, err
 		}
 		// Keep the last two bytes unscanned: a boundary may straddle reads.
 		if s := er.end - er.start - 2; s > er.scan {
@@ -78,7 +111,7 @@ func (er *EventReader) Next() ([]byte, error) {
 		}
 		if er.end == len(er.buf) {
 			if len(er.buf) >= er.max {
-				return nil, ErrEventTooLarge
+				return 0, ErrEventTooLarge
 			}
 			nb := make([]byte, min(2*len(er.buf), er.max))
 			copy(nb, er.buf[:er.end])

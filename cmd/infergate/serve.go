@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/infergate/infergate/proxy"
+	"github.com/infergate/infergate/sim"
+)
+
+const serveSynopsis = `serve [--config FILE | --upstream URL] [--listen ADDR] [flags]
+
+Runs the gateway. With --config it reads one YAML file (see
+infergate.example.yaml); SIGHUP re-reads it, and a file that does not
+validate is refused while the running configuration stays. With --upstream
+every model goes to that one backend. With neither, a built-in simulator
+(infergate sim, balanced preset) starts on a free localhost port and serves
+every model: try it with
+
+  curl -N localhost:8080/v1/chat/completions -d '{"model":"sim-model","stream":true,"messages":[{"role":"user","content":"hi"}]}'
+
+SIGTERM or SIGINT drains: no new connections, in-flight streams finish
+until server.drain_timeout, then are cancelled; the exit status is 0.`
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("serve", serveSynopsis, stderr)
+	file := fs.String("config", "", "YAML configuration file")
+	listen := fs.String("listen", "", "address to listen on (default 127.0.0.1:8080; overrides the file)")
+	upstream := fs.String("upstream", "", "send every model to this backend URL (no config file needed)")
+	health := fs.String("health-path", "", "with --upstream: active health check path, e.g. /health (default off)")
+	level := fs.String("log-level", "info", "debug, info (one line per request), warn or error")
+	format := fs.String("log-format", "text", "text or json")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	log, err := newLogger(stderr, *level, *format)
+	if err != nil {
+		return err
+	}
+	if *file != "" && *upstream != "" {
+		return fmt.Errorf("--config and --upstream are exclusive")
+	}
+	var cfg proxy.Config
+	switch {
+	case *file != "":
+		if cfg, err = loadConfig(*file); err != nil {
+			return err
+		}
+	case *upstream != "":
+		cfg = quickConfig(*listen, *upstream, *health)
+	default:
+		stopSim, url, err := startBuiltinSim(log)
+		if err != nil {
+			return err
+		}
+		defer stopSim()
+		cfg = quickConfig(*listen, url, "/health")
+		log.Info("no --config or --upstream: serving the built-in simulator", "sim", url)
+	}
+	if *listen != "" {
+		cfg.Server.Listen = *listen
+	}
+	g, err := proxy.New(cfg, log)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", g.Config().Server.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", g.Config().Server.Listen, err)
+	}
+	log.Info("infergate listening", "addr", ln.Addr().String(), "tls", g.Config().Server.TLS.CertFile != "")
+	errc := make(chan error, 1)
+	go func() { errc <- g.Serve(ln) }()
+
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case err := <-errc:
+			return err
+		case <-hup:
+			if *file == "" {
+				log.Warn("SIGHUP ignored: no --config file to reload")
+				continue
+			}
+			next, err := loadConfig(*file)
+			if err == nil && *listen != "" {
+				next.Server.Listen = *listen
+			}
+			if err == nil {
+				err = g.Reload(next)
+			}
+			if err != nil {
+				log.Error("reload refused; the running configuration stays", "err", err)
+				continue
+			}
+			log.Info("configuration reloaded", "file", *file)
+		case <-ctx.Done():
+			drain := g.Config().Server.DrainTimeout
+			log.Info("draining", "timeout", drain)
+			dctx, cancel := context.WithTimeout(context.Background(), drain)
+			err := g.Shutdown(dctx)
+			cancel()
+			if err != nil {
+				log.Error("shutdown", "err", err)
+			}
+			log.Info("stopped")
+			return nil
+		}
+	}
+}
+
+// startBuiltinSim runs a balanced simulator in this process on a free
+// localhost port.
+func startBuiltinSim(log *slog.Logger) (stop func(), url string, err error) {
+	s, err := sim.New(sim.DefaultConfig(), log.With("component", "sim"))
+	if err != nil {
+		return nil, "", err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, "", fmt.Errorf("built-in sim: %w", err)
+	}
+	go s.Serve(ln)
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = s.Shutdown(ctx)
+	}, "http://" + ln.Addr().String(), nil
+}

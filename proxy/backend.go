@@ -1,0 +1,185 @@
+package proxy
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+	"github.com/valyala/fasthttp"
+)
+
+// Backend is one upstream server with its connection pool, health state,
+// breaker and count of outstanding requests. It is safe for concurrent use.
+type Backend struct {
+	name   string // the URL as configured, for logs and metrics
+	host   string // host:port, the Host header
+	prefix string // path prefix from the URL, without a trailing slash
+	weight int
+	auth   string // "Bearer KEY" or empty
+
+	hc *fasthttp.HostClient
+	cb *gobreaker.TwoStepCircuitBreaker[struct{}]
+
+	outstanding  atomic.Int64
+	healthy      atomic.Bool  // active check verdict; true until checks say otherwise
+	ejectedUntil atomic.Int64 // unix nanoseconds; passive ejection
+	failStreak   atomic.Int32
+
+	ejectAfter int32
+	ejectFor   time.Duration
+}
+
+// newBackend builds a backend from its config; connect bounds a dial.
+func newBackend(bc BackendConfig, pc PoolConfig, connect time.Duration) (*Backend, error) {
+	u, err := url.Parse(bc.URL)
+	if err != nil {
+		return nil, fmt.Errorf("backend %s: %w", bc.URL, err)
+	}
+	host := u.Host
+	if u.Port() == "" {
+		if u.Scheme == "https" {
+			host += ":443"
+		} else {
+			host += ":80"
+		}
+	}
+	b := &Backend{
+		name: bc.URL, host: u.Host, prefix: strings.TrimSuffix(u.Path, "/"), weight: bc.Weight,
+		ejectAfter: int32(pc.Ejection.ConsecutiveFailures), ejectFor: pc.Ejection.Duration,
+	}
+	key := bc.APIKey
+	if bc.APIKeyEnv != "" {
+		key = os.Getenv(bc.APIKeyEnv)
+	}
+	if key != "" {
+		b.auth = "Bearer " + key
+	}
+	b.healthy.Store(true)
+	var tlsConf *tls.Config
+	if u.Scheme == "https" {
+		if tlsConf, err = backendTLS(bc.TLS, u.Hostname()); err != nil {
+			return nil, fmt.Errorf("backend %s: %w", bc.URL, err)
+		}
+	}
+	b.hc = &fasthttp.HostClient{
+		Addr:                          host,
+		Dial:                          dialer(connect, tlsConf),
+		MaxConns:                      pc.MaxConnsPerBackend,
+		MaxIdleConnDuration:           60 * time.Second,
+		DisableHeaderNamesNormalizing: true,
+		NoDefaultUserAgentHeader:      true,
+		ReadBufferSize:                4096,
+		WriteBufferSize:               4096,
+	}
+	bs := pc.Breaker
+	b.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
+		Name:        bc.URL,
+		MaxRequests: bs.HalfOpenRequests,
+		Interval:    bs.Interval,
+		Timeout:     bs.OpenTimeout,
+		ReadyToTrip: func(c gobreaker.Counts) bool {
+			return c.Requests >= bs.MinRequests && float64(c.TotalFailures) >= bs.FailureRatio*float64(c.Requests)
+		},
+	})
+	return b, nil
+}
+
+// Name returns the backend's URL as configured.
+func (b *Backend) Name() string { return b.name }
+
+// Outstanding returns the requests in flight to b.
+func (b *Backend) Outstanding() int64 { return b.outstanding.Load() }
+
+// Available reports whether b may be selected now: healthy by the active
+// check, not ejected, and its breaker not open.
+func (b *Backend) Available(now time.Time) bool {
+	return b.healthy.Load() && now.UnixNano() >= b.ejectedUntil.Load() && b.cb.State() != gobreaker.StateOpen
+}
+
+// BreakerState returns the breaker's state.
+func (b *Backend) BreakerState() gobreaker.State { return b.cb.State() }
+
+// result records one request's outcome for passive ejection.
+func (b *Backend) result(ok bool, now time.Time) {
+	if ok {
+		b.failStreak.Store(0)
+		return
+	}
+	if n := b.failStreak.Add(1); b.ejectAfter > 0 && n >= b.ejectAfter {
+		b.failStreak.Store(0)
+		b.ejectedUntil.Store(now.Add(b.ejectFor).UnixNano())
+	}
+}
+
+// close drops idle connections; in-flight ones close when released.
+func (b *Backend) close() { b.hc.CloseIdleConnections() }
+
+// dialConn is a backend connection that remembers what its dial cost.
+type dialConn struct {
+	net.Conn
+	handshake time.Duration
+}
+
+// dialer dials TCP and, for HTTPS, does the TLS handshake itself so the
+// handshake time is its own figure.
+func dialer(timeout time.Duration, tlsConf *tls.Config) fasthttp.DialFunc {
+	d := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
+	return func(addr string) (net.Conn, error) {
+		deadline := time.Now().Add(timeout)
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetNoDelay(true)
+		}
+		if tlsConf == nil {
+			return &dialConn{Conn: c}, nil
+		}
+		start := time.Now()
+		tc := tls.Client(c, tlsConf)
+		_ = tc.SetDeadline(deadline)
+		if err := tc.Handshake(); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("tls handshake: %w", err)
+		}
+		_ = tc.SetDeadline(time.Time{})
+		return &dialConn{Conn: tc, handshake: time.Since(start)}, nil
+	}
+}
+
+func backendTLS(c BackendTLS, host string) (*tls.Config, error) {
+	conf := &tls.Config{ServerName: host, InsecureSkipVerify: c.InsecureSkipVerify, MinVersion: tls.VersionTLS12}
+	if c.ServerName != "" {
+		conf.ServerName = c.ServerName
+	}
+	if c.CAFile != "" {
+		pool, err := x509.SystemCertPool()
+		if err != nil {
+			pool = x509.NewCertPool()
+		}
+		pem, err := os.ReadFile(c.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls.ca_file: %w", err)
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("tls.ca_file: %s holds no PEM certificate", c.CAFile)
+		}
+		conf.RootCAs = pool
+	}
+	if c.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls.cert_file: %w", err)
+		}
+		conf.Certificates = []tls.Certificate{cert}
+	}
+	return conf, nil
+}

@@ -1,0 +1,56 @@
+package proxy
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/infergate/infergate/openai"
+)
+
+// Outcomes of a request, as logs and metrics name them.
+const (
+	outcomeOK         = "ok"
+	outcomeClientGone = "client_gone"
+	outcomeTimeout    = "timeout"
+	outcomeUpstream   = "upstream_error"
+	outcomeNoBackend  = "no_backend"
+	outcomeRejected   = "rejected" // bad input, unknown model
+	outcomeShutdown   = "shutdown"
+	outcomeBackend4xx = "backend_4xx"
+	outcomeBackend5xx = "backend_5xx"
+)
+
+// clientError is what a client is told about a failure: status (499 means
+// the client left and is told nothing), OpenAI error type and code, a
+// message that names no internals, and the outcome for logs and metrics.
+type clientError struct {
+	status       int
+	typ, code    string
+	msg, outcome string
+}
+
+// errorResponse is the one place where failures become responses.
+func errorResponse(err error) clientError {
+	switch {
+	case errors.Is(err, errClientGone):
+		return clientError{499, "", "", "", outcomeClientGone}
+	case errors.Is(err, errTotalTimeout):
+		return clientError{http.StatusGatewayTimeout, openai.TypeTimeout, "timeout", "the request exceeded the gateway's total timeout", outcomeTimeout}
+	case errors.Is(err, errFirstByteTimeout):
+		return clientError{http.StatusGatewayTimeout, openai.TypeTimeout, "timeout", "the backend did not answer in time", outcomeTimeout}
+	case errors.Is(err, errIdleTimeout):
+		return clientError{http.StatusGatewayTimeout, openai.TypeTimeout, "timeout", "the backend stream stalled longer than the idle timeout", outcomeTimeout}
+	case errors.Is(err, ErrNoBackend):
+		return clientError{http.StatusServiceUnavailable, openai.TypeUnavailable, "no_backend", "no healthy backend is available for this model", outcomeNoBackend}
+	case errors.Is(err, errShutdown):
+		return clientError{http.StatusServiceUnavailable, openai.TypeUnavailable, "shutting_down", "the gateway is shutting down", outcomeShutdown}
+	case errors.Is(err, errConnect):
+		return clientError{http.StatusBadGateway, openai.TypeServer, "upstream_connect_error", "the gateway could not connect to a backend", outcomeUpstream}
+	case errors.Is(err, errEndedEarly):
+		return clientError{http.StatusBadGateway, openai.TypeServer, "upstream_stream_ended", "the backend ended the stream before it was complete", outcomeUpstream}
+	case errors.Is(err, errResponseTooLarge):
+		return clientError{http.StatusBadGateway, openai.TypeServer, "upstream_response_too_large", "the backend's response is too large", outcomeUpstream}
+	default:
+		return clientError{http.StatusBadGateway, openai.TypeServer, "upstream_error", "the backend failed", outcomeUpstream}
+	}
+}

@@ -1,0 +1,160 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// ErrNoBackend means every backend of a pool is unavailable or was tried.
+var ErrNoBackend = errors.New("proxy: no available backend")
+
+// errAttemptFailed is what a failed attempt reports to its breaker.
+var errAttemptFailed = errors.New("proxy: upstream attempt failed")
+
+// Pool is a named set of backends with a selection policy and, when
+// configured, an active health checker. Close stops the checker.
+type Pool struct {
+	name     string
+	backends []*Backend
+	sel      Selector
+	health   *healthChecker
+}
+
+func newPool(name string, pc PoolConfig, connect time.Duration, log *slog.Logger) (*Pool, error) {
+	p := &Pool{name: name, sel: newSelector(pc.Selection)}
+	for _, bc := range pc.Backends {
+		b, err := newBackend(bc, pc, connect)
+		if err != nil {
+			return nil, fmt.Errorf("pool %s: %w", name, err)
+		}
+		p.backends = append(p.backends, b)
+	}
+	if pc.Health.Path != "" {
+		p.health = startHealth(p, pc.Health, log)
+	}
+	return p, nil
+}
+
+// Backends returns the pool's backends.
+func (p *Pool) Backends() []*Backend { return p.backends }
+
+// Ready reports whether at least one backend is available.
+func (p *Pool) Ready(now time.Time) bool {
+	for _, b := range p.backends {
+		if b.Available(now) {
+			return true
+		}
+	}
+	return false
+}
+
+// pick chooses an available backend not in tried and takes a breaker
+// permit for it. The returned done must be called with the outcome.
+func (p *Pool) pick(tried []*Backend, now time.Time) (*Backend, func(ok bool), error) {
+	var buf [16]*Backend
+	cands := buf[:0]
+	for _, b := range p.backends {
+		if b.Available(now) && !contains(tried, b) {
+			cands = append(cands, b)
+		}
+	}
+	for len(cands) > 0 {
+		b := p.sel.Select(cands)
+		done, err := b.cb.Allow()
+		if err == nil {
+			return b, func(ok bool) {
+				if ok {
+					done(nil)
+				} else {
+					done(errAttemptFailed)
+				}
+				b.result(ok, time.Now())
+			}, nil
+		}
+		// Open or half-open with its probes in use: try the others.
+		cands = remove(cands, b)
+	}
+	return nil, nil, ErrNoBackend
+}
+
+func contains(s []*Backend, b *Backend) bool {
+	for _, x := range s {
+		if x == b {
+			return true
+		}
+	}
+	return false
+}
+
+func remove(s []*Backend, b *Backend) []*Backend {
+	for i, x := range s {
+		if x == b {
+			return append(s[:i], s[i+1:]...)
+		}
+	}
+	return s
+}
+
+// Close stops health checks and drops idle connections. Safe to call twice.
+func (p *Pool) Close() {
+	if p.health != nil {
+		p.health.close()
+	}
+	for _, b := range p.backends {
+		b.close()
+	}
+}
+
+// healthChecker probes every backend of a pool on an interval.
+type healthChecker struct {
+	stop chan struct{}
+	wg   sync.WaitGroup
+	once sync.Once
+}
+
+func startHealth(p *Pool, hc HealthConfig, log *slog.Logger) *healthChecker {
+	h := &healthChecker{stop: make(chan struct{})}
+	for _, b := range p.backends {
+		h.wg.Add(1)
+		go func() {
+			defer h.wg.Done()
+			h.run(b, hc, log.With("pool", p.name, "backend", b.name))
+		}()
+	}
+	return h
+}
+
+func (h *healthChecker) run(b *Backend, hc HealthConfig, log *slog.Logger) {
+	t := time.NewTicker(hc.Interval)
+	defer t.Stop()
+	passes, fails := 0, 0
+	for {
+		err := b.probe(hc.Path, hc.Timeout)
+		if err == nil {
+			passes, fails = passes+1, 0
+			if !b.healthy.Load() && passes >= hc.HealthyThreshold {
+				b.healthy.Store(true)
+				log.Info("backend healthy")
+			}
+		} else {
+			passes, fails = 0, fails+1
+			if b.healthy.Load() && fails >= hc.UnhealthyThreshold {
+				b.healthy.Store(false)
+				log.Warn("backend unhealthy", "err", err)
+			}
+		}
+		select {
+		case <-h.stop:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (h *healthChecker) close() {
+	h.once.Do(func() { close(h.stop) })
+	h.wg.Wait()
+}

@@ -1,0 +1,102 @@
+package proxy
+
+import (
+	"bufio"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/infergate/infergate/openai"
+	"github.com/infergate/infergate/tracing"
+)
+
+// maxEventBytes bounds one SSE event held by the relay.
+const maxEventBytes = 1 << 20
+
+// readerPool holds event readers with their 4 KiB buffers, so a stream
+// allocates nothing per event and little per request.
+var readerPool = sync.Pool{New: func() any { return openai.NewEventReader(nil, make([]byte, 4096), maxEventBytes) }}
+
+// relayOutcome is how a relayed stream ended.
+type relayOutcome struct {
+	// err is the read error that ended the stream (io.EOF at a clean end).
+	err error
+	// clientErr is set when writing to the client failed: it is gone.
+	clientErr bool
+	// done and finish tell whether [DONE] and a finish_reason were seen;
+	// backendError whether the backend sent an in-stream error object.
+	done, finish, backendError bool
+}
+
+// relay copies events from er to w as they arrive, unchanged. It flushes
+// whenever no further complete event is already buffered, so an event never
+// waits for the next one, while events that arrived together leave in one
+// write. conn is the backend connection: before each read that may block it
+// gets a deadline, the first-byte timeout until content starts and the idle
+// timeout after. The timeline gets the first and last content events,
+// counts and relay time.
+func relay(w *bufio.Writer, er *openai.EventReader, conn net.Conn, firstByte, idle time.Duration, tl *tracing.Timeline) relayOutcome {
+	var out relayOutcome
+	content := false
+	var batchStart time.Time
+	pending := 0
+	for {
+		if !er.Ready() {
+			if pending > 0 {
+				if err := w.Flush(); err != nil {
+					out.clientErr = true
+					return out
+				}
+				now := time.Now()
+				tl.Relay += now.Sub(batchStart)
+				if !content && !tl.FirstTokenIn.IsZero() {
+					content = true
+					tl.FirstTokenOut = now
+				}
+				pending = 0
+			}
+			d := idle
+			if !content {
+				d = firstByte
+			}
+			_ = conn.SetReadDeadline(time.Now().Add(d))
+		}
+		ev, err := er.Next()
+		if err != nil {
+			out.err = err
+			if pending > 0 && w.Flush() != nil {
+				out.clientErr = true
+			}
+			return out
+		}
+		now := time.Now()
+		if pending == 0 {
+			batchStart = now
+		}
+		data := openai.EventData(ev)
+		switch {
+		case len(data) == 0:
+		case openai.IsDone(ev):
+			out.done = true
+		default:
+			if openai.HasContent(data) {
+				if tl.FirstTokenIn.IsZero() {
+					tl.FirstTokenIn = now
+				}
+				tl.LastTokenIn = now
+			}
+			if !out.finish && openai.HasFinishReason(data) {
+				out.finish = true
+			}
+			if openai.IsErrorChunk(data) {
+				out.backendError = true
+			}
+		}
+		if _, err := w.Write(ev); err != nil {
+			out.clientErr = true
+			return out
+		}
+		tl.Events++
+		pending++
+	}
+}

@@ -1,0 +1,245 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/infergate/infergate/internal/hangup"
+	"github.com/infergate/infergate/openai"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/valyala/fasthttp"
+)
+
+// Gateway is the proxy server. Build it with New, run it with Serve, swap
+// its configuration with Reload, stop it with Shutdown.
+type Gateway struct {
+	log   *slog.Logger
+	state atomic.Pointer[state]
+	cert  atomic.Pointer[tls.Certificate]
+	srv   *fasthttp.Server
+	watch *hangup.Watcher
+	m     *gatewayMetrics
+
+	base       context.Context
+	cancelBase context.CancelCauseFunc
+	inflight   sync.WaitGroup
+	reloadMu   sync.Mutex
+	started    time.Time
+}
+
+// state is one configuration made live: what a request reads, atomically,
+// when it starts. A reload builds a new one and swaps it in.
+type state struct {
+	cfg       Config
+	pools     map[string]*Pool
+	models    map[string]*route
+	def       *route // default_pool, or nil
+	modelList []byte // GET /v1/models, rendered; nil means pass through
+	budget    *retryBudget
+}
+
+// route is where a model's requests go.
+type route struct {
+	pool          *Pool
+	upstreamModel string // empty: keep the client's name
+}
+
+// New validates cfg (after filling its defaults) and builds a gateway.
+func New(cfg Config, log *slog.Logger) (*Gateway, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	cfg.Defaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	g := &Gateway{log: log, watch: hangup.New(0), m: newGatewayMetrics(), started: time.Now()}
+	g.base, g.cancelBase = context.WithCancelCause(context.Background())
+	st, err := g.build(cfg)
+	if err != nil {
+		g.watch.Close()
+		return nil, err
+	}
+	if err := g.loadCert(cfg.Server.TLS); err != nil {
+		st.close()
+		g.watch.Close()
+		return nil, err
+	}
+	g.state.Store(st)
+	s := &cfg.Server
+	g.srv = &fasthttp.Server{
+		Handler:                       g.handle,
+		ErrorHandler:                  g.readError,
+		Name:                          "infergate",
+		NoDefaultServerHeader:         true,
+		NoDefaultContentType:          true,
+		DisableHeaderNamesNormalizing: false,
+		MaxRequestBodySize:            s.MaxBodyBytes,
+		ReadTimeout:                   s.ReadTimeout,
+		IdleTimeout:                   s.IdleTimeout,
+		Concurrency:                   1 << 20,
+		CloseOnShutdown:               true,
+		ReduceMemoryUsage:             false,
+	}
+	return g, nil
+}
+
+// build makes a state from a validated config.
+func (g *Gateway) build(cfg Config) (*state, error) {
+	st := &state{cfg: cfg, pools: map[string]*Pool{}, models: map[string]*route{},
+		budget: newRetryBudget(cfg.Retries.BudgetRatio, cfg.Retries.BudgetMinPerSecond)}
+	for name, pc := range cfg.Pools {
+		p, err := newPool(name, pc, cfg.Timeouts.Connect, g.log)
+		if err != nil {
+			st.close()
+			return nil, err
+		}
+		st.pools[name] = p
+	}
+	for _, m := range cfg.Models {
+		st.models[m.Name] = &route{pool: st.pools[m.Pool], upstreamModel: m.UpstreamModel}
+	}
+	if cfg.DefaultPool != "" {
+		st.def = &route{pool: st.pools[cfg.DefaultPool]}
+	}
+	if len(cfg.Models) > 0 {
+		list := openai.ModelList{Object: "list"}
+		for _, m := range cfg.Models {
+			list.Data = append(list.Data, openai.Model{ID: m.Name, Object: "model", Created: g.started.Unix(), OwnedBy: "infergate"})
+		}
+		b, err := json.Marshal(list)
+		if err != nil {
+			return nil, fmt.Errorf("render models: %w", err)
+		}
+		st.modelList = b
+	}
+	return st, nil
+}
+
+func (st *state) close() {
+	for _, p := range st.pools {
+		p.Close()
+	}
+}
+
+// lookup returns the route of a model, or the default route, or nil.
+func (st *state) lookup(model string) *route {
+	if r, ok := st.models[model]; ok {
+		return r
+	}
+	return st.def
+}
+
+func (g *Gateway) loadCert(t ServerTLS) error {
+	if t.CertFile == "" {
+		g.cert.Store(nil)
+		return nil
+	}
+	cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+	if err != nil {
+		return fmt.Errorf("server.tls: %w", err)
+	}
+	g.cert.Store(&cert)
+	return nil
+}
+
+// Config returns the configuration in force, defaults filled in.
+func (g *Gateway) Config() Config { return g.state.Load().cfg }
+
+// Metrics returns the registry of the gateway's Prometheus metrics.
+func (g *Gateway) Metrics() *prometheus.Registry { return g.m.reg }
+
+// Serve accepts connections on ln until Shutdown; with TLS configured it
+// serves HTTPS, the certificate read afresh at each reload.
+func (g *Gateway) Serve(ln net.Listener) error {
+	if g.state.Load().cfg.Server.TLS.CertFile != "" {
+		ln = tls.NewListener(ln, &tls.Config{
+			MinVersion: tls.VersionTLS12,
+			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+				if c := g.cert.Load(); c != nil {
+					return c, nil
+				}
+				return nil, errors.New("proxy: no certificate loaded")
+			},
+		})
+	}
+	return g.srv.Serve(ln)
+}
+
+// Reload validates cfg and swaps it in. On any error the running
+// configuration stays and the error is returned. The listen address and
+// server limits take effect only at restart.
+func (g *Gateway) Reload(cfg Config) error {
+	g.reloadMu.Lock()
+	defer g.reloadMu.Unlock()
+	cfg.Defaults()
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	old := g.state.Load()
+	if cfg.Server.Listen != old.cfg.Server.Listen {
+		return fmt.Errorf("server.listen: changing %s to %s needs a restart", old.cfg.Server.Listen, cfg.Server.Listen)
+	}
+	if (cfg.Server.TLS.CertFile == "") != (old.cfg.Server.TLS.CertFile == "") {
+		return errors.New("server.tls: turning TLS on or off needs a restart")
+	}
+	st, err := g.build(cfg)
+	if err != nil {
+		return err
+	}
+	if err := g.loadCert(cfg.Server.TLS); err != nil {
+		st.close()
+		return err
+	}
+	g.state.Store(st)
+	// Requests in flight keep the old pools until they end; closing stops
+	// the old health checks and drops idle connections.
+	old.close()
+	return nil
+}
+
+// Shutdown drains: it stops accepting, lets in-flight requests finish
+// until ctx ends, then cancels the rest (their streams end with an SSE
+// error event) and waits briefly for them to wind up.
+func (g *Gateway) Shutdown(ctx context.Context) error {
+	done := make(chan error, 1)
+	go func() { done <- g.srv.ShutdownWithContext(ctx) }()
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+	}
+	g.cancelBase(errShutdown)
+	wound := make(chan struct{})
+	go func() { g.inflight.Wait(); close(wound) }()
+	select {
+	case <-wound:
+	case <-time.After(5 * time.Second):
+		err = errors.Join(err, errors.New("proxy: requests still running 5s after cancellation"))
+	}
+	g.state.Load().close()
+	g.watch.Close()
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		err = nil // the drain timeout ran out: that is what the cancellation is for
+	}
+	return err
+}
+
+// Ready reports whether at least one backend of some pool is available.
+func (g *Gateway) Ready() bool {
+	now := time.Now()
+	for _, p := range g.state.Load().pools {
+		if p.Ready(now) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,55 @@
+package tracing
+
+import "time"
+
+// Timeline is one request's monotonic stamps (see DESIGN.md, "The
+// timeline"). A zero stamp means the request never got there. It is owned
+// by one goroutine at a time: the handler, then the stream writer.
+type Timeline struct {
+	Received      time.Time // the request was fully read
+	Admitted      time.Time // a slot was granted
+	UpstreamStart time.Time // a backend was picked and the call started
+	Connected     time.Time // a backend connection was in hand
+	Sent          time.Time // the request was written to the backend
+	Headers       time.Time // the backend's response headers arrived
+	FirstTokenIn  time.Time // the first event carrying content arrived
+	FirstTokenOut time.Time // that event was flushed to the client
+	LastTokenIn   time.Time // the last content event arrived
+	Done          time.Time // the response was complete
+
+	// NewConn tells whether Connected is a fresh dial rather than a pooled
+	// connection; TLSHandshake is that dial's handshake time.
+	NewConn      bool
+	TLSHandshake time.Duration
+	// Events counts relayed events; Relay sums, over them, the time from
+	// reading an event off the backend to flushing it to the client.
+	Events int
+	Relay  time.Duration
+	// Attempts counts upstream calls, failovers included.
+	Attempts int
+}
+
+// Reset clears t for reuse.
+func (t *Timeline) Reset() { *t = Timeline{} }
+
+// since returns b-a, or 0 when either stamp is missing.
+func since(a, b time.Time) time.Duration {
+	if a.IsZero() || b.IsZero() {
+		return 0
+	}
+	return b.Sub(a)
+}
+
+// TTFT is the gateway-side time to first token: received to the first
+// content event flushed to the client.
+func (t *Timeline) TTFT() time.Duration { return since(t.Received, t.FirstTokenOut) }
+
+// Duration is received to done.
+func (t *Timeline) Duration() time.Duration { return since(t.Received, t.Done) }
+
+// Connect is the time to get a backend connection, new or pooled.
+func (t *Timeline) Connect() time.Duration { return since(t.UpstreamStart, t.Connected) }
+
+// ModelTTFT is request sent to first content event in, which includes the
+// network round trip to the backend.
+func (t *Timeline) ModelTTFT() time.Duration { return since(t.Sent, t.FirstTokenIn) }
