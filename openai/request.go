@@ -37,7 +37,8 @@ func ScanRequest(body []byte) (Envelope, error) {
 		err := json.Unmarshal(body, &v)
 		var se *json.SyntaxError
 		if errors.As(err, &se) {
-			return env, fmt.Errorf("%w at byte %d: %s", ErrInvalidJSON, se.Offset, se.Error())
+			// Offset counts the bytes read, the bad one included.
+			return env, fmt.Errorf("%w at byte %d: %s", ErrInvalidJSON, max(se.Offset-1, 0), se.Error())
 		}
 		return env, fmt.Errorf("%w: %v", ErrInvalidJSON, err)
 	}

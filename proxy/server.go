@@ -87,7 +87,7 @@ func New(cfg Config, log *slog.Logger) (*Gateway, error) {
 		IdleTimeout:                   s.IdleTimeout,
 		Concurrency:                   1 << 20,
 		CloseOnShutdown:               true,
-		ReduceMemoryUsage:             false,
+		Logger:                        fasthttpLogger{log},
 	}
 	return g, nil
 }
@@ -242,4 +242,12 @@ func (g *Gateway) Ready() bool {
 		}
 	}
 	return false
+}
+
+// fasthttpLogger sends fasthttp's own messages (connection errors the
+// handler never sees) to the structured log at debug level.
+type fasthttpLogger struct{ log *slog.Logger }
+
+func (l fasthttpLogger) Printf(format string, args ...any) {
+	l.log.Debug(fmt.Sprintf(format, args...), "component", "fasthttp")
 }

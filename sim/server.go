@@ -69,6 +69,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		MaxRequestBodySize:    32 << 20,
 		Concurrency:           1 << 20,
 		CloseOnShutdown:       true,
+		Logger:                fasthttpLogger{log},
 		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
 			vllmError(ctx, fasthttp.StatusBadRequest, "BadRequestError", err.Error())
 		},
@@ -519,4 +520,11 @@ func (f *fixedSource) abort() {
 	if f.once.CompareAndSwap(false, true) {
 		close(f.aborted)
 	}
+}
+
+// fasthttpLogger sends fasthttp's own messages to the log at debug level.
+type fasthttpLogger struct{ log *slog.Logger }
+
+func (l fasthttpLogger) Printf(format string, args ...any) {
+	l.log.Debug(fmt.Sprintf(format, args...), "component", "fasthttp")
 }
