@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"net"
 	"sync"
 	"time"
 
@@ -16,6 +15,9 @@ const maxEventBytes = 1 << 20
 // readerPool holds event readers with their 4 KiB buffers, so a stream
 // allocates nothing per event and little per request.
 var readerPool = sync.Pool{New: func() any { return openai.NewEventReader(nil, make([]byte, 4096), maxEventBytes) }}
+
+// readDeadliner is the part of the backend connection the relay uses.
+type readDeadliner interface{ SetReadDeadline(time.Time) error }
 
 // relayOutcome is how a relayed stream ended.
 type relayOutcome struct {
@@ -35,7 +37,7 @@ type relayOutcome struct {
 // gets a deadline, the first-byte timeout until content starts and the idle
 // timeout after. The timeline gets the first and last content events,
 // counts and relay time.
-func relay(w *bufio.Writer, er *openai.EventReader, conn net.Conn, firstByte, idle time.Duration, tl *tracing.Timeline) relayOutcome {
+func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByte, idle time.Duration, tl *tracing.Timeline) relayOutcome {
 	var out relayOutcome
 	content := false
 	var batchStart time.Time

@@ -1,0 +1,178 @@
+package openai
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"testing/iotest"
+)
+
+func TestScanRequest(t *testing.T) {
+	tests := []struct {
+		name   string
+		body   string
+		model  string
+		stream bool
+		err    error
+	}{
+		{"chat", `{"model":"llama","stream":true,"messages":[{"role":"user","content":"{\"model\":\"x\"}"}]}`, "llama", true, nil},
+		{"model after nested decoys", `{"messages":[{"model":"no"}],"x":{"model":"no"},"model":"yes"}`, "yes", false, nil},
+		{"escaped key and value", `{"mod\u0065l":"a\"b","stream":false}`, `a"b`, false, nil},
+		{"whitespace everywhere", " {\n \"model\" : \"m\" ,\t\"stream\" : null } ", "m", false, nil},
+		{"last duplicate wins", `{"model":"a","model":"b"}`, "b", false, nil},
+		{"missing model", `{"messages":[]}`, "", false, ErrMissingModel},
+		{"empty model", `{"model":""}`, "", false, ErrMissingModel},
+		{"model not string", `{"model":["a"]}`, "", false, ErrModelNotString},
+		{"stream not bool", `{"model":"a","stream":1}`, "", false, ErrStreamNotBool},
+		{"array", `[1]`, "", false, ErrNotObject},
+		{"truncated", `{"model":"a"`, "", false, ErrInvalidJSON},
+		{"trailing garbage", `{"model":"a"} x`, "", false, ErrInvalidJSON},
+		{"empty", ``, "", false, ErrInvalidJSON},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			env, err := ScanRequest([]byte(tc.body))
+			if !errors.Is(err, tc.err) {
+				t.Fatalf("ScanRequest(%s) error %v, want %v", tc.body, err, tc.err)
+			}
+			if err == nil && (env.Model != tc.model || env.Stream != tc.stream) {
+				t.Errorf("ScanRequest(%s) = %q stream=%v, want %q stream=%v", tc.body, env.Model, env.Stream, tc.model, tc.stream)
+			}
+		})
+	}
+}
+
+func TestInvalidJSONNamesTheByte(t *testing.T) {
+	_, err := ScanRequest([]byte(`{"model":"m",}`))
+	if err == nil || !strings.Contains(err.Error(), "at byte 13") {
+		t.Errorf("error %v, want it to point at byte 13 (the stray brace)", err)
+	}
+}
+
+func TestRewriteModel(t *testing.T) {
+	body := []byte(`{"messages":[],"model" : "short","stream":true}`)
+	env, _ := ScanRequest(body)
+	out := RewriteModel(body, env, `org/"long"-model`)
+	var v map[string]any
+	if err := json.Unmarshal(out, &v); err != nil || v["model"] != `org/"long"-model` || v["stream"] != true {
+		t.Errorf("rewritten %s", out)
+	}
+}
+
+// FuzzScanRequest checks the scanner against encoding/json: the same
+// verdict on validity, and the same model and stream.
+func FuzzScanRequest(f *testing.F) {
+	for _, s := range []string{`{"model":"a","stream":true}`, `{"x":[{"model":1}],"model":"b"}`, `{"model":"\u00e9\n"}`, `[]`, `{`, `{"model":"a","model":null}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		env, err := ScanRequest(body)
+		var ref map[string]json.RawMessage
+		refErr := json.Unmarshal(body, &ref)
+		if json.Valid(body) != !errors.Is(err, ErrInvalidJSON) {
+			t.Fatalf("validity disagrees on %q: %v", body, err)
+		}
+		if err != nil {
+			return
+		}
+		if refErr != nil {
+			t.Fatalf("scanner accepted %q that is no JSON object: %v", body, refErr)
+		}
+		var model string
+		if json.Unmarshal(ref["model"], &model) != nil || model != env.Model {
+			t.Fatalf("model %q, encoding/json says %s", env.Model, ref["model"])
+		}
+		if !bytes.Equal(body[env.ModelStart:env.ModelEnd], bytes.TrimSpace(ref["model"])) {
+			t.Fatalf("model span %q, want %s", body[env.ModelStart:env.ModelEnd], ref["model"])
+		}
+		if (string(ref["stream"]) == "true") != env.Stream {
+			t.Fatalf("stream %v, encoding/json sees %s", env.Stream, ref["stream"])
+		}
+	})
+}
+
+func readAll(t *testing.T, r io.Reader, bufSize int) ([]string, error) {
+	er := NewEventReader(r, make([]byte, bufSize), 1<<16)
+	var out []string
+	for {
+		ev, err := er.Next()
+		if err != nil {
+			return out, err
+		}
+		out = append(out, string(ev))
+	}
+}
+
+func TestEventReader(t *testing.T) {
+	stream := "data: a\n\n: comment\n\ndata: b\r\n\r\nevent: x\ndata: " + strings.Repeat("c", 300) + "\n\ndata: [DONE]\n\n"
+	want := []string{"data: a\n\n", ": comment\n\n", "data: b\r\n\r\n", "event: x\ndata: " + strings.Repeat("c", 300) + "\n\n", "data: [DONE]\n\n"}
+	// One byte at a time and in a tiny buffer: boundaries straddle reads
+	// and the buffer must grow.
+	for _, r := range []io.Reader{strings.NewReader(stream), iotest.OneByteReader(strings.NewReader(stream))} {
+		got, err := readAll(t, r, 8)
+		if err != io.EOF || strings.Join(got, "|") != strings.Join(want, "|") {
+			t.Errorf("events %q err %v, want %q and EOF", got, err, want)
+		}
+	}
+	if _, err := readAll(t, strings.NewReader("data: a\n\ndata: cut"), 16); err != ErrTruncatedEvent {
+		t.Errorf("truncated stream: err %v, want ErrTruncatedEvent", err)
+	}
+	if _, err := readAll(t, strings.NewReader("data: "+strings.Repeat("x", 1<<17)), 16); err != ErrEventTooLarge {
+		t.Errorf("huge event: err %v, want ErrEventTooLarge", err)
+	}
+	boom := errors.New("boom")
+	got, err := readAll(t, io.MultiReader(strings.NewReader("data: a\n\n"), iotest.ErrReader(boom)), 64)
+	if err != boom || len(got) != 1 {
+		t.Errorf("events %q err %v, want the event then boom", got, err)
+	}
+}
+
+func TestEventClassifiers(t *testing.T) {
+	tests := []struct {
+		data                        string
+		content, finish, errorChunk bool
+	}{
+		{`{"choices":[{"delta":{"role":"assistant","content":""},"finish_reason":null}]}`, false, false, false},
+		{`{"choices":[{"delta":{"content":"hi"},"finish_reason":null}]}`, true, false, false},
+		{`{"choices":[{"text":"hi","finish_reason": "length"}]}`, true, true, false},
+		{`{"choices":[{"delta":{"reasoning_content":"hm"}}]}`, true, false, false},
+		{`{"choices":[{"delta":{"tool_calls":[{"id":"1"}]}}]}`, true, false, false},
+		{`{"choices":[],"usage":{"prompt_tokens":1}}`, false, false, false},
+		{` {"error":{"message":"oom"}}`, false, false, true},
+	}
+	for _, tc := range tests {
+		d := []byte(tc.data)
+		if HasContent(d) != tc.content || HasFinishReason(d) != tc.finish || IsErrorChunk(d) != tc.errorChunk {
+			t.Errorf("%s: content=%v finish=%v error=%v, want %v %v %v", tc.data, HasContent(d), HasFinishReason(d), IsErrorChunk(d), tc.content, tc.finish, tc.errorChunk)
+		}
+	}
+	if !IsDone([]byte("data: [DONE]\r\n\r\n")) || !IsDone([]byte("data:[DONE]\n\n")) || IsDone([]byte("data: {}\n\n")) {
+		t.Error("IsDone misjudges")
+	}
+}
+
+func FuzzEventReader(f *testing.F) {
+	f.Add([]byte("data: a\n\ndata: b\r\n\r\n"), uint8(3))
+	f.Fuzz(func(t *testing.T, stream []byte, chunk uint8) {
+		n := int(chunk%32) + 1
+		er := NewEventReader(iotest.HalfReader(bytes.NewReader(stream)), make([]byte, n), 1<<20)
+		var joined []byte
+		for {
+			ev, err := er.Next()
+			if err != nil {
+				break
+			}
+			if boundary(ev) != len(ev) {
+				t.Fatalf("event %q does not end at its first boundary", ev)
+			}
+			joined = append(joined, ev...)
+		}
+		// Events are the stream's bytes, in order, unchanged.
+		if !bytes.HasPrefix(stream, joined) {
+			t.Fatalf("events %q are not a prefix of %q", joined, stream)
+		}
+	})
+}
