@@ -2,10 +2,55 @@ package main
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/infergate/infergate/bench"
 )
 
+const overheadSynopsis = `overhead [--scenarios LIST] [--rounds N] [--round-time D] [--nginx PATH]
+
+Measures what the gateway adds. For each scenario it starts a simulator in
+fixed mode, an infergate gateway and (if found) nginx as a plain reverse
+proxy in front of it, all on 127.0.0.1, and runs the same closed-loop load
+against the backend directly, through infergate and through nginx, in
+interleaved rounds. It prints a Markdown report: TTFT and inter-event gap
+percentiles, events/s and requests/s, and what each proxy adds.
+
+Scenarios: paced, single, cpu-stream-64, cpu-stream-512, cpu-plain, idle.
+scripts/bench-overhead.sh installs nginx (Debian) when missing and runs all.`
+
 func runOverhead(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return errors.New("not yet")
+	fs := newFlagSet("overhead", overheadSynopsis, stderr)
+	scen := fs.String("scenarios", "paced,single,cpu-stream-64,cpu-stream-512,cpu-plain,idle", "comma-separated scenarios")
+	rounds := fs.Int("rounds", 5, "interleaved rounds per scenario")
+	roundTime := fs.Duration("round-time", 3*time.Second, "load duration of one target in one round")
+	nginx := fs.String("nginx", "", "nginx executable (default: nginx on PATH or /usr/sbin/nginx; \"none\" to skip)")
+	idle := fs.Int("idle-streams", 5000, "open streams in the idle (memory) scenario")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find own binary: %w", err)
+	}
+	ng := *nginx
+	switch ng {
+	case "none":
+		ng = ""
+	case "":
+		if p, err := exec.LookPath("nginx"); err == nil {
+			ng = p
+		} else if _, err := os.Stat("/usr/sbin/nginx"); err == nil {
+			ng = "/usr/sbin/nginx"
+		} else {
+			fmt.Fprintln(stderr, "nginx not found: measuring direct and infergate only")
+		}
+	}
+	o := &bench.Overhead{Binary: self, Nginx: ng, Rounds: *rounds, RoundTime: *roundTime, IdleStreams: *idle, Report: stdout, Progress: stderr}
+	return o.Run(ctx, strings.Split(*scen, ","))
 }

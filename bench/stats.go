@@ -1,0 +1,83 @@
+package bench
+
+import (
+	"slices"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// Dist is a latency distribution kept in an HdrHistogram (1 ns to 10 min,
+// 3 significant digits).
+type Dist struct{ h *hdrhistogram.Histogram }
+
+// NewDist returns an empty distribution.
+func NewDist() *Dist { return &Dist{h: hdrhistogram.New(1, int64(10*time.Minute), 3)} }
+
+// Add records d; values out of range are clamped.
+func (d *Dist) Add(v time.Duration) {
+	if v < 1 {
+		v = 1
+	}
+	if err := d.h.RecordValue(int64(v)); err != nil {
+		_ = d.h.RecordValue(d.h.HighestTrackableValue())
+	}
+}
+
+// Count is the number of values recorded.
+func (d *Dist) Count() int64 { return d.h.TotalCount() }
+
+// Quantile returns the value at q in [0,100], e.g. 50 or 99.
+func (d *Dist) Quantile(q float64) time.Duration { return time.Duration(d.h.ValueAtQuantile(q)) }
+
+// Stats sums up a run.
+type Stats struct {
+	Requests, Errors int
+	Events           int
+	TTFT, Gap, Total *Dist
+	Elapsed          time.Duration
+	FirstErr         error
+}
+
+// Summarize turns a run's samples into distributions.
+func Summarize(r *Run) Stats {
+	s := Stats{TTFT: NewDist(), Gap: NewDist(), Total: NewDist(), Elapsed: r.Elapsed}
+	for _, x := range r.Samples {
+		s.Requests++
+		if x.Err != nil {
+			s.Errors++
+			if s.FirstErr == nil {
+				s.FirstErr = x.Err
+			}
+			continue
+		}
+		s.Events += x.Events
+		s.TTFT.Add(x.TTFT)
+		s.Total.Add(x.Duration)
+	}
+	for _, g := range r.Gaps {
+		s.Gap.Add(g)
+	}
+	return s
+}
+
+// EventsPerSecond is content events over the run's wall time.
+func (s Stats) EventsPerSecond() float64 { return float64(s.Events) / s.Elapsed.Seconds() }
+
+// RequestsPerSecond is successful requests over the run's wall time.
+func (s Stats) RequestsPerSecond() float64 {
+	return float64(s.Requests-s.Errors) / s.Elapsed.Seconds()
+}
+
+// Median returns the median of xs (0 for none).
+func Median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}

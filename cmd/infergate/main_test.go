@@ -1,0 +1,238 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "infergate-e2e")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "infergate")
+	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// proc is a running infergate process whose stderr is collected.
+type proc struct {
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	logs strings.Builder
+	addr chan string
+	done chan error
+}
+
+var listenRe = regexp.MustCompile(`msg="(?:infergate|sim) listening" addr=(\S+)`)
+
+func start(t *testing.T, args ...string) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(binary, args...), addr: make(chan string, 1), done: make(chan error, 1)}
+	stderr, _ := p.cmd.StderrPipe()
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			line := sc.Text()
+			p.mu.Lock()
+			p.logs.WriteString(line + "\n")
+			p.mu.Unlock()
+			if m := listenRe.FindStringSubmatch(line); m != nil {
+				select {
+				case p.addr <- m[1]:
+				default:
+				}
+			}
+		}
+		p.done <- p.cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		p.cmd.Process.Kill()
+	})
+	return p
+}
+
+func (p *proc) url(t *testing.T) string {
+	t.Helper()
+	select {
+	case a := <-p.addr:
+		return "http://" + a
+	case err := <-p.done:
+		t.Fatalf("process exited before listening: %v\n%s", err, p.log())
+	case <-time.After(10 * time.Second):
+		t.Fatalf("process did not start listening\n%s", p.log())
+	}
+	return ""
+}
+
+func (p *proc) log() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.logs.String()
+}
+
+func (p *proc) wait(t *testing.T) error {
+	t.Helper()
+	select {
+	case err := <-p.done:
+		return err
+	case <-time.After(15 * time.Second):
+		t.Fatalf("process did not exit\n%s", p.log())
+	}
+	return nil
+}
+
+func chat(t *testing.T, url, model string) (int, string) {
+	t.Helper()
+	resp, err := http.Post(url+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"`+model+`","stream":true,"max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestHelpOnEveryCommand(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"serve", "--help"}, {"sim", "--help"}, {"overhead", "--help"}} {
+		out, err := exec.Command(binary, args...).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "Usage: infergate") {
+			t.Errorf("infergate %v: err %v, output %q", args, err, out)
+		}
+	}
+	out, _ := exec.Command(binary, "sim", "--help").CombinedOutput()
+	for _, want := range []string{"-max-num-seqs", "(milliseconds)", "memory-bound", "X-Sim-Fault"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("sim --help lacks %q", want)
+		}
+	}
+	if err := exec.Command(binary, "nonsense").Run(); err == nil {
+		t.Error("unknown command exited 0")
+	}
+}
+
+// The main job on built-in defaults: serve with no flags fronts a
+// simulator, and SIGTERM exits 0.
+func TestServeDefaultsAndSigterm(t *testing.T) {
+	p := start(t, "serve", "--listen", "127.0.0.1:0")
+	url := p.url(t)
+	code, body := chat(t, url, "sim-model")
+	if code != 200 || !strings.HasSuffix(body, "data: [DONE]\n\n") {
+		t.Fatalf("status %d body %q", code, body)
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	if err := p.wait(t); err != nil {
+		t.Errorf("exit after SIGTERM: %v\n%s", err, p.log())
+	}
+	if !strings.Contains(p.log(), "outcome=ok") {
+		t.Errorf("no request log line:\n%s", p.log())
+	}
+}
+
+func writeConfig(t *testing.T, path, simURL, model string) {
+	t.Helper()
+	cfg := fmt.Sprintf(`server:
+  listen: 127.0.0.1:0
+pools:
+  gpu:
+    backends:
+      - url: %s
+models:
+  - name: %s
+    pool: gpu
+    upstream_model: sim-model
+`, simURL, model)
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestConfigFileAndReload(t *testing.T) {
+	sim := start(t, "sim", "--listen", "127.0.0.1:0", "--ttft", "1ms", "--itl", "1ms")
+	simURL := sim.url(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "infergate.yaml")
+	writeConfig(t, path, simURL, "alpha")
+	gw := start(t, "serve", "--config", path)
+	url := gw.url(t)
+	if code, body := chat(t, url, "alpha"); code != 200 {
+		t.Fatalf("alpha: %d %s", code, body)
+	}
+
+	// A good reload swaps the model.
+	writeConfig(t, path, simURL, "beta")
+	gw.cmd.Process.Signal(syscall.SIGHUP)
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) && !strings.Contains(gw.log(), "configuration reloaded") {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if code, _ := chat(t, url, "beta"); code != 200 {
+		t.Fatalf("beta after reload: %d\n%s", code, gw.log())
+	}
+	if code, _ := chat(t, url, "alpha"); code != 404 {
+		t.Errorf("alpha after reload: %d, want 404", code)
+	}
+
+	// A bad file is refused and the running config stays.
+	os.WriteFile(path, []byte("pools:\n  gpu:\n    backends:\n      - url: nope://x\nmodels:\n  - name: gamma\n    pool: gpu\n"), 0o600)
+	gw.cmd.Process.Signal(syscall.SIGHUP)
+	deadline = time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) && !strings.Contains(gw.log(), "reload refused") {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !strings.Contains(gw.log(), "pools.gpu.backends[0].url") {
+		t.Errorf("refusal does not name the field:\n%s", gw.log())
+	}
+	if code, _ := chat(t, url, "beta"); code != 200 {
+		t.Errorf("beta after a refused reload: %d", code)
+	}
+}
+
+func TestBadConfigRefusedAtStart(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct{ name, yaml, want string }{
+		{"unknown key", "server:\n  listen: 127.0.0.1:0\n  lisen: x\n", "field lisen not found"},
+		{"bad selection", "pools:\n  a:\n    selection: random\n    backends: [{url: 'http://127.0.0.1:1'}]\nmodels: [{name: m, pool: a}]\n", "pools.a.selection"},
+		{"bad duration", "timeouts:\n  idle: soon\n", "idle"},
+		{"missing pool", "models: [{name: m, pool: nope}]\npools:\n  a:\n    backends: [{url: 'http://127.0.0.1:1'}]\n", "models[0].pool"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(dir, tc.name+".yaml")
+			os.WriteFile(path, []byte(tc.yaml), 0o600)
+			out, err := exec.Command(binary, "serve", "--config", path).CombinedOutput()
+			if err == nil || !strings.Contains(string(out), tc.want) {
+				t.Errorf("err %v output %q, want a refusal naming %q", err, out, tc.want)
+			}
+		})
+	}
+}
+
+func TestExampleConfigIsValid(t *testing.T) {
+	os.Setenv("VLLM_API_KEY", "example")
+	if _, err := loadConfig("../../infergate.example.yaml"); err != nil {
+		t.Fatalf("infergate.example.yaml: %v", err)
+	}
+}
