@@ -33,6 +33,9 @@ type Options struct {
 	MaxRequests int
 	// Timeout bounds one request. Default 60s.
 	Timeout time.Duration
+	// RampUp spreads the workers' first requests evenly over this span, so
+	// a closed loop does not send its whole concurrency in one burst.
+	RampUp time.Duration
 }
 
 // Sample is one finished request.
@@ -94,10 +97,17 @@ func Load(ctx context.Context, client *http.Client, t Target, o Options) (*Run, 
 		return true
 	}
 	start := time.Now()
-	for range o.Concurrency {
+	for i := range o.Concurrency {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if o.RampUp > 0 {
+				select {
+				case <-time.After(o.RampUp * time.Duration(i) / time.Duration(o.Concurrency)):
+				case <-ctx.Done():
+					return
+				}
+			}
 			w := worker{client: client, t: t, timeout: o.Timeout, er: openai.NewEventReader(nil, nil, 1<<20)}
 			var samples []Sample
 			for take() {

@@ -48,6 +48,15 @@ func Scenarios() []Scenario {
 	}
 }
 
+// rampUp spreads a round's first requests over one request's duration,
+// so the load is steady rather than in synchronised waves.
+func (sc Scenario) rampUp() time.Duration {
+	if sc.Concurrency == 1 {
+		return 0
+	}
+	return sc.TTFT + time.Duration(sc.Tokens)*sc.ITL
+}
+
 type target struct {
 	name string
 	url  string
@@ -139,7 +148,7 @@ func (o *Overhead) scenario(ctx context.Context, dir string, sc Scenario) error 
 		for k := range targets {
 			t := targets[(r+k)%len(targets)]
 			run, err := Load(ctx, client, Target{URL: t.url + "/v1/chat/completions", Body: body, Stream: sc.Stream},
-				Options{Concurrency: sc.Concurrency, Duration: o.RoundTime})
+				Options{Concurrency: sc.Concurrency, Duration: o.RoundTime, RampUp: sc.rampUp()})
 			if err != nil {
 				return err
 			}

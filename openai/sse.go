@@ -12,6 +12,9 @@ var (
 	ErrEventTooLarge = errors.New("openai: SSE event exceeds size limit")
 	// ErrTruncatedEvent means the stream ended inside an event.
 	ErrTruncatedEvent = errors.New("openai: stream ended inside an SSE event")
+	// ErrWouldBlock is TryNext's answer when the next event has not fully
+	// arrived.
+	ErrWouldBlock = errors.New("openai: next event not yet arrived")
 )
 
 // EventReader splits a server-sent event stream into events without
@@ -25,6 +28,12 @@ type EventReader struct {
 	scan       int // bytes of buf[start:end] already searched for a boundary
 	max        int
 	pending    error // the error of the last read, reported once its data is used
+	avail      Availer
+}
+
+// Availer is a reader that can tell whether a Read would return at once.
+type Availer interface {
+	Available() bool
 }
 
 // NewEventReader reads events from r using buf (which it may replace by a
@@ -48,6 +57,7 @@ func (er *EventReader) Reset(r io.Reader, buf []byte, max int) {
 		max = len(buf)
 	}
 	*er = EventReader{r: r, buf: buf, max: max}
+	er.avail, _ = r.(Availer)
 }
 
 // Cap returns the size of the reader's buffer.
@@ -61,6 +71,20 @@ func (er *EventReader) Buffered() []byte { return er.buf[er.start:er.end] }
 // relay flushes when Ready is false, before Next blocks.
 func (er *EventReader) Ready() bool {
 	return er.pending != nil || boundary(er.buf[er.start+er.scan:er.end]) >= 0
+}
+
+// TryNext is Next without waiting: it returns ErrWouldBlock unless the
+// next event is buffered or can be completed from bytes the reader already
+// holds (when it is an Availer).
+func (er *EventReader) TryNext() ([]byte, error) {
+	n, err := er.fillWith(false)
+	if err != nil {
+		return nil, err
+	}
+	ev := er.buf[er.start : er.start+n]
+	er.start += n
+	er.scan = 0
+	return ev, nil
 }
 
 // Next returns the next event. The slice is valid until the next call. At a
@@ -89,7 +113,9 @@ func (er *EventReader) Fill() {
 
 // fill reads until buf[start:] begins with a complete event and returns
 // its length.
-func (er *EventReader) fill() (int, error) {
+func (er *EventReader) fill() (int, error) { return er.fillWith(true) }
+
+func (er *EventReader) fillWith(block bool) (int, error) {
 	for {
 		if n := boundary(er.buf[er.start+er.scan : er.end]); n >= 0 {
 			return er.scan + n, nil
@@ -116,6 +142,9 @@ func (er *EventReader) fill() (int, error) {
 			nb := make([]byte, min(2*len(er.buf), er.max))
 			copy(nb, er.buf[:er.end])
 			er.buf = nb
+		}
+		if !block && (er.avail == nil || !er.avail.Available()) {
+			return 0, ErrWouldBlock
 		}
 		n, err := er.r.Read(er.buf[er.end:])
 		er.end += n

@@ -348,9 +348,7 @@ func (x *exchange) commit(ctx *fasthttp.RequestCtx) {
 	copyResponseHeaders(&ctx.Response.Header, &up.resp.Header)
 	if bytes.HasPrefix(up.resp.Header.ContentType(), eventStream) && x.status < 300 {
 		ctx.Response.Header.Set("X-Accel-Buffering", "no")
-		ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
-			x.relayStream(w)
-		})
+		x.g.streamResponse(ctx, x.relayStream)
 		return
 	}
 	body, err := x.readWhole()
@@ -469,7 +467,7 @@ func (x *exchange) reader() *openai.EventReader {
 		return x.er // filled on the keep-alive path
 	}
 	er := readerPool.Get().(*openai.EventReader)
-	er.Reset(x.up.body, nil, maxEventBytes)
+	er.Reset(&x.up.body, nil, maxEventBytes)
 	return er
 }
 
@@ -484,7 +482,7 @@ func (x *exchange) putReader(er *openai.EventReader) {
 // fillFirst waits for the first event of a stream, keeping it buffered.
 func (x *exchange) fillFirst() {
 	x.er = readerPool.Get().(*openai.EventReader)
-	x.er.Reset(x.up.body, nil, maxEventBytes)
+	x.er.Reset(&x.up.body, nil, maxEventBytes)
 	_ = x.up.conn.SetReadDeadline(time.Now().Add(x.st.cfg.Timeouts.FirstByte))
 	x.er.Fill()
 }
@@ -513,7 +511,7 @@ func (x *exchange) forwardWithKeepAlive(ctx *fasthttp.RequestCtx, ka KeepAlive) 
 	ctx.SetContentType("text/event-stream")
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
-	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+	x.g.streamResponse(ctx, func(w *bufio.Writer) {
 		tick := time.NewTicker(ka.Interval)
 		defer tick.Stop()
 		alive := true
@@ -593,12 +591,14 @@ func (x *exchange) failStream(w *bufio.Writer, err error) {
 func (x *exchange) finishWith(status int, outcome string) {
 	x.status, x.outcome = status, outcome
 	x.watch.Stop()
-	x.stopT()
-	x.cancel(nil)
+	// The upstream connection goes back to its pool before the context is
+	// cancelled: cancelling closes a connection still watched.
 	if x.up != nil {
 		x.up.finish(x.reuse)
 		x.up = nil
 	}
+	x.stopT()
+	x.cancel(nil)
 	if x.backend != nil {
 		ok := outcome == outcomeOK || outcome == outcomeClientGone || outcome == outcomeBackend4xx || status == http.StatusTooManyRequests
 		x.done(ok)

@@ -31,7 +31,7 @@ type relayOutcome struct {
 }
 
 // relay copies events from er to w as they arrive, unchanged. It flushes
-// whenever no further complete event is already buffered, so an event never
+// whenever the next event cannot be had without waiting, so an event never
 // waits for the next one, while events that arrived together leave in one
 // write. conn is the backend connection: before each read that may block it
 // gets a deadline, the first-byte timeout until content starts and the idle
@@ -43,7 +43,10 @@ func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByt
 	var batchStart time.Time
 	pending := 0
 	for {
-		if !er.Ready() {
+		ev, err := er.TryNext()
+		if err == openai.ErrWouldBlock {
+			// Nothing more has arrived: what is pending goes out now,
+			// before the wait.
 			if pending > 0 {
 				if err := w.Flush(); err != nil {
 					out.clientErr = true
@@ -62,8 +65,8 @@ func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByt
 				d = firstByte
 			}
 			_ = conn.SetReadDeadline(time.Now().Add(d))
+			ev, err = er.Next()
 		}
-		ev, err := er.Next()
 		if err != nil {
 			out.err = err
 			if pending > 0 && w.Flush() != nil {

@@ -32,6 +32,9 @@ type Gateway struct {
 	cancelBase context.CancelCauseFunc
 	inflight   sync.WaitGroup
 	reloadMu   sync.Mutex
+	closing    atomic.Bool // Shutdown has begun
+	reservedMu sync.Mutex
+	reserved   map[net.Conn]struct{} // keep-alive connections given back after a stream
 	started    time.Time
 }
 
@@ -61,7 +64,7 @@ func New(cfg Config, log *slog.Logger) (*Gateway, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	g := &Gateway{log: log, watch: hangup.New(0), m: newGatewayMetrics(), started: time.Now()}
+	g := &Gateway{log: log, watch: hangup.New(0), m: newGatewayMetrics(), started: time.Now(), reserved: map[net.Conn]struct{}{}}
 	g.base, g.cancelBase = context.WithCancelCause(context.Background())
 	st, err := g.build(cfg)
 	if err != nil {
@@ -87,6 +90,7 @@ func New(cfg Config, log *slog.Logger) (*Gateway, error) {
 		IdleTimeout:                   s.IdleTimeout,
 		Concurrency:                   1 << 20,
 		CloseOnShutdown:               true,
+		KeepHijackedConns:             true, // streamResponse closes or re-serves them
 		Logger:                        fasthttpLogger{log},
 	}
 	return g, nil
@@ -210,26 +214,35 @@ func (g *Gateway) Reload(cfg Config) error {
 // until ctx ends, then cancels the rest (their streams end with an SSE
 // error event) and waits briefly for them to wind up.
 func (g *Gateway) Shutdown(ctx context.Context) error {
-	done := make(chan error, 1)
-	go func() { done <- g.srv.ShutdownWithContext(ctx) }()
-	var err error
+	g.closing.Store(true)
+	srvDone := make(chan error, 1)
+	go func() { srvDone <- g.srv.ShutdownWithContext(ctx) }()
+	// Streams run on hijacked connections the server no longer counts, so
+	// the drain waits for the gateway's own count of requests.
+	idle := make(chan struct{})
+	go func() { g.inflight.Wait(); close(idle) }()
 	select {
-	case err = <-done:
+	case <-idle:
 	case <-ctx.Done():
 	}
 	g.cancelBase(errShutdown)
-	wound := make(chan struct{})
-	go func() { g.inflight.Wait(); close(wound) }()
+	var err error
 	select {
-	case <-wound:
+	case <-idle:
 	case <-time.After(5 * time.Second):
-		err = errors.Join(err, errors.New("proxy: requests still running 5s after cancellation"))
+		err = errors.New("proxy: requests still running 5s after cancellation")
+	}
+	g.closeReserved()
+	select {
+	case e := <-srvDone:
+		if !errors.Is(e, context.DeadlineExceeded) && !errors.Is(e, context.Canceled) {
+			err = errors.Join(err, e) // a drain cut short is what the cancellation is for
+		}
+	case <-time.After(5 * time.Second):
+		err = errors.Join(err, errors.New("proxy: server did not stop 5s after the drain"))
 	}
 	g.state.Load().close()
 	g.watch.Close()
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		err = nil // the drain timeout ran out: that is what the cancellation is for
-	}
 	return err
 }
 

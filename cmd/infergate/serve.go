@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -37,8 +38,20 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	health := fs.String("health-path", "", "with --upstream: active health check path, e.g. /health (default off)")
 	level := fs.String("log-level", "info", "debug, info (one line per request), warn or error")
 	format := fs.String("log-format", "text", "text or json")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile (pprof) to this file until exit")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))

@@ -1,0 +1,156 @@
+package proxy
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// streamResponse sends the status and headers set on ctx, then runs body
+// with a writer straight onto the client connection: each Flush is one
+// HTTP chunk and one write(2), with no goroutine in between.
+//
+// fasthttp's SetBodyStreamWriter would run body in a goroutine of its own
+// and pipe every flush through a second one to the socket: two wake-ups
+// per event, and two goroutines per open stream. So the connection is
+// hijacked, the response written here, and afterwards, for a keep-alive
+// client, handed back to the server with ServeConn. HTTP/1.0 clients keep
+// fasthttp's framing.
+func (g *Gateway) streamResponse(ctx *fasthttp.RequestCtx, body func(w *bufio.Writer)) {
+	if !ctx.Request.Header.IsHTTP11() {
+		ctx.SetBodyStreamWriter(body)
+		return
+	}
+	keep := !ctx.Request.Header.ConnectionClose() && !g.closing.Load()
+	h := &ctx.Response.Header
+	h.SetContentLength(-1) // chunked
+	if !keep {
+		h.SetConnectionClose()
+	}
+	head := h.AppendBytes(nil)
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(func(c net.Conn) {
+		cw := chunkPool.Get().(*chunkWriter)
+		cw.c = c
+		cw.err = nil
+		w := cw.bw
+		_, err := c.Write(head)
+		if err != nil {
+			cw.err = err
+		}
+		if err == nil {
+			body(w)
+			if w.Flush() == nil && cw.err == nil {
+				_, cw.err = io.WriteString(c, "0\r\n\r\n")
+			}
+		}
+		ok := cw.err == nil
+		cw.c = nil
+		w.Reset(cw)
+		chunkPool.Put(cw)
+		if !ok || !keep || g.closing.Load() {
+			c.Close()
+			return
+		}
+		g.serveAgain(c)
+	})
+}
+
+// serveAgain gives a keep-alive connection back to the server. Bytes the
+// client already sent (a pipelined request) sit in the hijacked reader;
+// they are collected first so the next request is read whole.
+func (g *Gateway) serveAgain(hc net.Conn) {
+	raw := hc
+	if u, ok := hc.(interface{ UnsafeConn() net.Conn }); ok {
+		raw = u.UnsafeConn()
+	}
+	var pending []byte
+	var buf [4096]byte
+	_ = raw.SetReadDeadline(time.Unix(1, 0)) // answer from the buffer, never wait
+	for {
+		n, err := hc.Read(buf[:])
+		pending = append(pending, buf[:n]...)
+		if err != nil || n == 0 {
+			break
+		}
+	}
+	_ = raw.SetReadDeadline(time.Time{})
+	if len(pending) > 0 {
+		raw = &prefixConn{Conn: raw, pre: pending}
+	}
+	// fasthttp counts a connection as idle, to close at shutdown, only 5s
+	// after ServeConn took it; the gateway closes its own at the end of a
+	// drain instead.
+	g.reservedMu.Lock()
+	g.reserved[raw] = struct{}{}
+	g.reservedMu.Unlock()
+	_ = g.srv.ServeConn(raw)
+	g.reservedMu.Lock()
+	delete(g.reserved, raw)
+	g.reservedMu.Unlock()
+}
+
+// closeReserved closes the connections handed back to the server.
+func (g *Gateway) closeReserved() {
+	g.reservedMu.Lock()
+	defer g.reservedMu.Unlock()
+	for c := range g.reserved {
+		c.Close()
+	}
+}
+
+// prefixConn reads pre before the connection itself.
+type prefixConn struct {
+	net.Conn
+	pre []byte
+}
+
+func (p *prefixConn) Read(b []byte) (int, error) {
+	if len(p.pre) > 0 {
+		n := copy(b, p.pre)
+		p.pre = p.pre[n:]
+		return n, nil
+	}
+	return p.Conn.Read(b)
+}
+
+// chunkWriter writes each Write as one HTTP/1.1 chunk in one syscall. It
+// sits under a bufio.Writer, so a chunk is a flush.
+type chunkWriter struct {
+	c   net.Conn
+	buf []byte
+	err error
+	bw  *bufio.Writer
+}
+
+var chunkPool = sync.Pool{New: func() any {
+	cw := &chunkWriter{buf: make([]byte, 0, 4096+16)}
+	cw.bw = bufio.NewWriterSize(cw, 4096)
+	return cw
+}}
+
+func (cw *chunkWriter) Write(p []byte) (int, error) {
+	if cw.err != nil {
+		return 0, cw.err
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	b := strconv.AppendInt(cw.buf[:0], int64(len(p)), 16)
+	b = append(b, '\r', '\n')
+	b = append(b, p...)
+	b = append(b, '\r', '\n')
+	if cap(b) <= 64<<10 {
+		cw.buf = b
+	}
+	if _, err := cw.c.Write(b); err != nil {
+		cw.err = err
+		return 0, err
+	}
+	return len(p), nil
+}
