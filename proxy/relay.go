@@ -40,8 +40,11 @@ type relayOutcome struct {
 func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByte, idle time.Duration, tl *tracing.Timeline) relayOutcome {
 	var out relayOutcome
 	content := false
-	var batchStart time.Time
 	pending := 0
+	// One clock reading per read from the backend: the events it brought
+	// arrived together.
+	readAt := time.Now()
+	batchStart := readAt
 	for {
 		ev, err := er.TryNext()
 		if err == openai.ErrWouldBlock {
@@ -66,6 +69,7 @@ func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByt
 			}
 			_ = conn.SetReadDeadline(time.Now().Add(d))
 			ev, err = er.Next()
+			readAt = time.Now()
 		}
 		if err != nil {
 			out.err = err
@@ -74,28 +78,34 @@ func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByt
 			}
 			return out
 		}
-		now := time.Now()
 		if pending == 0 {
-			batchStart = now
+			batchStart = readAt
 		}
 		data := openai.EventData(ev)
 		switch {
-		case len(data) == 0:
+		case len(data) == 0 || out.finish:
+			// comments, and what follows the finish (usage, [DONE])
+			if openai.IsDone(ev) {
+				out.done = true
+			}
 		case openai.IsDone(ev):
 			out.done = true
-		default:
-			if openai.HasContent(data) {
+		case openai.IsErrorChunk(data):
+			out.backendError = true
+		case openai.HasFinishReason(data):
+			out.finish = true
+			if openai.HasContent(data) { // vLLM puts the last token here
+				tl.LastTokenIn = readAt
 				if tl.FirstTokenIn.IsZero() {
-					tl.FirstTokenIn = now
+					tl.FirstTokenIn = readAt
 				}
-				tl.LastTokenIn = now
 			}
-			if !out.finish && openai.HasFinishReason(data) {
-				out.finish = true
-			}
-			if openai.IsErrorChunk(data) {
-				out.backendError = true
-			}
+		case !tl.FirstTokenIn.IsZero():
+			// After the first content event, every chunk until the finish
+			// carries output: no need to look inside.
+			tl.LastTokenIn = readAt
+		case openai.HasContent(data):
+			tl.FirstTokenIn, tl.LastTokenIn = readAt, readAt
 		}
 		if _, err := w.Write(ev); err != nil {
 			out.clientErr = true
