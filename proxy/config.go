@@ -110,7 +110,7 @@ type PoolConfig struct {
 	Health    HealthConfig    `yaml:"health"`
 	Ejection  EjectionConfig  `yaml:"ejection"`
 	Breaker   BreakerConfig   `yaml:"breaker"`
-	// MaxConnsPerBackend bounds connections to each backend. Default 4096.
+	// MaxConnsPerBackend bounds connections to each backend. Default 16384.
 	MaxConnsPerBackend int `yaml:"max_conns_per_backend"`
 }
 
@@ -209,7 +209,7 @@ func (c *Config) Defaults() {
 	setDefault(&c.KeepAlive.Interval, 15*time.Second)
 	for name, p := range c.Pools {
 		setDefault(&p.Selection, LeastOutstandingPolicy)
-		setDefault(&p.MaxConnsPerBackend, 4096)
+		setDefault(&p.MaxConnsPerBackend, 16384)
 		setDefault(&p.Health.Interval, 5*time.Second)
 		setDefault(&p.Health.Timeout, 2*time.Second)
 		setDefault(&p.Health.HealthyThreshold, 2)
