@@ -73,21 +73,27 @@ func (o *Overhead) Run(ctx context.Context, names []string) error {
 	defer os.RemoveAll(dir)
 	fmt.Fprintf(o.Report, "Rounds: %d × %v per target, interleaved; medians of per-round figures, percentiles pooled over rounds.\n\n", o.Rounds, o.RoundTime)
 	for _, name := range names {
-		if name == "idle" {
-			if err := o.idle(ctx, dir); err != nil {
-				return fmt.Errorf("idle: %w", err)
-			}
-			continue
-		}
-		i := slices.IndexFunc(Scenarios(), func(s Scenario) bool { return s.Name == name })
-		if i < 0 {
-			return fmt.Errorf("unknown scenario %q", name)
-		}
-		if err := o.scenario(ctx, dir, Scenarios()[i]); err != nil {
+		if err := o.runOne(ctx, dir, name); err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
 	}
 	return nil
+}
+
+func (o *Overhead) runOne(ctx context.Context, dir, name string) error {
+	switch name {
+	case "idle":
+		return o.idle(ctx, dir)
+	case "sim-fidelity":
+		return o.simFidelity(ctx)
+	case "sim-capacity":
+		return o.simCapacity(ctx, 2000)
+	}
+	i := slices.IndexFunc(Scenarios(), func(s Scenario) bool { return s.Name == name })
+	if i < 0 {
+		return fmt.Errorf("unknown scenario %q", name)
+	}
+	return o.scenario(ctx, dir, Scenarios()[i])
 }
 
 // setup starts the sim with the scenario's timings, a gateway and nginx in

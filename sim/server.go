@@ -67,6 +67,10 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		ReadTimeout:           0,
 		IdleTimeout:           90 * time.Second,
 		MaxRequestBodySize:    32 << 20,
+		// Small buffers: a stream's events are a few hundred bytes, and
+		// 2,000 open streams should cost little memory each.
+		ReadBufferSize:  2048,
+		WriteBufferSize: 2048,
 		Concurrency:           1 << 20,
 		CloseOnShutdown:       true,
 		Logger:                fasthttpLogger{log},
@@ -304,6 +308,9 @@ func (s *Server) stream(w *bufio.Writer, r *request) {
 				}
 			}
 			if f := r.faults.ResetAfter; f > 0 && sent >= f {
+				// Let what was sent reach the client first: an RST makes
+				// the peer's kernel drop data it has not yet read.
+				time.Sleep(10 * time.Millisecond)
 				reset(r.conn)
 				r.src.abort()
 				return

@@ -21,7 +21,8 @@ against the backend directly, through infergate and through nginx, in
 interleaved rounds. It prints a Markdown report: TTFT and inter-event gap
 percentiles, events/s and requests/s, and what each proxy adds.
 
-Scenarios: paced, single, cpu-stream-64, cpu-stream-512, cpu-plain, idle.
+Scenarios: paced, single, cpu-stream-64, cpu-stream-512, cpu-plain, idle (gateway
+proxies), and sim-fidelity, sim-capacity (the simulator alone).
 scripts/bench-overhead.sh installs nginx (Debian) when missing and runs all.`
 
 func runOverhead(ctx context.Context, args []string, stdout, stderr io.Writer) error {
