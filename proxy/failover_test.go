@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -229,4 +230,21 @@ func TestActiveHealthCheck(t *testing.T) {
 	}
 	up.Store(true)
 	waitFor(t, 2*time.Second, "readyz to recover", func() bool { return ready() == 200 })
+}
+
+func TestModelLabelsAreBounded(t *testing.T) {
+	m := newGatewayMetrics()
+	for i := range maxModelLabels + 10 {
+		m.record(fmt.Sprint("model-", i), outcomeOK, 0)
+	}
+	mfs, _ := m.reg.Gather()
+	series := 0
+	for _, mf := range mfs {
+		if mf.GetName() == "infergate_requests_total" {
+			series = len(mf.Metric)
+		}
+	}
+	if series != maxModelLabels+1 {
+		t.Errorf("%d series for %d model names, want %d (the rest as other)", series, maxModelLabels+10, maxModelLabels+1)
+	}
 }

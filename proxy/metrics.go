@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -9,6 +10,12 @@ import (
 // gatewayMetrics are the data path's own counters. The full set of
 // timeline metrics (OpenTelemetry, GenAI conventions) belongs to tracing.
 type gatewayMetrics struct {
+	// models seen as labels; past maxModelLabels, new names count as
+	// "other", so clients cannot grow the series without bound (in the
+	// quick start any model name is routed).
+	mu     sync.Mutex
+	models map[string]struct{}
+
 	reg      *prometheus.Registry
 	requests *prometheus.CounterVec
 	retries  prometheus.Counter
@@ -16,7 +23,7 @@ type gatewayMetrics struct {
 }
 
 func newGatewayMetrics() *gatewayMetrics {
-	m := &gatewayMetrics{reg: prometheus.NewRegistry()}
+	m := &gatewayMetrics{reg: prometheus.NewRegistry(), models: map[string]struct{}{}}
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "infergate_requests_total",
 		Help: "Requests by model and outcome (ok, client_gone, timeout, upstream_error, no_backend, rejected, backend_4xx, backend_5xx, shutdown).",
@@ -33,7 +40,18 @@ func newGatewayMetrics() *gatewayMetrics {
 	return m
 }
 
+const maxModelLabels = 64
+
 func (m *gatewayMetrics) record(model, outcome string, ttft time.Duration) {
+	m.mu.Lock()
+	if _, ok := m.models[model]; !ok {
+		if len(m.models) < maxModelLabels {
+			m.models[model] = struct{}{}
+		} else {
+			model = "other"
+		}
+	}
+	m.mu.Unlock()
 	m.requests.WithLabelValues(model, outcome).Inc()
 	if ttft > 0 {
 		m.ttft.Observe(ttft.Seconds())

@@ -71,9 +71,9 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		// 2,000 open streams should cost little memory each.
 		ReadBufferSize:  2048,
 		WriteBufferSize: 2048,
-		Concurrency:           1 << 20,
-		CloseOnShutdown:       true,
-		Logger:                fasthttpLogger{log},
+		Concurrency:     1 << 20,
+		CloseOnShutdown: true,
+		Logger:          fasthttpLogger{log},
 		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
 			vllmError(ctx, fasthttp.StatusBadRequest, "BadRequestError", err.Error())
 		},
