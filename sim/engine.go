@@ -146,13 +146,8 @@ func (e *engine) loop() {
 		}
 		stepEnd = stepEnd.Add(dur)
 		e.busy.Add(int64(time.Since(t0)))
-		if d := time.Until(stepEnd); d > 0 {
-			timer.Reset(d)
-			select {
-			case <-timer.C:
-			case <-e.stop:
-				return
-			}
+		if !waitUntil(stepEnd, timer, e.stop, true) {
+			return
 		}
 		t1 := time.Now()
 		touched = e.finishStep(plan, t1, touched[:0])

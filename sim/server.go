@@ -32,6 +32,7 @@ type Server struct {
 	log     *slog.Logger
 	created int64
 	nonce   atomic.Uint64
+	clock   clock
 }
 
 // New validates cfg and builds a simulator; it loads the tokenizer and, in
@@ -162,6 +163,13 @@ type request struct {
 }
 
 func (s *Server) complete(ctx *fasthttp.RequestCtx, chat bool) {
+	s.clock.active.Add(1)
+	streaming := false
+	defer func() {
+		if !streaming {
+			s.clock.active.Add(-1)
+		}
+	}()
 	faults, err := parseFaults(s.cfg.Faults, string(ctx.Request.Header.Peek(FaultHeader)))
 	if err != nil {
 		vllmError(ctx, fasthttp.StatusBadRequest, "BadRequestError", err.Error())
@@ -219,7 +227,7 @@ func (s *Server) complete(ctx *fasthttp.RequestCtx, chat bool) {
 		}
 		r.src = &engineSource{s: sq}
 	} else {
-		r.src = newFixedSource(s.cfg.TTFT, s.cfg.ITL, ans.tokens)
+		r.src = newFixedSource(s.cfg.TTFT, s.cfg.ITL, ans.tokens, &s.clock)
 	}
 	s.metrics.prompt.Add(float64(promptTokens))
 	// The client may leave while its request waits or runs; the engine
@@ -235,7 +243,9 @@ func (s *Server) complete(ctx *fasthttp.RequestCtx, chat bool) {
 	}
 	ctx.SetContentType("text/event-stream")
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
+	streaming = true // the stream writer ends the request
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+		defer s.clock.active.Add(-1)
 		defer r.watch.Stop()
 		s.stream(w, r)
 	})
@@ -477,10 +487,11 @@ type fixedSource struct {
 	aborted chan struct{}
 	once    atomic.Bool
 	timer   *time.Timer
+	clock   *clock
 }
 
-func newFixedSource(ttft, itl time.Duration, total int) *fixedSource {
-	return &fixedSource{start: time.Now(), ttft: ttft, itl: itl, total: total, aborted: make(chan struct{})}
+func newFixedSource(ttft, itl time.Duration, total int, c *clock) *fixedSource {
+	return &fixedSource{start: time.Now(), ttft: ttft, itl: itl, total: total, aborted: make(chan struct{}), clock: c}
 }
 
 func (f *fixedSource) wait(have int) (int, bool) {
@@ -496,32 +507,14 @@ func (f *fixedSource) wait(have int) (int, bool) {
 }
 
 func (f *fixedSource) sleepUntil(t time.Time) bool {
-	d := time.Until(t)
-	if d <= 0 {
-		select {
-		case <-f.aborted:
-			return false
-		default:
-			return true
-		}
+	if f.timer == nil {
+		f.timer = time.NewTimer(time.Hour)
+		f.timer.Stop()
 	}
-	return f.sleep(d)
+	return waitUntil(t, f.timer, f.aborted, f.clock.lightLoad())
 }
 
-func (f *fixedSource) sleep(d time.Duration) bool {
-	if f.timer == nil {
-		f.timer = time.NewTimer(d)
-	} else {
-		f.timer.Reset(d)
-	}
-	select {
-	case <-f.timer.C:
-		return true
-	case <-f.aborted:
-		f.timer.Stop()
-		return false
-	}
-}
+func (f *fixedSource) sleep(d time.Duration) bool { return f.sleepUntil(time.Now().Add(d)) }
 
 func (f *fixedSource) abort() {
 	if f.once.CompareAndSwap(false, true) {
