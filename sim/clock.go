@@ -11,13 +11,15 @@ import (
 // A simulator that promises its configured TTFT and ITL within a
 // millisecond wakes early and spins out the rest of the wait, yielding to
 // other goroutines. Spinning costs CPU, so it is reserved for light load:
-// the engine's one loop always spins (at most spinWindow a step), a
-// fixed-mode request only while at most maxSpinners requests are active,
+// the engine's one loop while its batch is at most engineSpinBatch (at
+// most spinWindow a step), a fixed-mode request only while at most
+// maxSpinners requests are active,
 // where it is what calibration needs; under load a late wake is small next
 // to the load's own effects.
 const (
-	spinWindow  = 700 * time.Microsecond
-	maxSpinners = 4
+	spinWindow      = 700 * time.Microsecond
+	maxSpinners     = 4
+	engineSpinBatch = 16
 )
 
 // clock is a server's wait policy: how many requests are active decides

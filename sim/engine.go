@@ -146,7 +146,9 @@ func (e *engine) loop() {
 		}
 		stepEnd = stepEnd.Add(dur)
 		e.busy.Add(int64(time.Since(t0)))
-		if !waitUntil(stepEnd, timer, e.stop, true) {
+		// Spin the end of the wait only for a small batch: with many
+		// handlers to run, a yielding spin returns late.
+		if !waitUntil(stepEnd, timer, e.stop, len(e.runningSeqs)+len(e.waiting) <= engineSpinBatch) {
 			return
 		}
 		t1 := time.Now()
