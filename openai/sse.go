@@ -76,23 +76,16 @@ func (er *EventReader) Ready() bool {
 // TryNext is Next without waiting: it returns ErrWouldBlock unless the
 // next event is buffered or can be completed from bytes the reader already
 // holds (when it is an Availer).
-func (er *EventReader) TryNext() ([]byte, error) {
-	n, err := er.fillWith(false)
-	if err != nil {
-		return nil, err
-	}
-	ev := er.buf[er.start : er.start+n]
-	er.start += n
-	er.scan = 0
-	return ev, nil
-}
+func (er *EventReader) TryNext() ([]byte, error) { return er.take(er.fillWith(false)) }
 
 // Next returns the next event. The slice is valid until the next call. At a
 // clean end of stream it returns io.EOF; a stream that ends in the middle of
 // an event gives ErrTruncatedEvent; a read error is returned as it is, after
 // the complete events that arrived before it.
-func (er *EventReader) Next() ([]byte, error) {
-	n, err := er.fill()
+func (er *EventReader) Next() ([]byte, error) { return er.take(er.fill()) }
+
+// take consumes the n-byte event that fill found.
+func (er *EventReader) take(n int, err error) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}

@@ -14,10 +14,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/infergate/infergate/internal/fastsrv"
 	"github.com/infergate/infergate/internal/hangup"
 	"github.com/infergate/infergate/openai"
 	"github.com/infergate/infergate/tracing"
-	"github.com/prometheus/common/expfmt"
 	"github.com/valyala/fasthttp"
 )
 
@@ -62,7 +62,7 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 			ctx.SetBodyString("no healthy backend\n")
 		}
 	case string(path) == "/metrics":
-		g.serveMetrics(ctx)
+		fastsrv.WriteMetrics(ctx, g.m.reg, g.log)
 	default:
 		writeError(ctx, http.StatusNotFound, openai.TypeNotFound, "not_found", "no route for "+string(path))
 	}
@@ -82,21 +82,6 @@ func (g *Gateway) readError(ctx *fasthttp.RequestCtx, err error) {
 		return
 	}
 	writeError(ctx, http.StatusBadRequest, openai.TypeInvalidRequest, "bad_request", "malformed HTTP request")
-}
-
-func (g *Gateway) serveMetrics(ctx *fasthttp.RequestCtx) {
-	mfs, err := g.m.reg.Gather()
-	if err != nil {
-		g.log.Error("gather metrics", "err", err)
-	}
-	format := expfmt.NewFormat(expfmt.TypeTextPlain)
-	ctx.SetContentType(string(format))
-	enc := expfmt.NewEncoder(ctx, format)
-	for _, mf := range mfs {
-		if err := enc.Encode(mf); err != nil {
-			return
-		}
-	}
 }
 
 // writeError sets an OpenAI-style error response.

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/infergate/infergate/internal/fastsrv"
 	"github.com/infergate/infergate/internal/hangup"
 	"github.com/infergate/infergate/openai"
 	"github.com/prometheus/client_golang/prometheus"
@@ -91,7 +92,7 @@ func New(cfg Config, log *slog.Logger) (*Gateway, error) {
 		Concurrency:                   1 << 20,
 		CloseOnShutdown:               true,
 		KeepHijackedConns:             true, // streamResponse closes or re-serves them
-		Logger:                        fasthttpLogger{log},
+		Logger:                        fastsrv.Logger{Log: log},
 	}
 	return g, nil
 }
@@ -255,12 +256,4 @@ func (g *Gateway) Ready() bool {
 		}
 	}
 	return false
-}
-
-// fasthttpLogger sends fasthttp's own messages (connection errors the
-// handler never sees) to the structured log at debug level.
-type fasthttpLogger struct{ log *slog.Logger }
-
-func (l fasthttpLogger) Printf(format string, args ...any) {
-	l.log.Debug(fmt.Sprintf(format, args...), "component", "fasthttp")
 }

@@ -13,10 +13,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/infergate/infergate/internal/fastsrv"
 	"github.com/infergate/infergate/internal/hangup"
 	"github.com/infergate/infergate/openai"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/common/expfmt"
 	"github.com/valyala/fasthttp"
 )
 
@@ -74,7 +74,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		WriteBufferSize: 2048,
 		Concurrency:     1 << 20,
 		CloseOnShutdown: true,
-		Logger:          fasthttpLogger{log},
+		Logger:          fastsrv.Logger{Log: log},
 		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
 			vllmError(ctx, fasthttp.StatusBadRequest, "BadRequestError", err.Error())
 		},
@@ -115,26 +115,9 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	case "/health":
 		ctx.SetStatusCode(fasthttp.StatusOK)
 	case "/metrics":
-		s.serveMetrics(ctx)
+		fastsrv.WriteMetrics(ctx, s.metrics.reg, s.log)
 	default:
 		vllmError(ctx, fasthttp.StatusNotFound, "NotFoundError", "no route "+path)
-	}
-}
-
-func (s *Server) serveMetrics(ctx *fasthttp.RequestCtx) {
-	mfs, err := s.metrics.reg.Gather()
-	if err != nil {
-		vllmError(ctx, fasthttp.StatusInternalServerError, "InternalServerError", err.Error())
-		return
-	}
-	format := expfmt.NewFormat(expfmt.TypeTextPlain)
-	ctx.SetContentType(string(format))
-	enc := expfmt.NewEncoder(ctx, format)
-	for _, mf := range mfs {
-		if err := enc.Encode(mf); err != nil {
-			s.log.Error("sim: encode metrics", "err", err)
-			return
-		}
 	}
 }
 
@@ -347,14 +330,7 @@ func (s *Server) stream(w *bufio.Writer, r *request) {
 	buf = append(buf, r.ans.finish...)
 	buf = append(buf, "\"}]}\n\n"...)
 	if r.usage {
-		buf = append(buf, `data: {"id":"`...)
-		buf = append(buf, r.id...)
-		buf = append(buf, `","object":"`...)
-		buf = append(buf, r.object()...)
-		buf = append(buf, `","created":`...)
-		buf = strconv.AppendInt(buf, r.created, 10)
-		buf = append(buf, `,"model":`...)
-		buf = strconv.AppendQuote(buf, r.model)
+		buf = r.appendChunkHead(buf)
 		buf = append(buf, `,"choices":[],"usage":{"prompt_tokens":`...)
 		buf = strconv.AppendInt(buf, int64(r.promptTokens), 10)
 		buf = append(buf, `,"completion_tokens":`...)
@@ -377,6 +353,15 @@ func (r *request) object() string {
 // appendChunkStart appends a chunk up to the opening of its delta (chat)
 // or text (completion) value.
 func (r *request) appendChunkStart(b []byte) []byte {
+	b = r.appendChunkHead(b)
+	if r.chat {
+		return append(b, `,"choices":[{"index":0,"delta":`...)
+	}
+	return append(b, `,"choices":[{"index":0,"text":`...)
+}
+
+// appendChunkHead appends a chunk's event prefix and fields up to model.
+func (r *request) appendChunkHead(b []byte) []byte {
 	b = append(b, `data: {"id":"`...)
 	b = append(b, r.id...)
 	b = append(b, `","object":"`...)
@@ -384,11 +369,7 @@ func (r *request) appendChunkStart(b []byte) []byte {
 	b = append(b, `","created":`...)
 	b = strconv.AppendInt(b, r.created, 10)
 	b = append(b, `,"model":`...)
-	b = strconv.AppendQuote(b, r.model)
-	if r.chat {
-		return append(b, `,"choices":[{"index":0,"delta":`...)
-	}
-	return append(b, `,"choices":[{"index":0,"text":`...)
+	return strconv.AppendQuote(b, r.model)
 }
 
 func (r *request) appendToken(b []byte, i int) []byte {
@@ -520,11 +501,4 @@ func (f *fixedSource) abort() {
 	if f.once.CompareAndSwap(false, true) {
 		close(f.aborted)
 	}
-}
-
-// fasthttpLogger sends fasthttp's own messages to the log at debug level.
-type fasthttpLogger struct{ log *slog.Logger }
-
-func (l fasthttpLogger) Printf(format string, args ...any) {
-	l.log.Debug(fmt.Sprintf(format, args...), "component", "fasthttp")
 }
