@@ -153,14 +153,16 @@ func (e *engine) loop() {
 		}
 		t1 := time.Now()
 		touched = e.finishStep(plan, t1, touched[:0])
-		for i, s := range touched {
-			s.wake()
-			touched[i] = nil
-		}
 		e.steps.Add(1)
+		// Gauges first: a client that sees its last token must see the
+		// state after the step that produced it.
 		if e.metrics != nil {
 			e.metrics.step(dur, min(1, float64(plan.decodes+plan.prefillTokens)/float64(e.cfg.SaturationBatch)),
 				engineStats{running: len(e.runningSeqs), waiting: len(e.waiting), kvUsage: e.kvUsage()})
+		}
+		for i, s := range touched {
+			s.wake()
+			touched[i] = nil
 		}
 		e.busy.Add(int64(time.Since(t1)))
 	}
