@@ -325,7 +325,7 @@ func (x *exchange) prepare(b *Backend) {
 }
 
 // commit sends the chosen backend's response: a stream is relayed event
-// by event from the stream writer; any other body is read whole first.
+// by event after the handler returns; any other body is read whole first.
 func (x *exchange) commit(ctx *fasthttp.RequestCtx) {
 	up := x.up
 	x.status = up.resp.StatusCode()
@@ -348,7 +348,7 @@ func (x *exchange) commit(ctx *fasthttp.RequestCtx) {
 		}
 		return
 	}
-	ctx.SetBody(body)
+	ctx.Response.SetBodyRaw(body) // ours, and not touched again: no copy
 	x.finishWith(x.status, statusOutcome(x.status))
 }
 
@@ -403,8 +403,9 @@ func (x *exchange) readErr(err error) error {
 	return fmt.Errorf("%w: %w", errEndedEarly, err)
 }
 
-// relayStream runs in fasthttp's stream writer: it relays the events, then
-// ends the stream honestly.
+// relayStream runs on the client connection once the handler has returned
+// (see streamResponse): it relays the events, then ends the stream
+// honestly.
 func (x *exchange) relayStream(w *bufio.Writer) {
 	er := x.reader()
 	cfg := &x.st.cfg
