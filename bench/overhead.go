@@ -23,6 +23,9 @@ type Overhead struct {
 	RoundTime time.Duration
 	// IdleStreams is the number of open streams of the memory scenario.
 	IdleStreams int
+	// GatewayEnv is added to the gateway process's environment (for
+	// example GOMAXPROCS=1), to compare runtime settings.
+	GatewayEnv []string
 	// Report receives the results as Markdown; Progress a line per round.
 	Report, Progress io.Writer
 }
@@ -110,7 +113,7 @@ func (o *Overhead) setup(dir string, simArgs []string) ([]target, func(), error)
 		return nil, stop, err
 	}
 	procs = append(procs, backend)
-	gw, err := startInfergate(o.Binary, "gateway", "serve", "--upstream", "http://"+backend.addr, "--log-level", "warn")
+	gw, err := startInfergateEnv(o.GatewayEnv, o.Binary, "gateway", "serve", "--upstream", "http://"+backend.addr, "--log-level", "warn")
 	if err != nil {
 		return nil, stop, err
 	}

@@ -53,12 +53,20 @@ func (p *proc) waitListening(d time.Duration) error {
 // startInfergate runs the infergate binary with args plus --listen on a
 // free port, and waits until it accepts connections.
 func startInfergate(binary, name string, args ...string) (*proc, error) {
+	return startInfergateEnv(nil, binary, name, args...)
+}
+
+// startInfergateEnv is startInfergate with env added to the environment.
+func startInfergateEnv(env []string, binary, name string, args ...string) (*proc, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
 	p := &proc{name: name, cmd: exec.Command(binary, append(args, "--listen", addr)...), addr: addr, done: make(chan error, 1)}
 	p.cmd.Stderr = os.Stderr
+	if len(env) > 0 {
+		p.cmd.Env = append(os.Environ(), env...)
+	}
 	if err := p.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}

@@ -32,6 +32,7 @@ func runOverhead(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	roundTime := fs.Duration("round-time", 3*time.Second, "load duration of one target in one round")
 	nginx := fs.String("nginx", "", "nginx executable (default: nginx on PATH or /usr/sbin/nginx; \"none\" to skip)")
 	idle := fs.Int("idle-streams", 5000, "open streams in the idle (memory) scenario")
+	gwEnv := fs.String("gateway-env", "", "comma-separated VAR=value added to the gateway's environment, e.g. GOMAXPROCS=1")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -53,5 +54,8 @@ func runOverhead(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 	}
 	o := &bench.Overhead{Binary: self, Nginx: ng, Rounds: *rounds, RoundTime: *roundTime, IdleStreams: *idle, Report: stdout, Progress: stderr}
+	if *gwEnv != "" {
+		o.GatewayEnv = strings.Split(*gwEnv, ",")
+	}
 	return o.Run(ctx, strings.Split(*scen, ","))
 }
