@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -232,4 +233,11 @@ func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	t.Fatalf("timed out after %v waiting for %s", d, what)
+}
+
+// withConnTrace records the local address of the connection a request used.
+func withConnTrace(ctx context.Context, local *string) context.Context {
+	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) {
+		*local = i.Conn.LocalAddr().String()
+	}})
 }

@@ -17,18 +17,20 @@ import (
 //
 // fasthttp's SetBodyStreamWriter would run body in a goroutine of its own
 // and pipe every flush through a second one to the socket: two wake-ups
-// per event, and two goroutines per open stream. So the connection is
-// hijacked, the response written here, and afterwards, for a keep-alive
-// client, handed back to the server with ServeConn. HTTP/1.0 clients keep
-// fasthttp's framing.
+// per event, and two goroutines per open stream; and it sends chunks even
+// to an HTTP/1.0 client. So the connection is hijacked, the response
+// written here, and afterwards, for a keep-alive client, handed back to
+// the server with ServeConn.
 func (g *Gateway) streamResponse(ctx *fasthttp.RequestCtx, body func(w *bufio.Writer)) {
-	if !ctx.Request.Header.IsHTTP11() {
-		ctx.SetBodyStreamWriter(body)
-		return
-	}
-	keep := !ctx.Request.Header.ConnectionClose() && !g.closing.Load()
+	// HTTP/1.0 has no chunked coding: its stream ends with the connection.
+	chunked := ctx.Request.Header.IsHTTP11()
+	keep := chunked && !ctx.Request.Header.ConnectionClose() && !g.closing.Load()
 	h := &ctx.Response.Header
-	h.SetContentLength(-1) // chunked
+	if chunked {
+		h.SetContentLength(-1)
+	} else {
+		h.SetContentLength(-2) // identity: no length, no chunks
+	}
 	if !keep {
 		h.SetConnectionClose()
 	}
@@ -36,8 +38,7 @@ func (g *Gateway) streamResponse(ctx *fasthttp.RequestCtx, body func(w *bufio.Wr
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(c net.Conn) {
 		cw := chunkPool.Get().(*chunkWriter)
-		cw.c = c
-		cw.err = nil
+		cw.c, cw.err, cw.raw = c, nil, !chunked
 		w := cw.bw
 		_, err := c.Write(head)
 		if err != nil {
@@ -45,7 +46,7 @@ func (g *Gateway) streamResponse(ctx *fasthttp.RequestCtx, body func(w *bufio.Wr
 		}
 		if err == nil {
 			body(w)
-			if w.Flush() == nil && cw.err == nil {
+			if w.Flush() == nil && cw.err == nil && chunked {
 				_, cw.err = io.WriteString(c, "0\r\n\r\n")
 			}
 		}
@@ -119,10 +120,12 @@ func (p *prefixConn) Read(b []byte) (int, error) {
 	return p.Conn.Read(b)
 }
 
-// chunkWriter writes each Write as one HTTP/1.1 chunk in one syscall. It
-// sits under a bufio.Writer, so a chunk is a flush.
+// chunkWriter writes each Write as one HTTP/1.1 chunk in one syscall (or,
+// for HTTP/1.0, as it is). It sits under a bufio.Writer, so a chunk is a
+// flush.
 type chunkWriter struct {
 	c   net.Conn
+	raw bool
 	buf []byte
 	err error
 	bw  *bufio.Writer
@@ -140,6 +143,11 @@ func (cw *chunkWriter) Write(p []byte) (int, error) {
 	}
 	if len(p) == 0 {
 		return 0, nil
+	}
+	if cw.raw {
+		n, err := cw.c.Write(p)
+		cw.err = err
+		return n, err
 	}
 	b := strconv.AppendInt(cw.buf[:0], int64(len(p)), 16)
 	b = append(b, '\r', '\n')

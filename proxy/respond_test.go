@@ -1,0 +1,93 @@
+package proxy
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A keep-alive client may send its next request before the stream ends
+// (pipelining): the bytes wait in the hijacked connection's reader and
+// must reach the server again, whole.
+func TestPipelinedRequestAfterStream(t *testing.T) {
+	be := newTestBackend(t, sseHandler(3, 20*time.Millisecond))
+	gw := startGateway(t, testConfig(be.URL))
+	c, err := net.Dial("tcp", gw.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	req := fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(streamBody), streamBody)
+	if _, err := io.WriteString(c, req+req); err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	br := bufio.NewReader(c)
+	for i := range 2 {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("response %d: %v", i, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 || !strings.HasSuffix(string(body), doneEvent) {
+			t.Fatalf("response %d: status %d err %v body %q", i, resp.StatusCode, err, body)
+		}
+	}
+	if n := be.requests.Load(); n != 2 {
+		t.Errorf("backend saw %d requests, want 2", n)
+	}
+}
+
+// Many streams in a row on one keep-alive connection.
+func TestKeepAliveAcrossStreams(t *testing.T) {
+	be := newTestBackend(t, sseHandler(2, 0))
+	gw := startGateway(t, testConfig(be.URL))
+	tr := &http.Transport{MaxIdleConnsPerHost: 1}
+	client := &http.Client{Transport: tr}
+	conns := map[string]bool{}
+	for i := range 20 {
+		req, _ := http.NewRequest("POST", gw.URL+"/v1/chat/completions", strings.NewReader(streamBody))
+		var local string
+		req = req.WithContext(withConnTrace(req.Context(), &local))
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.HasSuffix(string(body), doneEvent) {
+			t.Fatalf("request %d: body %q", i, body)
+		}
+		conns[local] = true
+	}
+	if len(conns) != 1 {
+		t.Errorf("20 streams used %d client connections, want 1 kept alive", len(conns))
+	}
+}
+
+// HTTP/1.0 has no chunked encoding: the stream is delimited by the close.
+func TestHTTP10Stream(t *testing.T) {
+	be := newTestBackend(t, sseHandler(2, 0))
+	gw := startGateway(t, testConfig(be.URL))
+	c, err := net.Dial("tcp", gw.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(streamBody), streamBody)
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	all, _ := io.ReadAll(c)
+	head, body, _ := strings.Cut(string(all), "\r\n\r\n")
+	if !strings.HasPrefix(head, "HTTP/1.") || strings.Contains(strings.ToLower(head), "transfer-encoding: chunked") {
+		t.Errorf("HTTP/1.0 response head %q", head)
+	}
+	if !strings.HasSuffix(body, doneEvent) || len(events(body)) != 4 {
+		t.Errorf("HTTP/1.0 body %q", body)
+	}
+}
