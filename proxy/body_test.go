@@ -20,7 +20,7 @@ func decodeAll(raw []byte, bufSize int) ([]byte, *bodyReader, error) {
 func TestChunkedBody(t *testing.T) {
 	tests := []struct {
 		name, raw, want string
-		ok             bool
+		ok              bool
 	}{
 		{"two chunks", "3\r\nabc\r\n2;ext=1\r\nde\r\n0\r\n\r\n", "abcde", true},
 		{"trailers", "1\r\nx\r\n0\r\nX-T: 1\r\n\r\n", "x", true},

@@ -1,0 +1,76 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+func BenchmarkCopyRequestHeaders(b *testing.B) {
+	var src fasthttp.RequestHeader
+	src.SetMethod("POST")
+	src.SetRequestURI("/v1/chat/completions")
+	for _, kv := range [][2]string{{"Host", "gw"}, {"Content-Type", "application/json"}, {"Authorization", "Bearer x"},
+		{"Connection", "keep-alive"}, {"User-Agent", "openai-python/1.0"}, {"X-Request-Id", "abc"}, {"Traceparent", "00-1-2-01"}} {
+		src.Set(kv[0], kv[1])
+	}
+	var dst fasthttp.RequestHeader
+	b.ReportAllocs()
+	for range b.N {
+		dst.Reset()
+		copyRequestHeaders(&dst, &src, false)
+	}
+}
+
+func BenchmarkPick(b *testing.B) {
+	cfg := testConfig("http://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:3")
+	cfg.Defaults()
+	p, err := newPool("p", cfg.Pools["p"], time.Second, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	now := time.Now()
+	b.ReportAllocs()
+	for range b.N {
+		_, done, err := p.pick(nil, now)
+		if err != nil {
+			b.Fatal(err)
+		}
+		done(true)
+	}
+}
+
+func BenchmarkChunkedBodyRead(b *testing.B) {
+	// 200 events, each its own chunk, as vLLM sends them.
+	var raw bytes.Buffer
+	for range 200 {
+		ev := chunk("hello")
+		raw.WriteString(strconv.FormatInt(int64(len(ev)), 16) + "\r\n" + ev + "\r\n")
+	}
+	raw.WriteString("0\r\n\r\n")
+	data := raw.Bytes()
+	rd := bytes.NewReader(data)
+	br := bufio.NewReaderSize(rd, 4096)
+	buf := make([]byte, 4096)
+	var body bodyReader
+	b.ReportAllocs()
+	b.SetBytes(int64(len(data)))
+	for range b.N {
+		rd.Reset(data)
+		br.Reset(rd)
+		body.reset(br, bodyChunked, -1)
+		for {
+			if _, err := body.Read(buf); err == io.EOF {
+				break
+			} else if err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
