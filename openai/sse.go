@@ -78,6 +78,14 @@ func (er *EventReader) Ready() bool {
 // holds (when it is an Availer).
 func (er *EventReader) TryNext() ([]byte, error) { return er.take(er.fillWith(false)) }
 
+// TryFill reads what the source already holds and reports whether Next
+// would now return at once (an event, or the stream's end), consuming
+// nothing.
+func (er *EventReader) TryFill() bool {
+	_, err := er.fillWith(false)
+	return err != ErrWouldBlock
+}
+
 // Next returns the next event. The slice is valid until the next call. At a
 // clean end of stream it returns io.EOF; a stream that ends in the middle of
 // an event gives ErrTruncatedEvent; a read error is returned as it is, after

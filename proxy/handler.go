@@ -333,7 +333,7 @@ func (x *exchange) commit(ctx *fasthttp.RequestCtx) {
 	copyResponseHeaders(&ctx.Response.Header, &up.resp.Header)
 	if bytes.HasPrefix(up.resp.Header.ContentType(), eventStream) && x.status < 300 {
 		ctx.Response.Header.Set("X-Accel-Buffering", "no")
-		x.g.streamResponse(ctx, x.relayStream)
+		x.g.streamResponse(ctx, x.firstReady, x.relayStream)
 		return
 	}
 	body, err := x.readWhole()
@@ -414,6 +414,16 @@ func (x *exchange) relayStream(w *bufio.Writer) {
 	x.putReader(er)
 }
 
+// firstReady reports whether the stream's first event has fully arrived
+// (with the headers, typically), reading nothing that is not there yet.
+func (x *exchange) firstReady() bool {
+	if x.er == nil {
+		x.er = readerPool.Get().(*openai.EventReader)
+		x.er.Reset(&x.up.body, nil, maxEventBytes)
+	}
+	return x.er.TryFill()
+}
+
 // endStream decides how a relayed stream ended and tells the client when
 // it did not end well.
 func (x *exchange) endStream(w *bufio.Writer, out relayOutcome) {
@@ -450,7 +460,7 @@ func (x *exchange) endStream(w *bufio.Writer, out relayOutcome) {
 
 func (x *exchange) reader() *openai.EventReader {
 	if x.er != nil {
-		return x.er // filled on the keep-alive path
+		return x.er // made by firstReady or the keep-alive path
 	}
 	er := readerPool.Get().(*openai.EventReader)
 	er.Reset(&x.up.body, nil, maxEventBytes)
@@ -497,7 +507,7 @@ func (x *exchange) forwardWithKeepAlive(ctx *fasthttp.RequestCtx, ka KeepAlive) 
 	ctx.SetContentType("text/event-stream")
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
-	x.g.streamResponse(ctx, func(w *bufio.Writer) {
+	x.g.streamResponse(ctx, nil, func(w *bufio.Writer) {
 		tick := time.NewTicker(ka.Interval)
 		defer tick.Stop()
 		alive := true

@@ -21,7 +21,11 @@ import (
 // to an HTTP/1.0 client. So the connection is hijacked, the response
 // written here, and afterwards, for a keep-alive client, handed back to
 // the server with ServeConn.
-func (g *Gateway) streamResponse(ctx *fasthttp.RequestCtx, body func(w *bufio.Writer)) {
+//
+// When ready reports that the first bytes of the body are already at hand,
+// the headers leave with them in one write; otherwise they go at once, so
+// the client sees the status while the model is still in prefill.
+func (g *Gateway) streamResponse(ctx *fasthttp.RequestCtx, ready func() bool, body func(w *bufio.Writer)) {
 	// HTTP/1.0 has no chunked coding: its stream ends with the connection.
 	chunked := ctx.Request.Header.IsHTTP11()
 	keep := chunked && !ctx.Request.Header.ConnectionClose() && !g.closing.Load()
@@ -40,8 +44,10 @@ func (g *Gateway) streamResponse(ctx *fasthttp.RequestCtx, body func(w *bufio.Wr
 		cw := chunkPool.Get().(*chunkWriter)
 		cw.c, cw.err, cw.raw = c, nil, !chunked
 		w := cw.bw
-		_, err := c.Write(head)
-		if err != nil {
+		var err error
+		if ready != nil && ready() {
+			cw.head = head // sent before the first chunk, in its write
+		} else if _, err = c.Write(head); err != nil {
 			cw.err = err
 		}
 		if err == nil {
@@ -50,8 +56,11 @@ func (g *Gateway) streamResponse(ctx *fasthttp.RequestCtx, body func(w *bufio.Wr
 				_, cw.err = io.WriteString(c, "0\r\n\r\n")
 			}
 		}
+		if cw.head != nil && cw.err == nil { // nothing was written after all
+			_, cw.err = c.Write(cw.head)
+		}
 		ok := cw.err == nil
-		cw.c = nil
+		cw.c, cw.head = nil, nil
 		w.Reset(cw)
 		chunkPool.Put(cw)
 		if !ok || !keep || g.closing.Load() {
@@ -124,11 +133,12 @@ func (p *prefixConn) Read(b []byte) (int, error) {
 // for HTTP/1.0, as it is). It sits under a bufio.Writer, so a chunk is a
 // flush.
 type chunkWriter struct {
-	c   net.Conn
-	raw bool
-	buf []byte
-	err error
-	bw  *bufio.Writer
+	c    net.Conn
+	raw  bool
+	head []byte // response headers not yet written, sent with the first chunk
+	buf  []byte
+	err  error
+	bw   *bufio.Writer
 }
 
 var chunkPool = sync.Pool{New: func() any {
@@ -144,12 +154,20 @@ func (cw *chunkWriter) Write(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
+	b := append(cw.buf[:0], cw.head...)
+	cw.head = nil
 	if cw.raw {
-		n, err := cw.c.Write(p)
-		cw.err = err
-		return n, err
+		b = append(b, p...)
+		if cap(b) <= 64<<10 {
+			cw.buf = b
+		}
+		if _, err := cw.c.Write(b); err != nil {
+			cw.err = err
+			return 0, err
+		}
+		return len(p), nil
 	}
-	b := strconv.AppendInt(cw.buf[:0], int64(len(p)), 16)
+	b = strconv.AppendInt(b, int64(len(p)), 16)
 	b = append(b, '\r', '\n')
 	b = append(b, p...)
 	b = append(b, '\r', '\n')
