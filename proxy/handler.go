@@ -225,6 +225,11 @@ func (x *exchange) start(ctx *fasthttp.RequestCtx, body []byte) {
 	r.Header.SetMethodBytes(ctx.Method())
 	copyRequestHeaders(&r.Header, &ctx.Request.Header, cfg.Server.ForwardAuthorization)
 	r.Header.Set("X-Request-Id", x.id)
+	if x.stream {
+		// The relay finds event boundaries in the bytes: ask for them
+		// uncompressed.
+		r.Header.Del("Accept-Encoding")
+	}
 	if ip := ctx.RemoteIP(); ip != nil {
 		if prior := ctx.Request.Header.Peek("X-Forwarded-For"); len(prior) > 0 {
 			r.Header.Set("X-Forwarded-For", string(prior)+", "+ip.String())

@@ -46,7 +46,9 @@ func copyRequestHeaders(dst *fasthttp.RequestHeader, src *fasthttp.RequestHeader
 	for k, v := range src.All() {
 		switch {
 		case isHopByHop(k), len(conn) > 0 && connectionListed(conn, k):
-		case bytes.EqualFold(k, []byte("Host")), bytes.EqualFold(k, []byte("Content-Length")):
+		// Host is the backend's; the body is whole, so its length is known
+		// and an Expect: 100-continue was already answered by the server.
+		case bytes.EqualFold(k, []byte("Host")), bytes.EqualFold(k, []byte("Content-Length")), bytes.EqualFold(k, []byte("Expect")):
 		case !forwardAuth && bytes.EqualFold(k, []byte("Authorization")):
 		default:
 			dst.AddBytesKV(k, v)

@@ -180,7 +180,7 @@ func TestHeadersAuthAndRewrite(t *testing.T) {
 	gw := startGateway(t, cfg)
 	code, hdr, _ := post(t, gw.URL, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`,
 		"Authorization", "Bearer client-key", "X-Request-Id", "req-123",
-		"Traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "X-Custom", "kept", "Proxy-Authorization", "hop")
+		"Traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "X-Custom", "kept", "Proxy-Authorization", "hop", "Expect", "100-continue")
 	if code != 200 {
 		t.Fatalf("status %d", code)
 	}
@@ -192,6 +192,7 @@ func TestHeadersAuthAndRewrite(t *testing.T) {
 		{"upstream X-Custom", r.Header.Get("X-Custom"), "kept"},
 		{"upstream Proxy-Authorization (hop-by-hop)", r.Header.Get("Proxy-Authorization"), ""},
 		{"upstream X-Forwarded-For", r.Header.Get("X-Forwarded-For"), "127.0.0.1"},
+		{"upstream Expect (answered by the gateway)", r.Header.Get("Expect"), ""},
 		{"client X-Request-Id", hdr.Get("X-Request-Id"), "req-123"},
 		{"client X-Backend", hdr.Get("X-Backend"), "yes"},
 		{"client X-Secret-Hop (listed in Connection)", hdr.Get("X-Secret-Hop"), ""},

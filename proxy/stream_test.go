@@ -78,6 +78,19 @@ func TestStreamBytesPassUnchanged(t *testing.T) {
 	}
 }
 
+func TestStreamAsksForIdentityEncoding(t *testing.T) {
+	be := newTestBackend(t, sseHandler(1, 0))
+	gw := startGateway(t, testConfig(be.URL))
+	post(t, gw.URL, "/v1/chat/completions", streamBody, "Accept-Encoding", "gzip, br")
+	if r, _ := be.last(); r.Header.Get("Accept-Encoding") != "" {
+		t.Errorf("stream sent upstream with Accept-Encoding %q: the relay needs plain bytes", r.Header.Get("Accept-Encoding"))
+	}
+	post(t, gw.URL, "/v1/chat/completions", plainBody, "Accept-Encoding", "gzip")
+	if r, _ := be.last(); r.Header.Get("Accept-Encoding") != "gzip" {
+		t.Errorf("plain request lost its Accept-Encoding (%q)", r.Header.Get("Accept-Encoding"))
+	}
+}
+
 func TestStreamEndingEarlyIsAFailure(t *testing.T) {
 	tests := []struct {
 		name    string
