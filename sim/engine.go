@@ -144,7 +144,11 @@ func (e *engine) loop() {
 		if stepEnd.IsZero() || t0.Sub(stepEnd) > dur {
 			stepEnd = t0
 		}
+		stepStart := stepEnd
 		stepEnd = stepEnd.Add(dur)
+		if e.metrics != nil {
+			e.metrics.util.add(stepStart, dur, min(1, float64(plan.decodes+plan.prefillTokens)/float64(e.cfg.SaturationBatch)))
+		}
 		e.busy.Add(int64(time.Since(t0)))
 		// Spin the end of the wait only for a small batch: with many
 		// handlers to run, a yielding spin returns late.
@@ -157,8 +161,7 @@ func (e *engine) loop() {
 		// Gauges first: a client that sees its last token must see the
 		// state after the step that produced it.
 		if e.metrics != nil {
-			e.metrics.step(dur, min(1, float64(plan.decodes+plan.prefillTokens)/float64(e.cfg.SaturationBatch)),
-				engineStats{running: len(e.runningSeqs), waiting: len(e.waiting), kvUsage: e.kvUsage()})
+			e.metrics.step(engineStats{running: len(e.runningSeqs), waiting: len(e.waiting), kvUsage: e.kvUsage()})
 		}
 		for i, s := range touched {
 			s.wake()

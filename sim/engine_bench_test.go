@@ -35,7 +35,8 @@ func BenchmarkEngineStep2000(b *testing.B) {
 			default:
 			}
 		}
-		e.metrics.step(20*time.Millisecond, 1, engineStats{running: len(e.runningSeqs)})
+		e.metrics.util.add(now, 20*time.Millisecond, 1)
+		e.metrics.step(engineStats{running: len(e.runningSeqs)})
 	}
 	b.StopTimer()
 	if len(e.runningSeqs) != 2000 {

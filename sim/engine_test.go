@@ -169,3 +169,43 @@ func TestClientGoneFreesSlot(t *testing.T) {
 }
 
 func runningNow(t *testing.T, url string) float64 { return scrape(t, url)["vllm:num_requests_running"] }
+
+// presetUnderLoad runs n long sequences on a preset's engine for d and
+// returns the utilisation gauge (0..1) and the queue length then.
+func presetUnderLoad(t *testing.T, preset string, n int, d time.Duration) (util float64, waiting int) {
+	t.Helper()
+	p, _ := Preset(preset)
+	m := newMetrics("sim-model")
+	e := newEngine(p.Engine, 1, m)
+	e.start()
+	defer e.close()
+	for range n {
+		if !e.add(newSeq(200, 100000)) {
+			t.Fatal("engine stopped")
+		}
+	}
+	time.Sleep(d)
+	mfs, _ := m.reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() == "vllm:num_requests_waiting" {
+			waiting = int(mf.Metric[0].Gauge.GetValue())
+		}
+	}
+	return m.util.value(time.Now()), waiting
+}
+
+func TestPresetSymptoms(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs engines for seconds")
+	}
+	// batch-starved: 4 running, the rest queued, the GPU mostly idle.
+	util, waiting := presetUnderLoad(t, "batch-starved", 32, 1500*time.Millisecond)
+	if util > 0.15 || waiting != 28 {
+		t.Errorf("batch-starved: utilisation %.2f, waiting %d; want under 0.15 with 28 queued", util, waiting)
+	}
+	// compute-bound: the batch fills and utilisation is pinned.
+	util, _ = presetUnderLoad(t, "compute-bound", 64, 2500*time.Millisecond)
+	if util < 0.85 {
+		t.Errorf("compute-bound: utilisation %.2f under load, want pinned near 1", util)
+	}
+}

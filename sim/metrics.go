@@ -70,41 +70,40 @@ func newMetrics(model string) *metrics {
 	return m
 }
 
-// step records one engine step that lasted dur with the batch load in
-// [0,1], and the engine's state after it.
-func (m *metrics) step(dur time.Duration, load float64, st engineStats) {
+// step records the engine's state after a step.
+func (m *metrics) step(st engineStats) {
 	m.running.Set(float64(st.running))
 	m.waiting.Set(float64(st.waiting))
 	m.kvUsage.Set(st.kvUsage)
-	m.util.add(time.Now(), dur, load)
 }
 
 // utilisation is an exponentially weighted average of step load over time
-// (time constant one second); idle time counts as zero load.
+// (time constant one second); idle time counts as zero load. A step is
+// recorded when it starts, so a long step (a big prefill) reads as busy
+// while it runs rather than decaying as if idle.
 type utilisation struct {
 	mu   sync.Mutex
 	v    float64
-	last time.Time
+	last time.Time // end of the last recorded step
 }
 
 const utilTau = float64(time.Second)
 
 func (u *utilisation) decayed(now time.Time) float64 {
-	if u.last.IsZero() {
-		return 0
+	if u.last.IsZero() || !now.After(u.last) {
+		return u.v
 	}
 	return u.v * math.Exp(-float64(now.Sub(u.last))/utilTau)
 }
 
-func (u *utilisation) add(now time.Time, dur time.Duration, load float64) {
+// add records a step from start lasting dur with load in [0,1].
+func (u *utilisation) add(start time.Time, dur time.Duration, load float64) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	// The step's share of the window replaces the same share of history.
-	idle := now.Add(-dur)
-	v := u.decayed(idle)
+	v := u.decayed(start)
 	a := 1 - math.Exp(-float64(dur)/utilTau)
 	u.v = v*(1-a) + load*a
-	u.last = now
+	u.last = start.Add(dur)
 }
 
 func (u *utilisation) value(now time.Time) float64 {
