@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -230,12 +231,14 @@ func (x *exchange) start(ctx *fasthttp.RequestCtx, body []byte) {
 		// uncompressed.
 		r.Header.Del("Accept-Encoding")
 	}
-	if ip := ctx.RemoteIP(); ip != nil {
+	if ta, ok := ctx.RemoteAddr().(*net.TCPAddr); ok {
+		var buf [128]byte
+		xff := buf[:0]
 		if prior := ctx.Request.Header.Peek("X-Forwarded-For"); len(prior) > 0 {
-			r.Header.Set("X-Forwarded-For", string(prior)+", "+ip.String())
-		} else {
-			r.Header.Set("X-Forwarded-For", ip.String())
+			xff = append(append(xff, prior...), ", "...)
 		}
+		xff = ta.AddrPort().Addr().Unmap().AppendTo(xff)
+		r.Header.SetBytesV("X-Forwarded-For", xff)
 	}
 	r.SetBody(body)
 	x.ureq = r
@@ -338,7 +341,7 @@ func (x *exchange) commit(ctx *fasthttp.RequestCtx) {
 	copyResponseHeaders(&ctx.Response.Header, &up.resp.Header)
 	if bytes.HasPrefix(up.resp.Header.ContentType(), eventStream) && x.status < 300 {
 		ctx.Response.Header.Set("X-Accel-Buffering", "no")
-		x.g.streamResponse(ctx, x.firstReady, x.relayStream)
+		x.g.streamResponse(ctx, x.ctx, x)
 		return
 	}
 	body, err := x.readWhole()
@@ -408,9 +411,19 @@ func (x *exchange) readErr(err error) error {
 	return fmt.Errorf("%w: %w", errEndedEarly, err)
 }
 
-// relayStream runs on the client connection once the handler has returned
-// (see streamResponse): it relays the events, then ends the stream
-// honestly.
+// body runs on the client connection once the handler has returned (see
+// streamResponse): it relays the events, then ends the stream honestly.
+func (x *exchange) body(w *bufio.Writer) { x.relayStream(w) }
+
+// abandon releases a stream whose body will never run.
+func (x *exchange) abandon() {
+	x.err = fmt.Errorf("%w before its stream started", errClientGone)
+	if x.er != nil {
+		x.putReader(x.er)
+	}
+	x.finishWith(499, outcomeClientGone)
+}
+
 func (x *exchange) relayStream(w *bufio.Writer) {
 	er := x.reader()
 	cfg := &x.st.cfg
@@ -419,9 +432,9 @@ func (x *exchange) relayStream(w *bufio.Writer) {
 	x.putReader(er)
 }
 
-// firstReady reports whether the stream's first event has fully arrived
-// (with the headers, typically), reading nothing that is not there yet.
-func (x *exchange) firstReady() bool {
+// ready reports whether the stream's first event has fully arrived (with
+// the headers, typically), reading nothing that is not there yet.
+func (x *exchange) ready() bool {
 	if x.er == nil {
 		x.er = readerPool.Get().(*openai.EventReader)
 		x.er.Reset(&x.up.body, nil, maxEventBytes)
@@ -512,41 +525,64 @@ func (x *exchange) forwardWithKeepAlive(ctx *fasthttp.RequestCtx, ka KeepAlive) 
 	ctx.SetContentType("text/event-stream")
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
-	x.g.streamResponse(ctx, nil, func(w *bufio.Writer) {
-		tick := time.NewTicker(ka.Interval)
-		defer tick.Stop()
-		alive := true
-		send := func() {
-			if !alive {
+	x.g.streamResponse(ctx, x.ctx, &keepAliveStream{x: x, res: res, interval: ka.Interval})
+}
+
+// keepAliveStream is the body of a stream committed before its backend
+// answered: comment lines until then, then the relay.
+type keepAliveStream struct {
+	x        *exchange
+	res      chan error // forward's result
+	interval time.Duration
+}
+
+func (k *keepAliveStream) ready() bool { return false }
+
+func (k *keepAliveStream) body(w *bufio.Writer) {
+	x := k.x
+	tick := time.NewTicker(k.interval)
+	defer tick.Stop()
+	alive := true
+	send := func() {
+		if !alive {
+			return
+		}
+		if _, err := w.Write(keepAliveLine); err != nil || w.Flush() != nil {
+			alive = false
+			x.cancel(errClientGone)
+		}
+	}
+	send()
+	for {
+		select {
+		case <-tick.C:
+			send()
+			continue
+		case err := <-k.res:
+			if err == nil && (x.up.resp.StatusCode() >= 300 || !bytes.HasPrefix(x.up.resp.Header.ContentType(), eventStream)) {
+				err = fmt.Errorf("%w: status %d after the stream was committed", errUpstream, x.up.resp.StatusCode())
+			}
+			if err != nil || !alive {
+				if err == nil {
+					err = errClientGone
+				}
+				x.failStream(w, err)
 				return
 			}
-			if _, err := w.Write(keepAliveLine); err != nil || w.Flush() != nil {
-				alive = false
-				x.cancel(errClientGone)
-			}
+			x.relayStream(w)
+			return
 		}
-		send()
-		for {
-			select {
-			case <-tick.C:
-				send()
-				continue
-			case err := <-res:
-				if err == nil && (x.up.resp.StatusCode() >= 300 || !bytes.HasPrefix(x.up.resp.Header.ContentType(), eventStream)) {
-					err = fmt.Errorf("%w: status %d after the stream was committed", errUpstream, x.up.resp.StatusCode())
-				}
-				if err != nil || !alive {
-					if err == nil {
-						err = errClientGone
-					}
-					x.failStream(w, err)
-					return
-				}
-				x.relayStream(w)
-				return
-			}
-		}
-	})
+	}
+}
+
+// abandon ends the request when its body will never run: it waits for
+// forward (which the cancelled context cuts short) and releases all.
+func (k *keepAliveStream) abandon() {
+	err := <-k.res
+	if err == nil {
+		err = errClientGone
+	}
+	k.x.failStream(nil, err)
 }
 
 // fail answers a request that got no usable backend response.
@@ -572,12 +608,13 @@ func retryAfter(err error) string {
 	return ""
 }
 
-// failStream ends a committed stream that never got a backend stream.
+// failStream ends a committed stream that never got a backend stream; w
+// is nil when nothing can be written.
 func (x *exchange) failStream(w *bufio.Writer, err error) {
 	x.err = err
 	x.tl.Done = time.Now()
 	ce := errorResponse(err)
-	if ce.status != 499 {
+	if ce.status != 499 && w != nil {
 		_, _ = w.Write(openai.AppendSSEError(nil, ce.typ, ce.code, ce.msg))
 		_ = w.Flush()
 	}

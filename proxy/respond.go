@@ -2,10 +2,12 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -22,10 +24,17 @@ import (
 // written here, and afterwards, for a keep-alive client, handed back to
 // the server with ServeConn.
 //
-// When ready reports that the first bytes of the body are already at hand,
-// the headers leave with them in one write; otherwise they go at once, so
-// the client sees the status while the model is still in prefill.
-func (g *Gateway) streamResponse(ctx *fasthttp.RequestCtx, ready func() bool, body func(w *bufio.Writer)) {
+// When the streamer's ready reports that the first bytes of the body are
+// already at hand, the headers leave with them in one write; otherwise
+// they go at once, so the client sees the status while the model is still
+// in prefill.
+//
+// fasthttp skips the hijack handler when it cannot flush an earlier
+// pipelined response or reset the deadline; then the body never runs. So
+// when rctx ends before the handler starts (the hang-up watcher fires once
+// fasthttp closes that connection), the streamer is abandoned instead:
+// whichever of the two comes first claims the stream.
+func (g *Gateway) streamResponse(ctx *fasthttp.RequestCtx, rctx context.Context, s streamer) {
 	// HTTP/1.0 has no chunked coding: its stream ends with the connection.
 	chunked := ctx.Request.Header.IsHTTP11()
 	keep := chunked && !ctx.Request.Header.ConnectionClose() && !g.closing.Load()
@@ -38,20 +47,32 @@ func (g *Gateway) streamResponse(ctx *fasthttp.RequestCtx, ready func() bool, bo
 	if !keep {
 		h.SetConnectionClose()
 	}
-	head := h.AppendBytes(nil)
+	cw := chunkPool.Get().(*chunkWriter)
+	cw.headBuf = h.AppendBytes(cw.headBuf[:0])
+	cw.raw = !chunked
+	claimed := new(atomic.Bool)
+	stop := context.AfterFunc(rctx, func() {
+		if claimed.CompareAndSwap(false, true) {
+			s.abandon()
+		}
+	})
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(c net.Conn) {
-		cw := chunkPool.Get().(*chunkWriter)
-		cw.c, cw.err, cw.raw = c, nil, !chunked
+		stop()
+		if !claimed.CompareAndSwap(false, true) {
+			c.Close() // abandoned: the request is over
+			return
+		}
+		cw.c, cw.err = c, nil
 		w := cw.bw
 		var err error
-		if ready != nil && ready() {
-			cw.head = head // sent before the first chunk, in its write
-		} else if _, err = c.Write(head); err != nil {
+		if s.ready() {
+			cw.head = cw.headBuf // sent before the first chunk, in its write
+		} else if _, err = c.Write(cw.headBuf); err != nil {
 			cw.err = err
 		}
 		if err == nil {
-			body(w)
+			s.body(w)
 			if w.Flush() == nil && cw.err == nil && chunked {
 				_, cw.err = io.WriteString(c, "0\r\n\r\n")
 			}
@@ -62,6 +83,9 @@ func (g *Gateway) streamResponse(ctx *fasthttp.RequestCtx, ready func() bool, bo
 		ok := cw.err == nil
 		cw.c, cw.head = nil, nil
 		w.Reset(cw)
+		if cap(cw.headBuf) > 16<<10 {
+			cw.headBuf = nil
+		}
 		chunkPool.Put(cw)
 		if !ok || !keep || g.closing.Load() {
 			c.Close()
@@ -70,6 +94,21 @@ func (g *Gateway) streamResponse(ctx *fasthttp.RequestCtx, ready func() bool, bo
 		g.serveAgain(c)
 	})
 }
+
+// streamer is a response body written after the handler returns.
+type streamer interface {
+	// ready reports whether the first bytes are already at hand.
+	ready() bool
+	// body writes the response; each Flush of w goes out at once.
+	body(w *bufio.Writer)
+	// abandon releases what the body would have, when it will never run.
+	abandon()
+}
+
+var (
+	_ streamer = (*exchange)(nil)
+	_ streamer = (*keepAliveStream)(nil)
+)
 
 // serveAgain gives a keep-alive connection back to the server. Bytes the
 // client already sent (a pipelined request) sit in the hijacked reader;
@@ -133,12 +172,13 @@ func (p *prefixConn) Read(b []byte) (int, error) {
 // for HTTP/1.0, as it is). It sits under a bufio.Writer, so a chunk is a
 // flush.
 type chunkWriter struct {
-	c    net.Conn
-	raw  bool
-	head []byte // response headers not yet written, sent with the first chunk
-	buf  []byte
-	err  error
-	bw   *bufio.Writer
+	c       net.Conn
+	raw     bool
+	headBuf []byte // the response headers, serialised
+	head    []byte // headBuf while not yet written: it goes with the first chunk
+	buf     []byte
+	err     error
+	bw      *bufio.Writer
 }
 
 var chunkPool = sync.Pool{New: func() any {
