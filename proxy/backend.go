@@ -19,6 +19,7 @@ import (
 // breaker and count of outstanding requests. It is safe for concurrent use.
 type Backend struct {
 	name   string // the URL as configured, for logs and metrics
+	key    string // its settings, to carry it over a reload unchanged
 	host   string // host:port, the Host header
 	prefix string // path prefix from the URL, without a trailing slash
 	weight int
@@ -89,6 +90,17 @@ func newBackend(bc BackendConfig, pc PoolConfig, connect time.Duration) (*Backen
 		},
 	})
 	return b, nil
+}
+
+// backendKey identifies a backend's settings: equal keys are the same
+// backend to a reload. The resolved API key is part of it, so a changed
+// environment variable takes effect.
+func backendKey(bc BackendConfig, pc PoolConfig, connect time.Duration) string {
+	key := bc.APIKey
+	if bc.APIKeyEnv != "" {
+		key = os.Getenv(bc.APIKeyEnv)
+	}
+	return fmt.Sprintf("%#v|%q|%#v|%#v|%d|%v", bc, key, pc.Breaker, pc.Ejection, pc.MaxConnsPerBackend, connect)
 }
 
 // Name returns the backend's URL as configured.

@@ -248,3 +248,58 @@ func TestModelLabelsAreBounded(t *testing.T) {
 		t.Errorf("%d series for %d model names, want %d (the rest as other)", series, maxModelLabels+10, maxModelLabels+1)
 	}
 }
+
+// A reload carries unchanged backends over with their state: an in-flight
+// stream still counts against its backend, and a changed backend is new.
+func TestReloadKeepsUnchangedBackends(t *testing.T) {
+	release := make(chan struct{})
+	slow := newTestBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, chunk("a"))
+		w.(http.Flusher).Flush()
+		<-release
+		io.WriteString(w, finishEvent+doneEvent)
+	})
+	other := newTestBackend(t, sseHandler(1, 0))
+	cfg := testConfig(slow.URL)
+	gw := startGateway(t, cfg)
+	before := gw.state.Load().pools["p"].backends[0]
+	done := make(chan string, 1)
+	go func() {
+		_, _, body := post(t, gw.URL, "/v1/chat/completions", streamBody)
+		done <- body
+	}()
+	waitFor(t, 2*time.Second, "the stream to start", func() bool { return before.Outstanding() == 1 })
+
+	next := testConfig(slow.URL, other.URL)
+	if err := gw.Reload(next); err != nil {
+		t.Fatal(err)
+	}
+	pool := gw.state.Load().pools["p"]
+	if pool.backends[0] != before || pool.backends[0].Outstanding() != 1 {
+		t.Errorf("unchanged backend not carried over (same=%v, outstanding %d)", pool.backends[0] == before, pool.backends[0].Outstanding())
+	}
+	if pool.backends[1].Outstanding() != 0 {
+		t.Error("new backend starts with requests")
+	}
+	// Least-outstanding now sends new work to the idle backend.
+	if code, _, _ := post(t, gw.URL, "/v1/chat/completions", streamBody); code != 200 || other.requests.Load() != 1 {
+		t.Errorf("status %d, idle backend got %d: the busy one's in-flight stream was forgotten", code, other.requests.Load())
+	}
+	close(release)
+	if body := <-done; !strings.HasSuffix(body, doneEvent) {
+		t.Errorf("stream across the reload ended %q", body)
+	}
+	waitFor(t, time.Second, "outstanding back to 0", func() bool { return before.Outstanding() == 0 })
+
+	changed := testConfig(slow.URL, other.URL)
+	p := changed.Pools["p"]
+	p.Backends[0].Weight = 3
+	changed.Pools["p"] = p
+	if err := gw.Reload(changed); err != nil {
+		t.Fatal(err)
+	}
+	if gw.state.Load().pools["p"].backends[0] == before {
+		t.Error("a backend whose settings changed was carried over")
+	}
+}

@@ -30,7 +30,7 @@ func BenchmarkCopyRequestHeaders(b *testing.B) {
 func BenchmarkPick(b *testing.B) {
 	cfg := testConfig("http://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:3")
 	cfg.Defaults()
-	p, err := newPool("p", cfg.Pools["p"], time.Second, nil)
+	p, err := newPool("p", cfg.Pools["p"], time.Second, nil, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -23,12 +23,22 @@ type Pool struct {
 	health   *healthChecker
 }
 
-func newPool(name string, pc PoolConfig, connect time.Duration, log *slog.Logger) (*Pool, error) {
+// newPool builds a pool. A backend of reuse whose settings are unchanged
+// is taken over (and removed from reuse) instead of made anew, so a reload
+// keeps its connections, outstanding count, health and breaker state.
+func newPool(name string, pc PoolConfig, connect time.Duration, log *slog.Logger, reuse map[string]*Backend) (*Pool, error) {
 	p := &Pool{name: name, sel: newSelector(pc.Selection)}
 	for _, bc := range pc.Backends {
-		b, err := newBackend(bc, pc, connect)
-		if err != nil {
-			return nil, fmt.Errorf("pool %s: %w", name, err)
+		key := backendKey(bc, pc, connect)
+		b, ok := reuse[key]
+		if ok {
+			delete(reuse, key)
+		} else {
+			var err error
+			if b, err = newBackend(bc, pc, connect); err != nil {
+				return nil, fmt.Errorf("pool %s: %w", name, err)
+			}
+			b.key = key
 		}
 		p.backends = append(p.backends, b)
 	}
@@ -99,12 +109,18 @@ func remove(s []*Backend, b *Backend) []*Backend {
 }
 
 // Close stops health checks and drops idle connections. Safe to call twice.
-func (p *Pool) Close() {
+func (p *Pool) Close() { p.closeExcept(nil) }
+
+// closeExcept is Close that leaves the connections of kept backends alone
+// (a reload handed them to a new pool).
+func (p *Pool) closeExcept(kept map[*Backend]bool) {
 	if p.health != nil {
 		p.health.close()
 	}
 	for _, b := range p.backends {
-		b.close()
+		if !kept[b] {
+			b.close()
+		}
 	}
 }
 

@@ -67,7 +67,7 @@ func New(cfg Config, log *slog.Logger) (*Gateway, error) {
 	}
 	g := &Gateway{log: log, watch: hangup.New(0), m: newGatewayMetrics(), started: time.Now(), reserved: map[net.Conn]struct{}{}}
 	g.base, g.cancelBase = context.WithCancelCause(context.Background())
-	st, err := g.build(cfg)
+	st, err := g.build(cfg, nil)
 	if err != nil {
 		g.watch.Close()
 		return nil, err
@@ -97,14 +97,23 @@ func New(cfg Config, log *slog.Logger) (*Gateway, error) {
 	return g, nil
 }
 
-// build makes a state from a validated config.
-func (g *Gateway) build(cfg Config) (*state, error) {
+// build makes a state from a validated config, taking over the unchanged
+// backends of old (nil at start).
+func (g *Gateway) build(cfg Config, old *state) (*state, error) {
+	reuse := map[string]*Backend{}
+	if old != nil {
+		for _, p := range old.pools {
+			for _, b := range p.backends {
+				reuse[b.key] = b
+			}
+		}
+	}
 	st := &state{cfg: cfg, pools: map[string]*Pool{}, models: map[string]*route{},
 		budget: newRetryBudget(cfg.Retries.BudgetRatio, cfg.Retries.BudgetMinPerSecond)}
 	for name, pc := range cfg.Pools {
-		p, err := newPool(name, pc, cfg.Timeouts.Connect, g.log)
+		p, err := newPool(name, pc, cfg.Timeouts.Connect, g.log, reuse)
 		if err != nil {
-			st.close()
+			st.closeExcept(old)
 			return nil, err
 		}
 		st.pools[name] = p
@@ -129,9 +138,21 @@ func (g *Gateway) build(cfg Config) (*state, error) {
 	return st, nil
 }
 
-func (st *state) close() {
+func (st *state) close() { st.closeExcept(nil) }
+
+// closeExcept closes st's pools but leaves the backends that next took
+// over alone.
+func (st *state) closeExcept(next *state) {
+	kept := map[*Backend]bool{}
+	if next != nil {
+		for _, p := range next.pools {
+			for _, b := range p.backends {
+				kept[b] = true
+			}
+		}
+	}
 	for _, p := range st.pools {
-		p.Close()
+		p.closeExcept(kept)
 	}
 }
 
@@ -196,18 +217,19 @@ func (g *Gateway) Reload(cfg Config) error {
 	if (cfg.Server.TLS.CertFile == "") != (old.cfg.Server.TLS.CertFile == "") {
 		return errors.New("server.tls: turning TLS on or off needs a restart")
 	}
-	st, err := g.build(cfg)
+	st, err := g.build(cfg, old)
 	if err != nil {
 		return err
 	}
 	if err := g.loadCert(cfg.Server.TLS); err != nil {
-		st.close()
+		st.closeExcept(old)
 		return err
 	}
 	g.state.Store(st)
 	// Requests in flight keep the old pools until they end; closing stops
-	// the old health checks and drops idle connections.
-	old.close()
+	// the old health checks and drops idle connections of backends that
+	// are gone. Unchanged backends carry on in the new pools.
+	old.closeExcept(st)
 	return nil
 }
 
