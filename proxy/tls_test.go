@@ -99,6 +99,27 @@ func TestTLSBothWays(t *testing.T) {
 	if s := serial(); s != 20 {
 		t.Fatalf("gateway served certificate %d, want 20", s)
 	}
+	// Streams in a row on one kept-alive TLS connection: the hijacked
+	// connection goes back to the server between them.
+	keep := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}, MaxIdleConnsPerHost: 1}}
+	conns := map[string]bool{}
+	for i := range 3 {
+		req, _ := http.NewRequest("POST", url+"/v1/chat/completions", strings.NewReader(streamBody))
+		var local string
+		resp, err := keep.Do(req.WithContext(withConnTrace(req.Context(), &local)))
+		if err != nil {
+			t.Fatalf("kept-alive TLS stream %d: %v", i, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.HasSuffix(string(body), doneEvent) {
+			t.Fatalf("kept-alive TLS stream %d: %q", i, body)
+		}
+		conns[local] = true
+	}
+	if len(conns) != 1 {
+		t.Errorf("3 TLS streams used %d connections, want 1 kept alive", len(conns))
+	}
 	// A reload re-reads the certificate files.
 	ca.issue(t, dir, "gateway", 21)
 	cfg2 := gw.Config()
