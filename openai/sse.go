@@ -63,16 +63,6 @@ func (er *EventReader) Reset(r io.Reader, buf []byte, max int) {
 // Cap returns the size of the reader's buffer.
 func (er *EventReader) Cap() int { return len(er.buf) }
 
-// Buffered returns the bytes read past the last returned event.
-func (er *EventReader) Buffered() []byte { return er.buf[er.start:er.end] }
-
-// Ready reports whether Next will return without reading: a complete event
-// is buffered, or the read error that ends the stream is already known. A
-// relay flushes when Ready is false, before Next blocks.
-func (er *EventReader) Ready() bool {
-	return er.pending != nil || boundary(er.buf[er.start+er.scan:er.end]) >= 0
-}
-
 // TryNext is Next without waiting: it returns ErrWouldBlock unless the
 // next event is buffered or can be completed from bytes the reader already
 // holds (when it is an Availer).
