@@ -478,7 +478,7 @@ func (x *exchange) endStream(w *bufio.Writer, out relayOutcome) {
 
 func (x *exchange) reader() *openai.EventReader {
 	if x.er != nil {
-		return x.er // made by firstReady or the keep-alive path
+		return x.er // made by ready or the keep-alive path
 	}
 	er := readerPool.Get().(*openai.EventReader)
 	er.Reset(&x.up.body, nil, maxEventBytes)
