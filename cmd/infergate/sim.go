@@ -57,7 +57,8 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 // parseSimFlags builds the sim config: preset, variant, file, then flags.
 func parseSimFlags(args []string, stderr io.Writer) (sim.Config, *slog.Logger, error) {
 	syn := fmt.Sprintf(simSynopsis, strings.Join(sim.Presets(), "\n  "))
-	// First pass: find the preset, variant and file, and validate flags.
+	// Parse into a scratch config: it finds the preset, variant and file,
+	// checks every flag, and records which were given.
 	scratch := sim.DefaultConfig()
 	fs := newFlagSet("sim", syn, stderr)
 	preset := fs.String("preset", "balanced", "starting preset (see above)")
@@ -83,20 +84,19 @@ func parseSimFlags(args []string, stderr io.Writer) (sim.Config, *slog.Logger, e
 			return cfg, nil, err
 		}
 	}
-	// Second pass: apply only the flags given, over preset and file.
-	fixed := false
-	fs2 := newFlagSet("sim", syn, io.Discard)
-	fs2.String("preset", "", "")
-	fs2.String("variant", "", "")
-	fs2.String("config", "", "")
-	fs2.String("log-level", "", "")
-	fs2.String("log-format", "", "")
-	cfg.RegisterFlags(fs2)
-	if err := fs2.Parse(args); err != nil {
-		return cfg, nil, err
-	}
-	modeSet := false
-	fs2.Visit(func(f *flag.Flag) {
+	// Then the flags that were given, over preset and file: each is set
+	// again on a flag set bound to cfg.
+	onCfg := flag.NewFlagSet("sim", flag.ContinueOnError)
+	cfg.RegisterFlags(onCfg)
+	fixed, modeSet := false, false
+	var setErr error
+	fs.Visit(func(f *flag.Flag) {
+		if onCfg.Lookup(f.Name) == nil {
+			return // preset, variant, config, log flags
+		}
+		if err := onCfg.Set(f.Name, f.Value.String()); err != nil && setErr == nil {
+			setErr = fmt.Errorf("--%s: %w", f.Name, err)
+		}
 		switch f.Name {
 		case "ttft", "itl":
 			fixed = true
@@ -104,6 +104,9 @@ func parseSimFlags(args []string, stderr io.Writer) (sim.Config, *slog.Logger, e
 			modeSet = true
 		}
 	})
+	if setErr != nil {
+		return cfg, nil, setErr
+	}
 	if fixed && !modeSet {
 		cfg.Mode = sim.ModeFixed
 	}
