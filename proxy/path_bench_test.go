@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/infergate/infergate/internal/httpbody"
 	"github.com/valyala/fasthttp"
 )
 
@@ -58,13 +59,13 @@ func BenchmarkChunkedBodyRead(b *testing.B) {
 	rd := bytes.NewReader(data)
 	br := bufio.NewReaderSize(rd, 4096)
 	buf := make([]byte, 4096)
-	var body bodyReader
+	var body httpbody.Reader
 	b.ReportAllocs()
 	b.SetBytes(int64(len(data)))
 	for range b.N {
 		rd.Reset(data)
 		br.Reset(rd)
-		body.reset(br, bodyChunked, -1)
+		body.Reset(br, httpbody.Chunked, -1)
 		for {
 			if _, err := body.Read(buf); err == io.EOF {
 				break

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/infergate/infergate/internal/httpbody"
 	"github.com/infergate/infergate/tracing"
 	"github.com/valyala/fasthttp"
 )
@@ -31,7 +32,7 @@ var (
 // read. finish must be called exactly once.
 type upstream struct {
 	resp *fasthttp.Response // headers only; the body is read by body
-	body bodyReader
+	body httpbody.Reader
 	conn net.Conn
 	// finish releases the connection: back to the pool when reuse is set
 	// and the body was read to its end, closed otherwise.
@@ -83,7 +84,7 @@ func (b *Backend) roundTrip(ctx context.Context, req *fasthttp.Request, t *Timeo
 		tl.Sent = time.Now()
 		br := b.hc.AcquireReader(conn)
 		resp := fasthttp.AcquireResponse()
-		resp.SkipBody = true // headers only: bodyReader reads the body
+		resp.SkipBody = true // headers only: httpbody.Reader reads the body
 		if err := resp.ReadLimitBody(br, 0); err != nil {
 			fasthttp.ReleaseResponse(resp)
 			b.hc.ReleaseReader(br)
@@ -100,10 +101,10 @@ func (b *Backend) roundTrip(ctx context.Context, req *fasthttp.Request, t *Timeo
 		}
 		tl.Headers = time.Now()
 		up := &upstream{resp: resp, conn: conn}
-		up.body.reset(br, bodyMode(req, resp), int64(resp.Header.ContentLength()))
+		up.body.Reset(br, httpbody.Mode(req, resp), int64(resp.Header.ContentLength()))
 		up.finish = func(reuse bool) {
 			// stop reports false once the close ran: never pool that conn.
-			reuse = stop() && reuse && up.body.complete() && !resp.ConnectionClose()
+			reuse = stop() && reuse && up.body.Complete() && !resp.ConnectionClose()
 			b.hc.ReleaseReader(br)
 			fasthttp.ReleaseResponse(resp)
 			if reuse {
@@ -115,21 +116,6 @@ func (b *Backend) roundTrip(ctx context.Context, req *fasthttp.Request, t *Timeo
 		}
 		return up, nil
 	}
-}
-
-// bodyMode says how the response body is framed.
-func bodyMode(req *fasthttp.Request, resp *fasthttp.Response) int {
-	status := resp.StatusCode()
-	if req.Header.IsHead() || status < 200 || status == fasthttp.StatusNoContent || status == fasthttp.StatusNotModified {
-		return bodyNone
-	}
-	switch n := resp.Header.ContentLength(); {
-	case n == -1:
-		return bodyChunked
-	case n < 0:
-		return bodyClose
-	}
-	return bodyFixed
 }
 
 func isTimeout(err error) bool {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/infergate/infergate/internal/fastsrv"
 	"github.com/infergate/infergate/internal/hangup"
+	"github.com/infergate/infergate/internal/tokens"
 	"github.com/infergate/infergate/openai"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
@@ -24,7 +25,7 @@ import (
 // stop it with Shutdown.
 type Server struct {
 	cfg     Config
-	tok     *Tokenizer
+	tok     *tokens.Tokenizer
 	eng     *engine // nil in fixed mode
 	metrics *metrics
 	watch   *hangup.Watcher
@@ -41,7 +42,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	tok, err := NewTokenizer()
+	tok, err := tokens.New()
 	if err != nil {
 		return nil, err
 	}
@@ -182,7 +183,7 @@ func (s *Server) complete(ctx *fasthttp.RequestCtx, chat bool) {
 		vllmError(ctx, fasthttp.StatusBadRequest, "BadRequestError", "messages: field required")
 		return
 	}
-	prompt, promptTokens, err := s.tok.promptText(&req)
+	prompt, promptTokens, err := promptText(s.tok, &req)
 	if err != nil {
 		vllmError(ctx, fasthttp.StatusBadRequest, "BadRequestError", err.Error())
 		return

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/infergate/infergate/internal/tokens"
 	"github.com/infergate/infergate/openai"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -122,7 +123,7 @@ func TestStreamFormat(t *testing.T) {
 		t.Errorf("last event %q, want [DONE]", evs[10].data)
 	}
 	// The reported count is what a real BPE tokenizer counts in the text.
-	tok, _ := NewTokenizer()
+	tok, _ := tokens.New()
 	if n := tok.Count(text.String()); n != 7 {
 		t.Errorf("text %q has %d cl100k tokens, usage says 7", text.String(), n)
 	}

@@ -7,9 +7,8 @@ import (
 	"math"
 	"strings"
 
+	"github.com/infergate/infergate/internal/tokens"
 	"github.com/infergate/infergate/openai"
-	"github.com/pkoukk/tiktoken-go"
-	tiktokenloader "github.com/pkoukk/tiktoken-go-loader"
 )
 
 // vocab holds the words of generated text. Each, with its leading space,
@@ -42,34 +41,11 @@ const (
 	kindRefusal
 )
 
-// Tokenizer counts prompt tokens with a real BPE vocabulary (cl100k_base,
-// shipped inside the loader package, so nothing is downloaded).
-type Tokenizer struct{ enc *tiktoken.Tiktoken }
-
-// NewTokenizer loads cl100k_base.
-func NewTokenizer() (*Tokenizer, error) {
-	// SetBpeLoader is the library's own process-wide setting.
-	tiktoken.SetBpeLoader(tiktokenloader.NewOfflineLoader())
-	enc, err := tiktoken.GetEncoding("cl100k_base")
-	if err != nil {
-		return nil, fmt.Errorf("sim: tokenizer: %w", err)
-	}
-	return &Tokenizer{enc: enc}, nil
-}
-
-// Count returns the number of tokens of s.
-func (t *Tokenizer) Count(s string) int {
-	if s == "" {
-		return 0
-	}
-	return len(t.enc.EncodeOrdinary(s))
-}
-
 // promptText returns the prompt's text and its token count: chat messages
 // are counted as OpenAI does (content tokens, plus 4 per message and 3 for
 // the reply's priming); a completion prompt is a string, a list of strings,
 // or token ids.
-func (t *Tokenizer) promptText(r *openai.Request) (string, int, error) {
+func promptText(t *tokens.Tokenizer, r *openai.Request) (string, int, error) {
 	if len(r.Messages) > 0 {
 		var sb strings.Builder
 		n := 3

@@ -1,4 +1,7 @@
-package proxy
+// Package httpbody decodes an HTTP/1.1 response body (fixed length,
+// chunked, or delimited by the connection's close) from a connection's
+// buffered reader, for the gateway's relay and the load generator's client.
+package httpbody
 
 import (
 	"bufio"
@@ -6,16 +9,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/valyala/fasthttp"
 )
 
-var errBadChunk = errors.New("proxy: malformed chunked encoding from backend")
+// ErrBadChunk is a chunked body that breaks RFC 9112's framing.
+var ErrBadChunk = errors.New("httpbody: malformed chunked encoding from backend")
 
-// body modes
+// Body framings (RFC 9112 section 6.3).
 const (
-	bodyNone    = iota // no body (HEAD, 204, 304)
-	bodyFixed          // Content-Length bytes
-	bodyChunked        // Transfer-Encoding: chunked
-	bodyClose          // until the backend closes the connection
+	None    = iota // no body (HEAD, 204, 304)
+	Fixed          // Content-Length bytes
+	Chunked        // Transfer-Encoding: chunked
+	Close          // until the backend closes the connection
 )
 
 // chunk decoder states
@@ -27,12 +33,12 @@ const (
 	stDone
 )
 
-// bodyReader reads a backend response body from the connection's buffered
+// Reader reads a backend response body from the connection's buffered
 // reader. Unlike fasthttp's stream it can tell, without blocking, whether
 // more body bytes are already buffered (Available), so the relay writes out
 // everything that has arrived in one flush and flushes before it waits.
 // The chunked decoding is RFC 9112 section 7.1. Not safe for concurrent use.
-type bodyReader struct {
+type Reader struct {
 	br    *bufio.Reader
 	mode  int
 	left  int64 // fixed: bytes to go; chunked: bytes left in this chunk
@@ -40,21 +46,23 @@ type bodyReader struct {
 	err   error
 }
 
-func (b *bodyReader) reset(br *bufio.Reader, mode int, length int64) {
-	*b = bodyReader{br: br, mode: mode, left: length}
-	if mode == bodyNone || (mode == bodyFixed && length == 0) {
+// Reset makes b read a body of the given mode from br; length is the
+// Content-Length for Fixed.
+func (b *Reader) Reset(br *bufio.Reader, mode int, length int64) {
+	*b = Reader{br: br, mode: mode, left: length}
+	if mode == None || (mode == Fixed && length == 0) {
 		b.state = stDone
 	}
 }
 
-// complete reports whether the body was read to its end, so the connection
+// Complete reports whether the body was read to its end, so the connection
 // can carry another request.
-func (b *bodyReader) complete() bool {
-	return b.state == stDone && b.err == nil && b.mode != bodyClose
+func (b *Reader) Complete() bool {
+	return b.state == stDone && b.err == nil && b.mode != Close
 }
 
 // Read implements io.Reader.
-func (b *bodyReader) Read(p []byte) (int, error) {
+func (b *Reader) Read(p []byte) (int, error) {
 	if b.err != nil {
 		return 0, b.err
 	}
@@ -65,17 +73,17 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (b *bodyReader) read(p []byte) (int, error) {
+func (b *Reader) read(p []byte) (int, error) {
 	switch b.mode {
-	case bodyNone:
+	case None:
 		return 0, io.EOF
-	case bodyClose:
+	case Close:
 		n, err := b.br.Read(p)
 		if err == io.EOF {
 			b.state = stDone
 		}
 		return n, err
-	case bodyFixed:
+	case Fixed:
 		if b.left == 0 {
 			b.state = stDone
 			return 0, io.EOF
@@ -98,7 +106,7 @@ func (b *bodyReader) read(p []byte) (int, error) {
 			}
 			size, ok := parseChunkSize(line)
 			if !ok {
-				return 0, fmt.Errorf("%w: size line %q", errBadChunk, line)
+				return 0, fmt.Errorf("%w: size line %q", ErrBadChunk, line)
 			}
 			if size == 0 {
 				b.state = stTrailer
@@ -121,7 +129,7 @@ func (b *bodyReader) read(p []byte) (int, error) {
 				return 0, eofIsUnexpected(err)
 			}
 			if len(bytes.TrimRight(line, "\r\n")) != 0 {
-				return 0, fmt.Errorf("%w: data runs past its size", errBadChunk)
+				return 0, fmt.Errorf("%w: data runs past its size", ErrBadChunk)
 			}
 			b.state = stHeader
 		case stTrailer:
@@ -172,15 +180,15 @@ func parseChunkSize(line []byte) (int64, bool) {
 
 // Available reports whether Read would return body bytes, or the body's
 // end, using only what is already buffered: it never blocks.
-func (b *bodyReader) Available() bool {
+func (b *Reader) Available() bool {
 	if b.err != nil || b.state == stDone {
 		return true
 	}
 	buffered := b.br.Buffered()
 	switch b.mode {
-	case bodyFixed, bodyClose:
+	case Fixed, Close:
 		return buffered > 0
-	case bodyNone:
+	case None:
 		return true
 	}
 	if b.state == stData {
@@ -213,4 +221,19 @@ func (b *bodyReader) Available() bool {
 			}
 		}
 	}
+}
+
+// Mode says how the response to req is framed.
+func Mode(req *fasthttp.Request, resp *fasthttp.Response) int {
+	status := resp.StatusCode()
+	if req.Header.IsHead() || status < 200 || status == fasthttp.StatusNoContent || status == fasthttp.StatusNotModified {
+		return None
+	}
+	switch n := resp.Header.ContentLength(); {
+	case n == -1:
+		return Chunked
+	case n < 0:
+		return Close
+	}
+	return Fixed
 }

@@ -1,4 +1,4 @@
-package proxy
+package httpbody
 
 import (
 	"bufio"
@@ -10,9 +10,9 @@ import (
 	"testing/iotest"
 )
 
-func decodeAll(raw []byte, bufSize int) ([]byte, *bodyReader, error) {
-	var b bodyReader
-	b.reset(bufio.NewReaderSize(iotest.HalfReader(bytes.NewReader(raw)), bufSize), bodyChunked, -1)
+func decodeAll(raw []byte, bufSize int) ([]byte, *Reader, error) {
+	var b Reader
+	b.Reset(bufio.NewReaderSize(iotest.HalfReader(bytes.NewReader(raw)), bufSize), Chunked, -1)
 	out, err := io.ReadAll(&b)
 	return out, &b, err
 }
@@ -34,8 +34,8 @@ func TestChunkedBody(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			out, b, err := decodeAll([]byte(tc.raw), 16)
-			if string(out) != tc.want || (err == nil) != tc.ok || b.complete() != tc.ok {
-				t.Errorf("decoded %q err %v complete %v, want %q ok=%v", out, err, b.complete(), tc.want, tc.ok)
+			if string(out) != tc.want || (err == nil) != tc.ok || b.Complete() != tc.ok {
+				t.Errorf("decoded %q err %v complete %v, want %q ok=%v", out, err, b.Complete(), tc.want, tc.ok)
 			}
 		})
 	}
@@ -47,10 +47,10 @@ func TestAvailableNeverLies(t *testing.T) {
 	// without reaching the (empty) rest.
 	raw := "4\r\nabcd\r\n3\r\nefg\r\n0\r\n\r\n"
 	for cut := 0; cut <= len(raw); cut++ {
-		var b bodyReader
+		var b Reader
 		br := bufio.NewReaderSize(io.MultiReader(strings.NewReader(raw[:cut]), blocker{t}), 64)
 		br.Peek(cut) // buffer the first cut bytes
-		b.reset(br, bodyChunked, -1)
+		b.Reset(br, Chunked, -1)
 		var got []byte
 		for b.Available() {
 			p := make([]byte, 8)
@@ -85,7 +85,7 @@ func FuzzChunkedBody(f *testing.F) {
 		if err == nil && refErr == nil && !bytes.Equal(out, ref) {
 			t.Fatalf("decoded %q, net/http %q", out, ref)
 		}
-		if err == nil && !b.complete() {
+		if err == nil && !b.Complete() {
 			t.Fatal("clean end but not complete")
 		}
 		if err == nil && refErr != nil && !bytes.HasPrefix(ref, out) && !bytes.HasPrefix(out, ref) {
