@@ -80,3 +80,67 @@ func valueIsString(data, key []byte, nonEmpty bool) bool {
 		}
 	}
 }
+
+// AppendContent appends to dst the text an event's data carries: the
+// decoded string values of "content", "text" and "reasoning_content"
+// (chat, legacy completion and reasoning models). It reads one choice per
+// chunk, as streams with n=1 have. Data that is not a chunk appends
+// nothing. It does not allocate when the values have no escapes.
+func AppendContent(dst, data []byte) []byte {
+	for _, key := range [...][]byte{keyContent, keyText, keyReasoning} {
+		dst = appendStringValues(dst, data, key)
+	}
+	return dst
+}
+
+// FinishReason returns the string value of "finish_reason" in data, raw
+// (finish reasons carry no escapes), or nil when it is absent or null.
+func FinishReason(data []byte) []byte {
+	var last []byte
+	for {
+		i := bytes.Index(data, keyFinishReason)
+		if i < 0 {
+			return last
+		}
+		data = data[i+len(keyFinishReason):]
+		j := skipSpace(data, 0)
+		if j < len(data) && data[j] == ':' {
+			j = skipSpace(data, j+1)
+			if j < len(data) && data[j] == '"' {
+				end := skipString(data, j)
+				if end <= len(data) && end-j >= 2 {
+					last = data[j+1 : end-1]
+				}
+			}
+		}
+	}
+}
+
+func appendStringValues(dst, data, key []byte) []byte {
+	for {
+		i := bytes.Index(data, key)
+		if i < 0 {
+			return dst
+		}
+		data = data[i+len(key):]
+		j := skipSpace(data, 0)
+		if j >= len(data) || data[j] != ':' {
+			continue
+		}
+		j = skipSpace(data, j+1)
+		if j >= len(data) || data[j] != '"' {
+			continue
+		}
+		end := skipString(data, j)
+		if end > len(data) || end-j < 2 {
+			return dst
+		}
+		q := data[j:end]
+		if bytes.IndexByte(q, '\\') < 0 {
+			dst = append(dst, q[1:len(q)-1]...)
+		} else if s, err := unquote(q); err == nil {
+			dst = append(dst, s...)
+		}
+		data = data[end:]
+	}
+}

@@ -176,3 +176,46 @@ func FuzzEventReader(f *testing.F) {
 		}
 	})
 }
+
+func TestAppendContent(t *testing.T) {
+	tests := []struct {
+		name, data, text, finish string
+	}{
+		{"chat delta", `{"choices":[{"delta":{"content":"hi there"},"finish_reason":null}]}`, "hi there", ""},
+		{"role only", `{"choices":[{"delta":{"role":"assistant","content":""}}]}`, "", ""},
+		{"escapes", `{"choices":[{"delta":{"content":"a\"b\\n\u00e9"}}]}`, "a\"b\\n\u00e9", ""},
+		{"completion", `{"choices":[{"text":" x","finish_reason":"length"}]}`, " x", "length"},
+		{"reasoning", `{"choices":[{"delta":{"reasoning_content":"hm"}}]}`, "hm", ""},
+		{"decoy inside a string", `{"choices":[{"delta":{"content":"say \"content\":\"no\""}}]}`, `say "content":"no"`, ""},
+		{"usage only", `{"choices":[],"usage":{"completion_tokens":3}}`, "", ""},
+		{"finish stop", `{"choices":[{"delta":{},"finish_reason": "stop"}]}`, "", "stop"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := string(AppendContent(nil, []byte(tc.data))); got != tc.text {
+				t.Errorf("AppendContent(%s) = %q, want %q", tc.data, got, tc.text)
+			}
+			if got := string(FinishReason([]byte(tc.data))); got != tc.finish {
+				t.Errorf("FinishReason(%s) = %q, want %q", tc.data, got, tc.finish)
+			}
+		})
+	}
+}
+
+func FuzzAppendContent(f *testing.F) {
+	f.Add([]byte(`{"choices":[{"delta":{"content":"a\"b"},"finish_reason":"stop"}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		// It must never panic, and on a plain chunk it agrees with
+		// encoding/json.
+		got := AppendContent(nil, data)
+		_ = FinishReason(data)
+		var c Chunk
+		if json.Unmarshal(data, &c) != nil || len(c.Choices) != 1 || bytes.Count(data, []byte(`"content"`))+bytes.Count(data, []byte(`"text"`)) != 1 ||
+			bytes.Contains(data, []byte(`reasoning_content`)) || bytes.Contains(data, []byte(`\`)) {
+			return
+		}
+		if want := c.Choices[0].Delta.Content + c.Choices[0].Text; string(got) != want && want != "" {
+			t.Fatalf("AppendContent(%s) = %q, encoding/json says %q", data, got, want)
+		}
+	})
+}
