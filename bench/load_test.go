@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -36,12 +37,11 @@ func sseServer(t *testing.T, n int, inflight *atomic.Int64, peak *atomic.Int64) 
 func TestLoadMeasuresTTFTAndGaps(t *testing.T) {
 	var inflight, peak atomic.Int64
 	s := sseServer(t, 5, &inflight, &peak)
-	run, err := Load(context.Background(), NewClient(4), Target{URL: s.URL, Body: []byte(`{}`), Stream: true},
+	st, err := Load(context.Background(), testClient(t, s.URL), Target{Body: []byte(`{}`), Stream: true},
 		Options{Concurrency: 4, MaxRequests: 12})
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := Summarize(run)
 	if st.Requests != 12 || st.Errors != 0 || st.Events != 60 {
 		t.Fatalf("requests %d errors %d (%v) events %d, want 12, 0, 60", st.Requests, st.Errors, st.FirstErr, st.Events)
 	}
@@ -65,29 +65,33 @@ func TestLoadCountsBrokenStreams(t *testing.T) {
 		io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n") // no [DONE]
 	}))
 	defer s.Close()
-	run, _ := Load(context.Background(), NewClient(1), Target{URL: s.URL, Body: []byte(`{}`), Stream: true}, Options{Concurrency: 1, MaxRequests: 3})
-	if st := Summarize(run); st.Errors != 3 {
+	st, _ := Load(context.Background(), testClient(t, s.URL), Target{Body: []byte(`{}`), Stream: true}, Options{Concurrency: 1, MaxRequests: 3})
+	if st.Errors != 3 {
 		t.Errorf("%d of 3 truncated streams counted as errors", st.Errors)
 	}
 }
 
 func TestRampUpSpreadsStarts(t *testing.T) {
-	// Each request outlasts the ramp, so each worker sends exactly one.
+	// Each request outlasts the ramp, so each user sends exactly one.
 	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(500 * time.Millisecond)
-		io.WriteString(w, "{}")
+		io.WriteString(w, `{"choices":[{"message":{"content":"x"}}]}`)
 	}))
 	defer s.Close()
-	run, _ := Load(context.Background(), NewClient(8), Target{URL: s.URL, Body: []byte(`{}`)},
-		Options{Concurrency: 8, MaxRequests: 8, RampUp: 400 * time.Millisecond})
+	var mu sync.Mutex
 	var first, last time.Time
-	for _, x := range run.Samples {
-		if first.IsZero() || x.Start.Before(first) {
-			first = x.Start
+	rn := &Runner{Client: testClient(t, s.URL), Workload: fixedWorkload(`{}`), Sink: func(r *Result) {
+		mu.Lock()
+		defer mu.Unlock()
+		if first.IsZero() || r.Sent.Before(first) {
+			first = r.Sent
 		}
-		if x.Start.After(last) {
-			last = x.Start
+		if r.Sent.After(last) {
+			last = r.Sent
 		}
+	}}
+	if _, err := rn.Run(context.Background(), 0, LoadSpec{Mode: "closed", Concurrency: 8, Requests: 8, RampUp: 400 * time.Millisecond}); err != nil {
+		t.Fatal(err)
 	}
 	if d := last.Sub(first); d < 300*time.Millisecond {
 		t.Errorf("8 starts spread over %v, want about 350ms", d)
@@ -103,4 +107,14 @@ func TestMedian(t *testing.T) {
 			t.Errorf("Median(%v) = %v, want %v", tc.in, got, tc.want)
 		}
 	}
+}
+
+func testClient(t *testing.T, url string) *Client {
+	t.Helper()
+	c, err := NewClient(url+"/v1/chat/completions", ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"slices"
 	"time"
@@ -143,12 +144,20 @@ func (o *Overhead) scenario(ctx context.Context, dir string, sc Scenario) error 
 	if err != nil {
 		return err
 	}
-	client := NewClient(sc.Concurrency)
 	body := requestBody(sc.Tokens, sc.Stream)
-	runs := make(map[string][]*Run)
-	// Warm every path (connections, JIT-free but caches and pools) first.
+	clients := map[string]*Client{}
 	for _, t := range targets {
-		if _, err := Load(ctx, client, Target{URL: t.url + "/v1/chat/completions", Body: body, Stream: sc.Stream},
+		c, err := NewClient(t.url+"/v1/chat/completions", ClientOptions{})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		clients[t.name] = c
+	}
+	runs := make(map[string][]Stats)
+	// Warm every path (connections, caches and pools) first.
+	for _, t := range targets {
+		if _, err := Load(ctx, clients[t.name], Target{Body: body, Stream: sc.Stream},
 			Options{Concurrency: sc.Concurrency, Duration: o.RoundTime / 3}); err != nil {
 			return err
 		}
@@ -156,16 +165,15 @@ func (o *Overhead) scenario(ctx context.Context, dir string, sc Scenario) error 
 	for r := range o.Rounds {
 		for k := range targets {
 			t := targets[(r+k)%len(targets)]
-			run, err := Load(ctx, client, Target{URL: t.url + "/v1/chat/completions", Body: body, Stream: sc.Stream},
+			st, err := Load(ctx, clients[t.name], Target{Body: body, Stream: sc.Stream},
 				Options{Concurrency: sc.Concurrency, Duration: o.RoundTime, RampUp: sc.rampUp()})
 			if err != nil {
 				return err
 			}
-			st := Summarize(run)
 			if st.Errors > 0 {
 				return fmt.Errorf("%s round %d: %d of %d requests failed, first: %v", t.name, r, st.Errors, st.Requests, st.FirstErr)
 			}
-			runs[t.name] = append(runs[t.name], run)
+			runs[t.name] = append(runs[t.name], st)
 			fmt.Fprintf(o.Progress, "%s round %d %-9s %6d requests %8.0f events/s TTFT p50 %v\n", sc.Name, r+1, t.name, st.Requests, st.EventsPerSecond(), st.TTFT.Quantile(50))
 		}
 		if ctx.Err() != nil {
@@ -176,7 +184,7 @@ func (o *Overhead) scenario(ctx context.Context, dir string, sc Scenario) error 
 	return nil
 }
 
-func (o *Overhead) report(sc Scenario, targets []target, runs map[string][]*Run) {
+func (o *Overhead) report(sc Scenario, targets []target, runs map[string][]Stats) {
 	w := o.Report
 	fmt.Fprintf(w, "### %s\n\n%s.\n\n", sc.Name, sc.What)
 	fmt.Fprintln(w, "| target | requests | TTFT p50 | TTFT p99 | gap p50 | gap p99 | events/s (median) | requests/s (median) |")
@@ -185,17 +193,13 @@ func (o *Overhead) report(sc Scenario, targets []target, runs map[string][]*Run)
 	eps := map[string]float64{}
 	rps := map[string]float64{}
 	for _, t := range targets {
-		all := &Run{}
+		st := Stats{TTFT: NewDist(), Gap: NewDist()}
 		var e, q []float64
 		for _, r := range runs[t.name] {
-			all.Samples = append(all.Samples, r.Samples...)
-			all.Gaps = append(all.Gaps, r.Gaps...)
-			st := Summarize(r)
-			e = append(e, st.EventsPerSecond())
-			q = append(q, st.RequestsPerSecond())
+			st.Merge(r)
+			e = append(e, r.EventsPerSecond())
+			q = append(q, r.RequestsPerSecond())
 		}
-		all.Elapsed = 1
-		st := Summarize(all)
 		pooled[t.name], eps[t.name], rps[t.name] = st, Median(e), Median(q)
 		fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s | %.0f | %.0f |\n", t.name, st.Requests,
 			msf(st.TTFT.Quantile(50)), msf(st.TTFT.Quantile(99)), msf(st.Gap.Quantile(50)), msf(st.Gap.Quantile(99)), eps[t.name], rps[t.name])
@@ -238,9 +242,8 @@ func (o *Overhead) idle(ctx context.Context, dir string) error {
 	fmt.Fprintf(o.Report, "### idle\n\n%d open streams waiting for their first token (sim TTFT 10 min).\n\n| proxy | streams at the backend | RSS before | RSS with streams | per opened stream |\n|---|---:|---:|---:|---:|\n", o.IdleStreams)
 	body := requestBody(10, true)
 	for _, t := range targets[1:] {
-		client := NewClient(4)
 		for range 4 { // the server side of a connection exists before measuring
-			resp, err := client.Get(t.url + "/healthz")
+			resp, err := http.Get(t.url + "/healthz")
 			if err == nil {
 				resp.Body.Close()
 			}

@@ -35,13 +35,16 @@ func (o *Overhead) simFidelity(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		run, err := Load(ctx, NewClient(4), Target{URL: "http://" + p.addr + "/v1/chat/completions", Body: requestBody(50, true), Stream: true},
-			Options{Concurrency: 4, Duration: 3 * o.RoundTime})
+		cl, err := NewClient("http://"+p.addr+"/v1/chat/completions", ClientOptions{})
+		if err != nil {
+			return err
+		}
+		st, err := Load(ctx, cl, Target{Body: requestBody(50, true), Stream: true}, Options{Concurrency: 4, Duration: 3 * o.RoundTime})
+		cl.Close()
 		p.stop()
 		if err != nil {
 			return err
 		}
-		st := Summarize(run)
 		if st.Errors > 0 {
 			return fmt.Errorf("sim %s: %d errors, first %v", c.name, st.Errors, st.FirstErr)
 		}

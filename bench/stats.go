@@ -30,45 +30,6 @@ func (d *Dist) Count() int64 { return d.h.TotalCount() }
 // Quantile returns the value at q in [0,100], e.g. 50 or 99.
 func (d *Dist) Quantile(q float64) time.Duration { return time.Duration(d.h.ValueAtQuantile(q)) }
 
-// Stats sums up a run.
-type Stats struct {
-	Requests, Errors int
-	Events           int
-	TTFT, Gap, Total *Dist
-	Elapsed          time.Duration
-	FirstErr         error
-}
-
-// Summarize turns a run's samples into distributions.
-func Summarize(r *Run) Stats {
-	s := Stats{TTFT: NewDist(), Gap: NewDist(), Total: NewDist(), Elapsed: r.Elapsed}
-	for _, x := range r.Samples {
-		s.Requests++
-		if x.Err != nil {
-			s.Errors++
-			if s.FirstErr == nil {
-				s.FirstErr = x.Err
-			}
-			continue
-		}
-		s.Events += x.Events
-		s.TTFT.Add(x.TTFT)
-		s.Total.Add(x.Duration)
-	}
-	for _, g := range r.Gaps {
-		s.Gap.Add(g)
-	}
-	return s
-}
-
-// EventsPerSecond is content events over the run's wall time.
-func (s Stats) EventsPerSecond() float64 { return float64(s.Events) / s.Elapsed.Seconds() }
-
-// RequestsPerSecond is successful requests over the run's wall time.
-func (s Stats) RequestsPerSecond() float64 {
-	return float64(s.Requests-s.Errors) / s.Elapsed.Seconds()
-}
-
 // Median returns the median of xs (0 for none).
 func Median(xs []float64) float64 {
 	if len(xs) == 0 {

@@ -1,0 +1,218 @@
+package bench
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/infergate/infergate/internal/httpbody"
+	"github.com/valyala/fasthttp"
+)
+
+// Error classes of a failed request, as they appear in records.
+const (
+	ErrConnect   = "connect"          // no connection, or it failed before the request was written
+	ErrTimeout   = "timeout"          // --timeout passed
+	ErrReset     = "reset_mid_stream" // the connection failed after the response began
+	ErrTruncated = "truncated"        // the stream ended without [DONE]
+	ErrMalformed = "malformed_event"  // an event whose data is not JSON
+	ErrEvent     = "error_event"      // the server sent an error object in the stream
+	ErrBadBody   = "bad_body"         // a non-streaming body that is not a completion
+	ErrCancelled = "cancelled"        // the run was interrupted
+)
+
+// Client sends requests to one endpoint over HTTP/1.1 keep-alive
+// connections from fasthttp's pool, and reads each response itself so that
+// every event is stamped the moment its read returns. A cancelled context
+// closes the request's connection, which ends any wait at once. It is
+// safe for concurrent use.
+type Client struct {
+	hc      *fasthttp.HostClient
+	host    string
+	path    string
+	headers [][2]string
+	connect time.Duration
+}
+
+// ClientOptions configure a Client. The zero value works.
+type ClientOptions struct {
+	// Headers are added to every request (Authorization, for instance).
+	Headers [][2]string
+	// MaxConns caps open connections; default 16384.
+	MaxConns int
+	// ConnectTimeout bounds a dial and TLS handshake; default 10s.
+	ConnectTimeout time.Duration
+	// InsecureSkipVerify accepts any server certificate.
+	InsecureSkipVerify bool
+}
+
+// NewClient returns a client for the endpoint URL, e.g.
+// http://127.0.0.1:8080/v1/chat/completions.
+func NewClient(endpoint string, o ClientOptions) (*Client, error) {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return nil, fmt.Errorf("bench: url %q: %w", endpoint, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return nil, fmt.Errorf("bench: url %q: want http:// or https:// and a host", endpoint)
+	}
+	if o.MaxConns == 0 {
+		o.MaxConns = 16384
+	}
+	if o.ConnectTimeout == 0 {
+		o.ConnectTimeout = 10 * time.Second
+	}
+	addr := u.Host
+	if u.Port() == "" {
+		addr = net.JoinHostPort(u.Hostname(), map[string]string{"http": "80", "https": "443"}[u.Scheme])
+	}
+	var tlsConf *tls.Config
+	if u.Scheme == "https" {
+		tlsConf = &tls.Config{ServerName: u.Hostname(), InsecureSkipVerify: o.InsecureSkipVerify, MinVersion: tls.VersionTLS12}
+	}
+	path := u.EscapedPath()
+	if u.RawQuery != "" {
+		path += "?" + u.RawQuery
+	}
+	c := &Client{host: u.Host, path: path, headers: o.Headers, connect: o.ConnectTimeout}
+	c.hc = &fasthttp.HostClient{
+		Addr:                          addr,
+		Dial:                          dial(o.ConnectTimeout, tlsConf),
+		MaxConns:                      o.MaxConns,
+		MaxIdleConnDuration:           90 * time.Second,
+		DisableHeaderNamesNormalizing: true,
+		NoDefaultUserAgentHeader:      true,
+		ReadBufferSize:                4096,
+		WriteBufferSize:               4096,
+	}
+	return c, nil
+}
+
+func dial(timeout time.Duration, tlsConf *tls.Config) fasthttp.DialFunc {
+	d := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
+	return func(addr string) (net.Conn, error) {
+		c, err := d.Dial("tcp", addr)
+		if err != nil || tlsConf == nil {
+			return c, err
+		}
+		tc := tls.Client(c, tlsConf)
+		_ = tc.SetDeadline(time.Now().Add(timeout))
+		if err := tc.Handshake(); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("tls handshake: %w", err)
+		}
+		_ = tc.SetDeadline(time.Time{})
+		return tc, nil
+	}
+}
+
+// Close closes the client's idle connections.
+func (c *Client) Close() { c.hc.CloseIdleConnections() }
+
+// Do sends body and reads the answer into r, whose Sent it sets; the
+// reader p is the client's per-goroutine state. It returns when the
+// response is complete, failed, or ctx ended.
+func (c *Client) Do(ctx context.Context, body []byte, stream bool, p *parser, r *Result) {
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	req.Header.DisableNormalizing()
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.SetRequestURI(c.path)
+	req.Header.SetHost(c.host)
+	req.Header.SetContentType("application/json")
+	if stream {
+		req.Header.Set("Accept", "text/event-stream")
+	}
+	for _, h := range c.headers {
+		req.Header.Set(h[0], h[1])
+	}
+	req.SetBodyRaw(body)
+
+	for try := 0; ; try++ {
+		r.Sent = time.Now()
+		cc, err := c.hc.AcquireConn(c.connect, false)
+		if err != nil {
+			r.fail(ctx, ErrConnect, err)
+			return
+		}
+		conn := cc.Conn()
+		reused := cc.CreatedTime().Before(r.Sent)
+		stop := context.AfterFunc(ctx, func() { conn.Close() })
+		bw := c.hc.AcquireWriter(conn)
+		err = req.Write(bw)
+		if err == nil {
+			err = bw.Flush()
+		}
+		c.hc.ReleaseWriter(bw)
+		if err != nil {
+			stop()
+			c.hc.CloseConn(cc)
+			if reused && try == 0 && ctx.Err() == nil {
+				continue // the server closed an idle connection: every client retries once
+			}
+			r.fail(ctx, ErrConnect, err)
+			return
+		}
+		br := c.hc.AcquireReader(conn)
+		resp := fasthttp.AcquireResponse()
+		resp.SkipBody = true
+		err = resp.ReadLimitBody(br, 0)
+		if err != nil {
+			fasthttp.ReleaseResponse(resp)
+			c.hc.ReleaseReader(br)
+			stop()
+			c.hc.CloseConn(cc)
+			if reused && try == 0 && ctx.Err() == nil && isStale(err) {
+				continue
+			}
+			r.fail(ctx, ErrConnect, fmt.Errorf("read response headers: %w", err))
+			return
+		}
+		r.TTFB = time.Since(r.Sent)
+		r.Status = resp.StatusCode()
+		var b httpbody.Reader
+		b.Reset(br, httpbody.Mode(req, resp), int64(resp.Header.ContentLength()))
+		isSSE := strings.HasPrefix(string(resp.Header.ContentType()), "text/event-stream")
+		p.read(ctx, &b, r, stream && isSSE && r.Status == 200)
+		reuse := stop() && b.Complete() && !resp.ConnectionClose()
+		fasthttp.ReleaseResponse(resp)
+		c.hc.ReleaseReader(br)
+		if reuse {
+			c.hc.ReleaseConn(cc)
+		} else {
+			c.hc.CloseConn(cc)
+		}
+		return
+	}
+}
+
+// fail records a failure of class, unless ctx ended first: then it is a
+// timeout or a cancellation.
+func (r *Result) fail(ctx context.Context, class string, err error) {
+	switch {
+	case ctx.Err() == nil:
+	case errors.Is(context.Cause(ctx), errRequestTimeout):
+		class, err = ErrTimeout, errRequestTimeout
+	default:
+		class, err = ErrCancelled, context.Cause(ctx)
+	}
+	if r.ErrClass == "" {
+		r.ErrClass = class
+		r.Err = err.Error()
+	}
+}
+
+var errRequestTimeout = errors.New("request exceeded --timeout")
+
+func isStale(err error) bool {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return false
+	}
+	return true
+}

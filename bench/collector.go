@@ -1,0 +1,131 @@
+package bench
+
+import (
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// maxRows bounds the per-request rows a stage keeps in memory (about 90
+// bytes each); beyond it a uniform reservoir is kept, while every count
+// and total stays exact.
+const maxRows = 1 << 20
+
+// row is what a stage keeps of one measured request.
+type row struct {
+	sent, lag                       int64 // sent: ns from the stage's begin; lag: send lag
+	ttfb, first, ttft, last, end    int64 // ns from sent; 0: did not happen
+	out, usage, counted, prompt     int32
+	events                          int32
+	ok, invalidJSON, empty, refusal bool
+	finishLength                    bool
+}
+
+// Collector gathers the results of a run, stage by stage. It is safe for
+// concurrent use.
+type Collector struct {
+	mu     sync.Mutex
+	stages map[int]*stageData
+	rng    *rand.Rand
+	// Each is called with every result under the collector's lock, in
+	// completion order (the CSV and events writers).
+	Each func(*Result)
+	// live figures for the progress display
+	done, failed int64
+	liveTTFT     *Dist
+}
+
+// stageData is one stage's raw material.
+type stageData struct {
+	begin     time.Time
+	rows      []row
+	seen      int64 // measured results, for the reservoir
+	itl       *Dist
+	errors    map[string]int
+	errSample map[string]string
+	cancelled int
+	warmup    int
+}
+
+// NewCollector returns an empty collector.
+func NewCollector() *Collector {
+	return &Collector{stages: map[int]*stageData{}, rng: rand.New(rand.NewPCG(1, 2)), liveTTFT: NewDist()}
+}
+
+func (c *Collector) stage(n int) *stageData {
+	sd := c.stages[n]
+	if sd == nil {
+		sd = &stageData{itl: NewDist(), errors: map[string]int{}, errSample: map[string]string{}}
+		c.stages[n] = sd
+	}
+	return sd
+}
+
+// Begin marks the start of stage n: row times count from it.
+func (c *Collector) Begin(n int, t time.Time) {
+	c.mu.Lock()
+	c.stage(n).begin = t
+	c.mu.Unlock()
+}
+
+// Gaps records inter-token gaps of a measured request of stage n.
+func (c *Collector) Gaps(n int, warm bool, gaps []time.Duration) {
+	if warm {
+		return
+	}
+	c.mu.Lock()
+	sd := c.stage(n)
+	for _, g := range gaps {
+		sd.itl.Add(g)
+	}
+	c.mu.Unlock()
+}
+
+// Add records one result.
+func (c *Collector) Add(r *Result) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.Each != nil {
+		c.Each(r)
+	}
+	sd := c.stage(r.Stage)
+	switch {
+	case r.Warmup:
+		sd.warmup++
+		return
+	case r.ErrClass == ErrCancelled:
+		sd.cancelled++
+		return
+	}
+	c.done++
+	if !r.OK() {
+		c.failed++
+		sd.errors[r.ErrClass]++
+		if _, ok := sd.errSample[r.ErrClass]; !ok {
+			sd.errSample[r.ErrClass] = r.Err
+		}
+	} else if r.TTFT > 0 {
+		c.liveTTFT.Add(r.TTFT)
+	}
+	w := row{
+		sent: r.Sent.Sub(sd.begin).Nanoseconds(), lag: r.SendLag().Nanoseconds(),
+		ttfb: int64(r.TTFB), first: int64(r.FirstEvent), ttft: int64(r.TTFT), last: int64(r.LastToken), end: int64(r.End),
+		out: int32(r.OutputTokens), usage: int32(r.UsageTokens), counted: int32(r.CountedTokens), prompt: int32(r.PromptTokens),
+		events: int32(r.ContentEvents), ok: r.OK(), invalidJSON: r.InvalidJSON, empty: r.Empty, refusal: r.Refusal,
+		finishLength: r.Finish == "length",
+	}
+	sd.seen++
+	if len(sd.rows) < maxRows {
+		sd.rows = append(sd.rows, w)
+	} else if j := c.rng.Int64N(sd.seen); j < maxRows {
+		sd.rows[j] = w
+	}
+}
+
+// Live returns finished and failed measured requests so far and the TTFT
+// median of the successes.
+func (c *Collector) Live() (done, failed int64, ttftP50 time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.done, c.failed, c.liveTTFT.Quantile(50)
+}

@@ -1,0 +1,346 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"time"
+
+	"github.com/infergate/infergate/openai"
+)
+
+// Result is one request as the client saw it. Durations are from Sent;
+// zero means the moment did not happen (no content, no event).
+type Result struct {
+	// Index is the request's number in the run, warm-up included.
+	Index  int
+	Stage  int
+	Warmup bool
+	// Intended is when the schedule meant to send it (open loop, replay);
+	// equal to Sent in a closed loop. Sent is when it was sent.
+	Intended, Sent time.Time
+	// TTFB is the response headers' arrival; FirstEvent the first SSE
+	// event of any kind (a role-only chunk counts here); TTFT the first
+	// event carrying content, reasoning content or tool calls; LastToken
+	// the last such event; End the response's end ([DONE], usage and the
+	// body's end included).
+	TTFB, FirstEvent, TTFT, LastToken, End time.Duration
+	Status                                 int
+	// ContentEvents counts events that carried content.
+	ContentEvents int
+	// OutputTokens is UsageTokens when the server reported usage, else
+	// CountedTokens. UsageTokens is -1 without usage; CountedTokens -1
+	// when the text was not counted.
+	OutputTokens, UsageTokens, CountedTokens int
+	// PromptTokens is the server's usage.prompt_tokens, -1 without usage.
+	PromptTokens int
+	// InputTokens and MaxTokens are what the request asked for (0 unknown).
+	InputTokens, MaxTokens int
+	Finish                 string
+	// ErrClass is empty for a success; Err the error's text.
+	ErrClass, Err string
+	// Quality signals of a successful answer.
+	InvalidJSON, Empty, Refusal bool
+	// Events are the times of the content events from Sent, kept only
+	// when the run keeps events.
+	Events []time.Duration
+}
+
+// OK reports whether the request succeeded.
+func (r *Result) OK() bool { return r.ErrClass == "" }
+
+// TPOT is (last content − first content) / (N − 1), N = output tokens;
+// zero when N < 2.
+func (r *Result) TPOT() time.Duration {
+	if r.OutputTokens < 2 || r.TTFT == 0 {
+		return 0
+	}
+	return (r.LastToken - r.TTFT) / time.Duration(r.OutputTokens-1)
+}
+
+// E2E is the last content event (the whole body when not streaming) from
+// the send.
+func (r *Result) E2E() time.Duration {
+	if r.LastToken > 0 {
+		return r.LastToken
+	}
+	return r.End
+}
+
+// TTFTSched is TTFT measured from the intended send time: it includes any
+// time the request waited in the client (coordinated omission).
+func (r *Result) TTFTSched() time.Duration {
+	if r.TTFT == 0 {
+		return 0
+	}
+	return r.TTFT + r.SendLag()
+}
+
+// SendLag is how late the request left against its schedule.
+func (r *Result) SendLag() time.Duration {
+	if r.Intended.IsZero() {
+		return 0
+	}
+	return r.Sent.Sub(r.Intended)
+}
+
+// Speed is the request's output speed after its first token, tokens/s:
+// (N − 1) / (last content − first content).
+func (r *Result) Speed() float64 {
+	d := r.LastToken - r.TTFT
+	if r.OutputTokens < 2 || d <= 0 {
+		return 0
+	}
+	return float64(r.OutputTokens-1) / d.Seconds()
+}
+
+// Quality configures the checks of an answer's text.
+type Quality struct {
+	// WantJSON checks that the answer parses as JSON (response_format
+	// json_object or json_schema was asked).
+	WantJSON bool
+	// Refusals are patterns of a refusal; nil uses DefaultRefusals.
+	Refusals []*regexp.Regexp
+}
+
+// DefaultRefusals are the refusal patterns used when none are given.
+var DefaultRefusals = []string{`(?i)^\s*I['’]?m sorry`, `(?i)^\s*I (?:can(?:not|['’]t)|won['’]t|am unable to) (?:help|assist|comply)`, `(?i)^\s*As an AI\b`}
+
+// parser reads responses; one per goroutine, reused across requests.
+type parser struct {
+	er    *openai.EventReader
+	text  []byte
+	body  []byte
+	count func(string) int // counts tokens when the server reports no usage
+	qual  *Quality
+	// keepAll keeps the whole text; otherwise only its head (headBytes).
+	keepAll    bool
+	keepEvents bool
+	gaps       []time.Duration
+	flushGaps  func([]time.Duration)
+}
+
+// headBytes of an answer are kept at least: enough for refusal patterns
+// and the empty-answer check.
+const headBytes = 256
+
+func newParser(count func(string) int, q *Quality) *parser {
+	return &parser{er: openai.NewEventReader(nil, make([]byte, 2048), 4<<20), count: count, qual: q, gaps: make([]time.Duration, 0, 64)}
+}
+
+// gap notes one gap, handing a full batch on.
+func (p *parser) gap(g time.Duration) {
+	p.gaps = append(p.gaps, g)
+	if len(p.gaps) == cap(p.gaps) {
+		p.flush()
+	}
+}
+
+func (p *parser) flush() {
+	if len(p.gaps) > 0 && p.flushGaps != nil {
+		p.flushGaps(p.gaps)
+	}
+	p.gaps = p.gaps[:0]
+}
+
+// read consumes the body b of r. stream says it is an SSE stream.
+func (p *parser) read(ctx context.Context, b io.Reader, r *Result, stream bool) {
+	p.text = p.text[:0]
+	r.UsageTokens, r.CountedTokens, r.PromptTokens = -1, -1, -1
+	if r.Status != 200 {
+		p.body = readSome(p.body[:0], b, 4096)
+		r.End = time.Since(r.Sent)
+		r.fail(ctx, fmt.Sprintf("http_%d", r.Status), fmt.Errorf("status %d: %s", r.Status, bytes.TrimSpace(p.body)))
+		return
+	}
+	if stream {
+		p.readStream(ctx, b, r)
+		p.flush()
+	} else {
+		p.readPlain(ctx, b, r)
+	}
+	if r.OK() {
+		p.judge(r)
+	}
+}
+
+func (p *parser) readStream(ctx context.Context, b io.Reader, r *Result) {
+	p.er.Reset(b, nil, 4<<20)
+	var last time.Time
+	done := false
+	for {
+		ev, err := p.er.Next()
+		now := time.Now()
+		if err != nil {
+			r.End = now.Sub(r.Sent)
+			switch {
+			case err == io.EOF && done:
+			case err == io.EOF || errors.Is(err, openai.ErrTruncatedEvent):
+				r.fail(ctx, ErrTruncated, errors.New("stream ended without [DONE]"))
+			default:
+				r.fail(ctx, ErrReset, err)
+			}
+			return
+		}
+		if r.FirstEvent == 0 {
+			r.FirstEvent = now.Sub(r.Sent)
+		}
+		data := openai.EventData(ev)
+		if data == nil || done {
+			continue // a comment, or bytes after [DONE]
+		}
+		if openai.IsDone(ev) {
+			done = true
+			continue
+		}
+		if openai.IsErrorChunk(data) {
+			r.fail(ctx, ErrEvent, fmt.Errorf("error event: %s", bytes.TrimSpace(data)))
+			continue
+		}
+		if !json.Valid(data) {
+			r.fail(ctx, ErrMalformed, fmt.Errorf("event data is not JSON: %.200s", data))
+			continue
+		}
+		if f := openai.FinishReason(data); f != nil {
+			r.Finish = string(f)
+		}
+		if bytes.Contains(data, keyUsage) {
+			p.usage(data, r)
+		}
+		if !openai.HasContent(data) {
+			continue
+		}
+		if p.keepAll || len(p.text) < headBytes {
+			p.text = openai.AppendContent(p.text, data)
+		}
+		if r.ContentEvents == 0 {
+			r.TTFT = now.Sub(r.Sent)
+		} else {
+			p.gap(now.Sub(last))
+		}
+		if p.keepEvents {
+			r.Events = append(r.Events, now.Sub(r.Sent))
+		}
+		r.LastToken = now.Sub(r.Sent)
+		last = now
+		r.ContentEvents++
+	}
+}
+
+var keyUsage = []byte(`"usage":{`)
+
+func (p *parser) usage(data []byte, r *Result) {
+	var u struct {
+		Usage *openai.Usage `json:"usage"`
+	}
+	if json.Unmarshal(data, &u) == nil && u.Usage != nil {
+		r.UsageTokens, r.PromptTokens = u.Usage.CompletionTokens, u.Usage.PromptTokens
+	}
+}
+
+// plainBody is a non-streaming chat or completion answer.
+type plainBody struct {
+	Choices []struct {
+		Message struct {
+			Content          *string         `json:"content"`
+			ReasoningContent *string         `json:"reasoning_content"`
+			ToolCalls        json.RawMessage `json:"tool_calls"`
+		} `json:"message"`
+		Text         *string `json:"text"`
+		FinishReason *string `json:"finish_reason"`
+	} `json:"choices"`
+	Usage *openai.Usage `json:"usage"`
+}
+
+func (p *parser) readPlain(ctx context.Context, b io.Reader, r *Result) {
+	var err error
+	p.body, err = readAll(p.body[:0], b, 64<<20)
+	r.End = time.Since(r.Sent)
+	if err != nil {
+		r.fail(ctx, ErrReset, err)
+		return
+	}
+	var pb plainBody
+	if err := json.Unmarshal(p.body, &pb); err != nil || len(pb.Choices) == 0 {
+		r.fail(ctx, ErrBadBody, fmt.Errorf("not a completion: %.200s", p.body))
+		return
+	}
+	c := pb.Choices[0]
+	for _, s := range []*string{c.Message.ReasoningContent, c.Message.Content, c.Text} {
+		if s != nil {
+			p.text = append(p.text, *s...)
+		}
+	}
+	if len(c.Message.ToolCalls) > 0 && string(c.Message.ToolCalls) != "null" {
+		p.text = append(p.text, c.Message.ToolCalls...)
+	}
+	if c.FinishReason != nil {
+		r.Finish = *c.FinishReason
+	}
+	if pb.Usage != nil {
+		r.UsageTokens, r.PromptTokens = pb.Usage.CompletionTokens, pb.Usage.PromptTokens
+	}
+	// Without a stream the first token arrives with the whole answer.
+	r.TTFT, r.LastToken, r.FirstEvent = r.End, r.End, r.End
+	if len(p.text) > 0 {
+		r.ContentEvents = 1
+	}
+}
+
+// judge sets the token count and the quality signals of a success.
+func (p *parser) judge(r *Result) {
+	// Usage missing: count. With usage, every 16th answer is counted too,
+	// to check the server's figure at a bounded cost.
+	if p.count != nil && p.keepAll && (r.UsageTokens < 0 || r.Index%16 == 0) {
+		r.CountedTokens = p.count(string(p.text))
+	}
+	r.OutputTokens = r.UsageTokens
+	if r.OutputTokens < 0 {
+		r.OutputTokens = max(r.CountedTokens, r.ContentEvents)
+	}
+	r.Empty = len(bytes.TrimSpace(p.text)) == 0
+	if p.qual == nil {
+		return
+	}
+	// A truncated answer (finish_reason length) that is not JSON counts
+	// here too: the client cannot parse it either.
+	r.InvalidJSON = p.qual.WantJSON && !json.Valid(p.text)
+	for _, re := range p.qual.Refusals {
+		if re.Match(p.text) {
+			r.Refusal = true
+			break
+		}
+	}
+}
+
+// readAll appends r's bytes to dst, at most limit.
+func readAll(dst []byte, r io.Reader, limit int) ([]byte, error) {
+	for {
+		if len(dst) == cap(dst) {
+			dst = append(dst, 0)[:len(dst)]
+		}
+		n, err := r.Read(dst[len(dst):cap(dst)])
+		dst = dst[:len(dst)+n]
+		if err == io.EOF {
+			return dst, nil
+		}
+		if err != nil {
+			return dst, err
+		}
+		if len(dst) > limit {
+			return dst, fmt.Errorf("body larger than %d bytes", limit)
+		}
+	}
+}
+
+// readSome reads up to limit bytes of an error body for the message and
+// drains the rest.
+func readSome(dst []byte, r io.Reader, limit int) []byte {
+	dst, _ = readAll(dst, io.LimitReader(r, int64(limit)), limit+1)
+	_, _ = io.Copy(io.Discard, r)
+	return dst
+}

@@ -1,0 +1,334 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// LoadSpec is how a stage sends its requests. It is recorded with the run.
+type LoadSpec struct {
+	// Mode is "closed" (Concurrency users, each sending its next request
+	// when the last ends), "open" (Rate requests/s on a schedule, whether
+	// or not earlier ones finished) or "replay" (the workload's own times).
+	Mode        string  `json:"mode"`
+	Concurrency int     `json:"concurrency,omitempty"`
+	Rate        float64 `json:"rate,omitempty"`
+	// Arrival is "poisson" (default), "constant" or "gamma" (with
+	// Burstiness as its shape: below 1 burstier than Poisson, above 1
+	// more regular).
+	Arrival    string  `json:"arrival,omitempty"`
+	Burstiness float64 `json:"burstiness,omitempty"`
+	// MaxConcurrency caps requests in flight in open loop; a request that
+	// finds the cap full waits, and the wait shows in its send lag.
+	MaxConcurrency int `json:"max_concurrency,omitempty"`
+	// Duration and Requests bound the measured part; at least one is set.
+	Duration time.Duration `json:"duration,omitempty"`
+	Requests int           `json:"requests,omitempty"`
+	// WarmupRequests or WarmupTime come first and are left out of every
+	// figure.
+	WarmupRequests int           `json:"warmup_requests,omitempty"`
+	WarmupTime     time.Duration `json:"warmup_time,omitempty"`
+	// RampUp spreads a closed loop's first requests over this span.
+	RampUp time.Duration `json:"ramp_up,omitempty"`
+	// Timeout bounds one request; default 10 minutes.
+	Timeout time.Duration `json:"timeout"`
+}
+
+// Level is the stage's load level: its concurrency or its rate.
+func (l *LoadSpec) Level() float64 {
+	if l.Mode == "closed" {
+		return float64(l.Concurrency)
+	}
+	return l.Rate
+}
+
+// Validate checks the spec and sets defaults.
+func (l *LoadSpec) Validate() error {
+	if l.Timeout == 0 {
+		l.Timeout = 10 * time.Minute
+	}
+	if l.Arrival == "" && l.Mode == "open" {
+		l.Arrival = "poisson"
+	}
+	switch {
+	case l.Mode == "closed" && l.Concurrency < 1:
+		return errors.New("bench: closed loop needs --concurrency ≥ 1")
+	case l.Mode == "open" && (l.Rate <= 0 || math.IsInf(l.Rate, 0) || math.IsNaN(l.Rate)):
+		return errors.New("bench: open loop needs --rate > 0")
+	case l.Mode == "open" && l.Arrival != "poisson" && l.Arrival != "constant" && l.Arrival != "gamma":
+		return fmt.Errorf("bench: --arrival %q: want poisson, constant or gamma", l.Arrival)
+	case l.Arrival == "gamma" && l.Burstiness <= 0:
+		return errors.New("bench: gamma arrivals need --burstiness > 0")
+	case l.Mode != "closed" && l.Mode != "open" && l.Mode != "replay":
+		return fmt.Errorf("bench: load mode %q: want closed, open or replay", l.Mode)
+	case l.Mode != "replay" && l.Duration <= 0 && l.Requests <= 0:
+		return errors.New("bench: give --duration or --requests: every run is bounded")
+	case l.Duration < 0 || l.Requests < 0 || l.WarmupRequests < 0 || l.WarmupTime < 0 || l.MaxConcurrency < 0:
+		return errors.New("bench: durations and counts cannot be negative")
+	}
+	return nil
+}
+
+// Runner sends a workload's requests to a client and hands each result to
+// Sink as it completes. Sink is called from many goroutines at once.
+type Runner struct {
+	Client   *Client
+	Workload Workload
+	Stream   bool
+	// Count counts the tokens of a text (nil: never count).
+	Count   func(string) int
+	Quality *Quality
+	Sink    func(*Result)
+	// Gaps receives the gaps between content events in batches, as they
+	// happen, so a long stream holds none of them; called concurrently.
+	Gaps func(stage int, warm bool, gaps []time.Duration)
+	// KeepEvents keeps every content event's time in Result.Events.
+	KeepEvents bool
+	// Seed drives the arrival process.
+	Seed uint64
+
+	next     atomic.Int64 // the next request index, across stages
+	inFlight atomic.Int64
+	hasUsage atomic.Bool
+	parsers  sync.Pool
+}
+
+// InFlight is the number of requests now in flight.
+func (rn *Runner) InFlight() int64 { return rn.inFlight.Load() }
+
+// Window is what a stage took: the first measured send to the last
+// measured end, and when the load stopped being sent.
+type Window struct {
+	Start, Stop time.Time
+}
+
+// stage is the shared state of one stage's senders.
+type stage struct {
+	rn       *Runner
+	l        LoadSpec
+	n        int
+	begin    time.Time
+	warmEnd  time.Time    // time-based warm-up ends
+	local    atomic.Int64 // the stage's own request count
+	measured atomic.Int64 // measured requests taken
+	start    atomic.Int64 // unix ns of the first measured send
+	stop     atomic.Int64 // unix ns when sending stopped
+	deadline atomic.Int64 // unix ns when the measured part ends (0: not yet known)
+	wg       sync.WaitGroup
+}
+
+// take decides whether the request about to be sent at now goes, and
+// whether it is warm-up.
+func (s *stage) take(ctx context.Context, i int, now time.Time) (ok, warm bool) {
+	if ctx.Err() != nil {
+		return false, false
+	}
+	if s.l.Mode == "replay" && i >= s.rn.Workload.Len() {
+		return false, false
+	}
+	if d := s.deadline.Load(); d != 0 && now.UnixNano() >= d {
+		return false, false
+	}
+	warm = i < s.l.WarmupRequests || now.Before(s.warmEnd)
+	if warm {
+		return true, true
+	}
+	if s.l.Requests > 0 && s.measured.Add(1) > int64(s.l.Requests) {
+		return false, false
+	}
+	if s.start.CompareAndSwap(0, now.UnixNano()) && s.l.Duration > 0 {
+		s.deadline.Store(now.Add(s.l.Duration).UnixNano())
+	}
+	return true, false
+}
+
+// Run runs one stage: warm-up, then the measured part, then waits for the
+// requests in flight. It returns when they are all delivered to Sink, or
+// ctx ended and every request was cancelled.
+func (rn *Runner) Run(ctx context.Context, stageNo int, l LoadSpec) (Window, error) {
+	if err := l.Validate(); err != nil {
+		return Window{}, err
+	}
+	s := &stage{rn: rn, l: l, n: stageNo, begin: time.Now()}
+	s.warmEnd = s.begin.Add(l.WarmupTime)
+	switch l.Mode {
+	case "closed":
+		s.closed(ctx)
+	default:
+		s.open(ctx)
+	}
+	s.wg.Wait()
+	w := Window{Start: time.Unix(0, s.start.Load()), Stop: time.Unix(0, s.stop.Load())}
+	if s.start.Load() == 0 {
+		w.Start = s.begin
+	}
+	if ctx.Err() != nil {
+		return w, fmt.Errorf("bench: run interrupted: %w", context.Cause(ctx))
+	}
+	return w, nil
+}
+
+func (s *stage) markStop() { s.stop.CompareAndSwap(0, time.Now().UnixNano()) }
+
+func (s *stage) closed(ctx context.Context) {
+	var stopOnce sync.Once
+	for u := range s.l.Concurrency {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if s.l.RampUp > 0 {
+				t := time.NewTimer(s.l.RampUp * time.Duration(u) / time.Duration(s.l.Concurrency))
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+					t.Stop()
+					return
+				}
+			}
+			p := s.rn.parser()
+			defer s.rn.parsers.Put(p)
+			for {
+				k := int(s.local.Add(1) - 1)
+				now := time.Now()
+				ok, warm := s.take(ctx, k, now)
+				if !ok {
+					stopOnce.Do(s.markStop)
+					return
+				}
+				i := int(s.rn.next.Add(1) - 1)
+				s.doAt(ctx, p, i, warm, now, s.rn.Workload.Request(i))
+			}
+		}()
+	}
+}
+
+// open sends on the arrival schedule: a request whose time has come is
+// started in its own goroutine, whatever the others are doing.
+func (s *stage) open(ctx context.Context) {
+	defer s.markStop()
+	var sem chan struct{}
+	if s.l.MaxConcurrency > 0 {
+		sem = make(chan struct{}, s.l.MaxConcurrency)
+	}
+	rng := rand.New(rand.NewPCG(s.rn.Seed, uint64(s.n)+1<<32))
+	t0 := time.Now()
+	var offset time.Duration
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for k := 0; ; k++ {
+		i := int(s.rn.next.Add(1) - 1)
+		req := Request{At: -1}
+		if s.l.Mode == "replay" {
+			if k >= s.rn.Workload.Len() {
+				return
+			}
+			req = s.rn.Workload.Request(k)
+			offset = req.At
+		} else if k > 0 {
+			offset += s.gap(rng)
+		}
+		intended := t0.Add(offset)
+		if d := time.Until(intended); d > 0 {
+			timer.Reset(d)
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				return
+			}
+		}
+		ok, warm := s.take(ctx, k, intended)
+		if !ok {
+			return
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if sem != nil {
+				select {
+				case sem <- struct{}{}:
+					defer func() { <-sem }()
+				case <-ctx.Done():
+					return
+				}
+			}
+			p := s.rn.parser()
+			defer s.rn.parsers.Put(p)
+			if req.Body == nil {
+				s.doAt(ctx, p, i, warm, intended, s.rn.Workload.Request(i))
+			} else {
+				s.doAt(ctx, p, i, warm, intended, req)
+			}
+		}()
+	}
+}
+
+// gap draws the time to the next arrival.
+func (s *stage) gap(rng *rand.Rand) time.Duration {
+	mean := float64(time.Second) / s.l.Rate
+	switch s.l.Arrival {
+	case "constant":
+		return time.Duration(mean)
+	case "gamma":
+		return time.Duration(gamma(rng, s.l.Burstiness) * mean / s.l.Burstiness)
+	}
+	return time.Duration(rng.ExpFloat64() * mean)
+}
+
+// gamma draws from Gamma(shape, 1) (Marsaglia and Tsang; boosted below 1).
+func gamma(rng *rand.Rand, shape float64) float64 {
+	if shape < 1 {
+		return gamma(rng, shape+1) * math.Pow(rng.Float64(), 1/shape)
+	}
+	d := shape - 1.0/3
+	c := 1 / math.Sqrt(9*d)
+	for {
+		x := rng.NormFloat64()
+		v := 1 + c*x
+		if v <= 0 {
+			continue
+		}
+		v = v * v * v
+		u := rng.Float64()
+		if math.Log(u) < 0.5*x*x+d-d*v+d*math.Log(v) {
+			return d * v
+		}
+	}
+}
+
+// doAt sends req (request i) and delivers its result.
+func (s *stage) doAt(ctx context.Context, p *parser, i int, warm bool, intended time.Time, req Request) {
+	rn := s.rn
+	rn.inFlight.Add(1)
+	defer rn.inFlight.Add(-1)
+	r := &Result{Index: i, Stage: s.n, Warmup: warm, Intended: intended, InputTokens: req.InputTokens, MaxTokens: req.MaxTokens}
+	rctx, cancel := context.WithTimeoutCause(ctx, s.l.Timeout, errRequestTimeout)
+	// The text is kept whole only where it is needed: to count tokens
+	// while the server has not shown it reports usage, for the sampled
+	// usage check, and to check JSON. Refusal patterns see its head.
+	p.keepAll = !rn.hasUsage.Load() || i%16 == 0 || (rn.Quality != nil && rn.Quality.WantJSON)
+	p.keepEvents = rn.KeepEvents
+	p.flushGaps = func(g []time.Duration) {
+		if rn.Gaps != nil {
+			rn.Gaps(s.n, warm, g)
+		}
+	}
+	rn.Client.Do(rctx, req.Body, rn.Stream, p, r)
+	cancel()
+	if r.UsageTokens >= 0 {
+		rn.hasUsage.Store(true)
+	}
+	rn.Sink(r)
+}
+
+func (rn *Runner) parser() *parser {
+	if p, ok := rn.parsers.Get().(*parser); ok {
+		return p
+	}
+	return newParser(rn.Count, rn.Quality)
+}

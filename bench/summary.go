@@ -1,0 +1,474 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Formulas name how each figure of a Summary is computed; a record
+// carries them so its numbers need no outside explanation.
+var Formulas = map[string]string{
+	"ttft":                           "first SSE event whose delta carries non-empty content, reasoning_content or tool_calls − send (a role-only chunk does not count); non-streaming: the whole body",
+	"ttft_sched":                     "ttft measured from the intended send time (open loop and replay): includes the client's own queueing",
+	"ttfb":                           "response headers − send",
+	"first_event":                    "first SSE event of any kind − send",
+	"tpot":                           "(last content event − first content event) / (output tokens − 1), per request with ≥ 2 tokens",
+	"itl":                            "every gap between consecutive content events, pooled over requests",
+	"e2e":                            "last content event − send",
+	"stream_end":                     "end of the response ([DONE], usage chunk and body end) − send",
+	"send_lag":                       "actual send − intended send",
+	"speed":                          "per-request output speed: (output tokens − 1) / (last content − first content), tokens/s",
+	"output_tokens":                  "usage.completion_tokens when reported, else the answer counted with cl100k_base",
+	"tokens_per_event":               "output tokens / content events, per request",
+	"request_throughput":             "successful requests / (last end − first send), measured requests only",
+	"output_token_throughput":        "Σ output tokens / (last end − first send), measured requests only",
+	"steady_output_token_throughput": "output tokens produced inside [first send + median e2e, end of sending] / its length; each request's tokens spread evenly between its first and last content event (no ramp, no drain)",
+	"goodput":                        "successful requests meeting every SLO, as a share of measured requests and per second of the window",
+	"achieved_rate":                  "measured requests sent / (last send − first send)",
+}
+
+// Percentiles describe one distribution. A quantile is left out when n is
+// too small to carry it (p90 needs 10 values, p95 20, p99 100).
+type Percentiles struct {
+	N    int64    `json:"n"`
+	Mean float64  `json:"mean"`
+	Min  float64  `json:"min"`
+	Max  float64  `json:"max"`
+	P50  float64  `json:"p50"`
+	P90  *float64 `json:"p90,omitempty"`
+	P95  *float64 `json:"p95,omitempty"`
+	P99  *float64 `json:"p99,omitempty"`
+}
+
+// percentiles of exact samples (nearest rank).
+func percentiles(xs []float64) *Percentiles {
+	if len(xs) == 0 {
+		return nil
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	p := &Percentiles{N: int64(len(s)), Min: s[0], Max: s[len(s)-1]}
+	sum := 0.0
+	for _, x := range s {
+		sum += x
+	}
+	p.Mean = sum / float64(len(s))
+	q := func(f float64) float64 { return s[max(0, int(math.Ceil(f*float64(len(s))))-1)] }
+	p.P50 = q(0.5)
+	set := func(dst **float64, f float64, need int) {
+		if len(s) >= need {
+			v := q(f)
+			*dst = &v
+		}
+	}
+	set(&p.P90, 0.90, 10)
+	set(&p.P95, 0.95, 20)
+	set(&p.P99, 0.99, 100)
+	return p
+}
+
+// distPercentiles reads a Dist, in milliseconds.
+func distPercentiles(d *Dist) *Percentiles {
+	n := d.Count()
+	if n == 0 {
+		return nil
+	}
+	ms := func(v int64) float64 { return float64(v) / 1e6 }
+	p := &Percentiles{N: n, Mean: d.h.Mean() / 1e6, Min: ms(d.h.Min()), Max: ms(d.h.Max()), P50: ms(d.h.ValueAtQuantile(50))}
+	set := func(dst **float64, q float64, need int64) {
+		if n >= need {
+			v := ms(d.h.ValueAtQuantile(q))
+			*dst = &v
+		}
+	}
+	set(&p.P90, 90, 10)
+	set(&p.P95, 95, 20)
+	set(&p.P99, 99, 100)
+	return p
+}
+
+// SLO is one service-level objective on a per-request latency metric.
+type SLO struct {
+	Metric string        `json:"metric"` // ttft, ttft_sched, tpot, e2e
+	Max    time.Duration `json:"max"`
+}
+
+// ParseSLOs reads "ttft=500ms,tpot=50ms".
+func ParseSLOs(s string) ([]SLO, error) {
+	var out []SLO
+	for part := range strings.SplitSeq(s, ",") {
+		if strings.TrimSpace(part) == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(part, "=")
+		k = strings.TrimSpace(k)
+		d, err := time.ParseDuration(strings.TrimSpace(v))
+		if !ok || err != nil || d <= 0 {
+			return nil, fmt.Errorf("bench: --slo %q: want metric=duration, e.g. ttft=500ms", part)
+		}
+		switch k {
+		case "ttft", "ttft_sched", "tpot", "e2e":
+		default:
+			return nil, fmt.Errorf("bench: --slo %q: metric must be ttft, ttft_sched, tpot or e2e", part)
+		}
+		out = append(out, SLO{Metric: k, Max: d})
+	}
+	return out, nil
+}
+
+func (w *row) metric(name string) int64 {
+	switch name {
+	case "ttft":
+		return w.ttft
+	case "ttft_sched":
+		return w.ttft + w.lag
+	case "tpot":
+		if w.out < 2 {
+			return 0
+		}
+		return (w.last - w.ttft) / int64(w.out-1)
+	case "e2e":
+		return w.e2e()
+	}
+	return 0
+}
+
+func (w *row) e2e() int64 {
+	if w.last > 0 {
+		return w.last
+	}
+	return w.end
+}
+
+// Summary is the figures of one stage. Latencies are in milliseconds.
+type Summary struct {
+	Stage int     `json:"stage"`
+	Level float64 `json:"level"` // concurrency or rate
+	// Requests counts measured requests that finished (succeeded or
+	// failed); Cancelled those cut off by an interrupted run; Warmup the
+	// warm-up requests left out.
+	Requests  int `json:"requests"`
+	OK        int `json:"ok"`
+	Failed    int `json:"failed"`
+	Cancelled int `json:"cancelled,omitempty"`
+	Warmup    int `json:"warmup,omitempty"`
+	// Errors counts failures by class (http_503, timeout, ...), with the
+	// first message of each class.
+	Errors       map[string]int    `json:"errors,omitempty"`
+	ErrorSamples map[string]string `json:"error_samples,omitempty"`
+	Quality      QualityCounts     `json:"quality"`
+	// Usage: answers whose usage disagreed with the counted tokens by
+	// more than 10% (and 2 tokens), of those checked; and answers without
+	// usage.
+	UsageChecked  int `json:"usage_checked"`
+	UsageMismatch int `json:"usage_mismatch"`
+	UsageMissing  int `json:"usage_missing"`
+
+	OutputTokens int64 `json:"output_tokens"`
+	PromptTokens int64 `json:"prompt_tokens,omitempty"`
+
+	Metrics map[string]*Percentiles `json:"metrics"`
+
+	// The measured window, seconds from the stage's start.
+	WindowStart float64 `json:"window_start_s"`
+	WindowEnd   float64 `json:"window_end_s"`
+	Window      float64 `json:"window_s"`
+
+	RequestThroughput           float64 `json:"request_throughput"`
+	OutputTokenThroughput       float64 `json:"output_token_throughput"`
+	SteadyOutputTokenThroughput float64 `json:"steady_output_token_throughput,omitempty"`
+	SteadyWindow                float64 `json:"steady_window_s,omitempty"`
+
+	RequestedRate float64 `json:"requested_rate,omitempty"`
+	AchievedRate  float64 `json:"achieved_rate,omitempty"`
+
+	SLOs         []SLO   `json:"slos,omitempty"`
+	GoodputShare float64 `json:"goodput_share,omitempty"`
+	Goodput      float64 `json:"goodput,omitempty"`
+
+	// Timeline is one bucket per second of the stage.
+	Timeline []Bucket `json:"timeline,omitempty"`
+	// Samples are per-request values for comparisons (at most maxSamples
+	// each, evenly thinned).
+	Samples map[string][]float64 `json:"samples,omitempty"`
+}
+
+// QualityCounts are the answers that showed each quality signal, of the
+// successful ones.
+type QualityCounts struct {
+	JSONChecked  bool `json:"json_checked,omitempty"`
+	InvalidJSON  int  `json:"invalid_json"`
+	FinishLength int  `json:"finish_length"`
+	Empty        int  `json:"empty"`
+	Refusal      int  `json:"refusal"`
+}
+
+// Bucket is one second of a stage: what ended in it, and the output
+// tokens produced in it.
+type Bucket struct {
+	T            float64 `json:"t"`
+	Completed    int     `json:"completed"`
+	Failed       int     `json:"failed"`
+	OutputTokens float64 `json:"output_tokens"`
+	TTFTP50      float64 `json:"ttft_p50,omitempty"`
+}
+
+const maxSamples = 100000
+
+// Summarize computes stage n's summary. level is its concurrency or rate;
+// win the window the runner reported.
+func (c *Collector) Summarize(n int, l LoadSpec, win Window, slos []SLO) *Summary {
+	c.mu.Lock()
+	sd := c.stage(n)
+	rows := slices.Clone(sd.rows)
+	itl := distPercentiles(sd.itl)
+	s := &Summary{Stage: n, Level: l.Level(), Errors: map[string]int{}, ErrorSamples: map[string]string{}, Metrics: map[string]*Percentiles{},
+		Cancelled: sd.cancelled, Warmup: sd.warmup, SLOs: slos}
+	for k, v := range sd.errors {
+		s.Errors[k] = v
+	}
+	for k, v := range sd.errSample {
+		s.ErrorSamples[k] = v
+	}
+	exact := sd.seen // rows may be a reservoir of it
+	begin := sd.begin
+	c.mu.Unlock()
+
+	s.Quality.JSONChecked = false
+	vals := map[string][]float64{}
+	add := func(k string, v float64) { vals[k] = append(vals[k], v) }
+	ms := func(ns int64) float64 { return float64(ns) / 1e6 }
+	var first, lastEnd, lastSend int64 = math.MaxInt64, 0, 0
+	met := 0
+	for i := range rows {
+		w := &rows[i]
+		s.Requests++
+		first = min(first, w.sent)
+		lastSend = max(lastSend, w.sent)
+		lastEnd = max(lastEnd, w.sent+w.end)
+		if l.Mode != "closed" {
+			add("send_lag", ms(w.lag))
+		}
+		if !w.ok {
+			s.Failed++
+			continue
+		}
+		s.OK++
+		s.OutputTokens += int64(w.out)
+		if w.prompt > 0 {
+			s.PromptTokens += int64(w.prompt)
+		}
+		if w.invalidJSON {
+			s.Quality.InvalidJSON++
+		}
+		if w.finishLength {
+			s.Quality.FinishLength++
+		}
+		if w.empty {
+			s.Quality.Empty++
+		}
+		if w.refusal {
+			s.Quality.Refusal++
+		}
+		if w.usage < 0 {
+			s.UsageMissing++
+		} else if w.counted >= 0 {
+			s.UsageChecked++
+			if d := math.Abs(float64(w.usage - w.counted)); d > 2 && d > 0.1*float64(w.usage) {
+				s.UsageMismatch++
+			}
+		}
+		add("ttfb", ms(w.ttfb))
+		add("e2e", ms(w.e2e()))
+		add("stream_end", ms(w.end))
+		add("output_tokens", float64(w.out))
+		if w.first > 0 {
+			add("first_event", ms(w.first))
+		}
+		if w.ttft > 0 {
+			add("ttft", ms(w.ttft))
+			add("ttft_sched", ms(w.ttft+w.lag))
+		}
+		if w.out >= 2 && w.last > w.ttft {
+			add("tpot", ms(w.metric("tpot")))
+			add("speed", float64(w.out-1)/(float64(w.last-w.ttft)/1e9))
+		}
+		if w.events > 0 {
+			add("tokens_per_event", float64(w.out)/float64(w.events))
+		}
+		good := true
+		for _, o := range slos {
+			if v := w.metric(o.Metric); v <= 0 || v > int64(o.Max) {
+				good = false
+			}
+		}
+		if good {
+			met++
+		}
+	}
+	for k, v := range vals {
+		s.Metrics[k] = percentiles(v)
+	}
+	if itl != nil {
+		s.Metrics["itl"] = itl
+	}
+	// Counts scale from the reservoir to the exact total.
+	scale := 1.0
+	if exact > int64(len(rows)) && len(rows) > 0 {
+		scale = float64(exact) / float64(len(rows))
+	}
+	if s.Requests == 0 {
+		return s
+	}
+	s.WindowStart, s.WindowEnd = float64(first)/1e9, float64(lastEnd)/1e9
+	s.Window = s.WindowEnd - s.WindowStart
+	if s.Window > 0 {
+		s.RequestThroughput = float64(s.OK) * scale / s.Window
+		s.OutputTokenThroughput = float64(s.OutputTokens) * scale / s.Window
+	}
+	if len(slos) > 0 {
+		s.GoodputShare = float64(met) / float64(s.Requests)
+		if s.Window > 0 {
+			s.Goodput = float64(met) * scale / s.Window
+		}
+	}
+	if l.Mode != "closed" && lastSend > first {
+		s.RequestedRate = l.Rate
+		s.AchievedRate = float64(s.Requests-1) / (float64(lastSend-first) / 1e9)
+	}
+	// Steady state: from one median request after the first send (the
+	// pipeline is full) to the end of sending (the drain begins).
+	if e2e := s.Metrics["e2e"]; e2e != nil && !win.Stop.IsZero() {
+		from := first + int64(e2e.P50*1e6)
+		to := win.Stop.Sub(begin).Nanoseconds()
+		if to > from {
+			tok := 0.0
+			for i := range rows {
+				tok += rows[i].tokensIn(from, to)
+			}
+			s.SteadyWindow = float64(to-from) / 1e9
+			s.SteadyOutputTokenThroughput = tok * scale / s.SteadyWindow
+		}
+	}
+	s.Timeline = timeline(rows, scale)
+	s.Samples = map[string][]float64{}
+	for _, k := range []string{"ttft", "ttft_sched", "tpot", "e2e", "speed"} {
+		s.Samples[k] = thin(vals[k], maxSamples)
+	}
+	if len(s.Errors) == 0 {
+		s.Errors, s.ErrorSamples = nil, nil
+	}
+	return s
+}
+
+// tokensIn is the share of the row's output tokens produced inside
+// [from, to] (ns from the stage's begin), taking them as evenly spread
+// between its first and last content event.
+func (w *row) tokensIn(from, to int64) float64 {
+	if !w.ok || w.out == 0 || w.ttft == 0 {
+		return 0
+	}
+	a, b := w.sent+w.ttft, w.sent+w.last
+	if b <= a {
+		if a >= from && a <= to {
+			return float64(w.out)
+		}
+		return 0
+	}
+	lo, hi := max(a, from), min(b, to)
+	if hi <= lo {
+		return 0
+	}
+	return float64(w.out) * float64(hi-lo) / float64(b-a)
+}
+
+// timeline buckets the stage by second.
+func timeline(rows []row, scale float64) []Bucket {
+	var last int64
+	for i := range rows {
+		last = max(last, rows[i].sent+rows[i].end)
+	}
+	n := int(last/1e9) + 1
+	if n > 24*3600 {
+		return nil
+	}
+	out := make([]Bucket, n)
+	ttfts := make([][]float64, n)
+	for i := range out {
+		out[i].T = float64(i)
+	}
+	for i := range rows {
+		w := &rows[i]
+		b := int((w.sent + w.end) / 1e9)
+		if !w.ok {
+			out[b].Failed++
+			continue
+		}
+		out[b].Completed++
+		if w.ttft > 0 {
+			tb := int((w.sent + w.ttft) / 1e9)
+			ttfts[tb] = append(ttfts[tb], float64(w.ttft)/1e6)
+		}
+		for k := int((w.sent + w.ttft) / 1e9); k <= b && k < n; k++ {
+			out[k].OutputTokens += w.tokensIn(int64(k)*1e9, int64(k+1)*1e9) * scale
+		}
+	}
+	for i, t := range ttfts {
+		if p := percentiles(t); p != nil {
+			out[i].TTFTP50 = p.P50
+		}
+	}
+	return out
+}
+
+// thin keeps at most n values, evenly spaced.
+func thin(xs []float64, n int) []float64 {
+	if len(xs) <= n {
+		return xs
+	}
+	out := make([]float64, 0, n)
+	for i := range n {
+		out = append(out, xs[i*len(xs)/n])
+	}
+	return out
+}
+
+// Knee finds where a sweep stops paying: the first stage whose output
+// token throughput reaches 90% of the sweep's peak. Beyond it more load
+// mostly adds latency. It returns -1 for fewer than 3 stages.
+func Knee(stages []*Summary) int {
+	if len(stages) < 3 {
+		return -1
+	}
+	peak := 0.0
+	for _, s := range stages {
+		peak = max(peak, s.OutputTokenThroughput)
+	}
+	for i, s := range stages {
+		if s.OutputTokenThroughput >= 0.9*peak {
+			return i
+		}
+	}
+	return -1
+}
+
+// ParseSweep reads "1,2,4,8".
+func ParseSweep(s string) ([]float64, error) {
+	var out []float64
+	for part := range strings.SplitSeq(s, ",") {
+		var v float64
+		if _, err := fmt.Sscan(strings.TrimSpace(part), &v); err != nil || v <= 0 {
+			return nil, fmt.Errorf("bench: --sweep %q: want positive numbers separated by commas", s)
+		}
+		out = append(out, v)
+	}
+	if !sort.Float64sAreSorted(out) {
+		return nil, errors.New("bench: --sweep values must increase")
+	}
+	return out, nil
+}

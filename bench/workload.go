@@ -1,0 +1,474 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/infergate/infergate/internal/tokens"
+)
+
+// Request is one prepared request of a workload.
+type Request struct {
+	Body []byte
+	// InputTokens is the prompt's length in tokens when the workload knows
+	// it (synthetic prompts: exact); MaxTokens the output asked for.
+	InputTokens, MaxTokens int
+	// At is the request's send time from the run's start (replay), or -1.
+	At time.Duration
+}
+
+// Workload makes the requests of a run. Request(i) is deterministic for
+// a given workload and seed, and safe for concurrent use.
+type Workload interface {
+	Request(i int) Request
+	// Len is the number of requests a replay holds; 0 for no limit.
+	Len() int
+}
+
+// WorkloadSpec describes a workload. It is recorded with the run: two
+// runs are comparable only when their specs agree.
+type WorkloadSpec struct {
+	// Endpoint is "chat" (/v1/chat/completions) or "completions".
+	Endpoint string `json:"endpoint"`
+	Model    string `json:"model"`
+	Stream   bool   `json:"stream"`
+	// InputTokens and OutputTokens are length distributions (see
+	// ParseLengths); OutputTokens "" leaves max_tokens unset.
+	InputTokens  string `json:"input_tokens,omitempty"`
+	OutputTokens string `json:"output_tokens,omitempty"`
+	// SharedPrefix is the number of prompt tokens every request shares;
+	// 0 makes each prompt unique from its first token.
+	SharedPrefix int `json:"shared_prefix,omitempty"`
+	// ForceOutputLength sends ignore_eos and min_tokens = max_tokens.
+	ForceOutputLength bool `json:"force_output_length,omitempty"`
+	// JSON asks for response_format json_object and checks the answers.
+	JSON bool   `json:"json,omitempty"`
+	Seed uint64 `json:"seed"`
+	// Dataset and Replay are file paths; their SHA-256 is recorded.
+	Dataset       string  `json:"dataset,omitempty"`
+	DatasetSHA256 string  `json:"dataset_sha256,omitempty"`
+	Replay        string  `json:"replay,omitempty"`
+	ReplaySHA256  string  `json:"replay_sha256,omitempty"`
+	Speedup       float64 `json:"speedup,omitempty"`
+}
+
+// Path is the URL path of the spec's endpoint.
+func (s *WorkloadSpec) Path() string {
+	if s.Endpoint == "completions" {
+		return "/v1/completions"
+	}
+	return "/v1/chat/completions"
+}
+
+// NewWorkload builds the workload of s, hashing any file it reads into s.
+func NewWorkload(s *WorkloadSpec, tok *tokens.Tokenizer) (Workload, error) {
+	if s.Endpoint != "chat" && s.Endpoint != "completions" {
+		return nil, fmt.Errorf("bench: endpoint %q: want chat or completions", s.Endpoint)
+	}
+	out, err := ParseLengths(s.OutputTokens)
+	if err != nil {
+		return nil, fmt.Errorf("bench: output tokens: %w", err)
+	}
+	switch {
+	case s.Dataset != "" && s.Replay != "":
+		return nil, errors.New("bench: --dataset and --replay are exclusive")
+	case s.Dataset != "":
+		return loadDataset(s, out, tok)
+	case s.Replay != "":
+		return loadReplay(s, out, tok)
+	}
+	in, err := ParseLengths(s.InputTokens)
+	if err != nil {
+		return nil, fmt.Errorf("bench: input tokens: %w", err)
+	}
+	if in.zero() {
+		return nil, errors.New("bench: a synthetic workload needs --input-tokens")
+	}
+	return &synthetic{spec: s, in: in, out: out, words: tok.Words()}, nil
+}
+
+// Lengths is a distribution of token counts: fixed "512", uniform
+// "uniform:256-1024", or normal "normal:512,64" (clamped to at least 1).
+type Lengths struct {
+	kind string
+	a, b float64
+}
+
+// ParseLengths reads a Lengths; "" is none.
+func ParseLengths(s string) (Lengths, error) {
+	kind, arg, ok := strings.Cut(s, ":")
+	if !ok {
+		kind, arg = "fixed", s
+	}
+	if s == "" {
+		return Lengths{}, nil
+	}
+	var a, b float64
+	var err error
+	switch kind {
+	case "fixed":
+		a, err = strconv.ParseFloat(arg, 64)
+		b = a
+	case "uniform":
+		lo, hi, _ := strings.Cut(arg, "-")
+		if a, err = strconv.ParseFloat(lo, 64); err == nil {
+			b, err = strconv.ParseFloat(hi, 64)
+		}
+	case "normal":
+		m, sd, _ := strings.Cut(arg, ",")
+		if a, err = strconv.ParseFloat(m, 64); err == nil {
+			b, err = strconv.ParseFloat(sd, 64)
+		}
+	default:
+		return Lengths{}, fmt.Errorf("%q: want N, uniform:MIN-MAX or normal:MEAN,SD", s)
+	}
+	if err != nil || a < 1 || b < 0 || (kind == "uniform" && b < a) || a > 1e7 || b > 1e7 {
+		return Lengths{}, fmt.Errorf("%q: want N, uniform:MIN-MAX or normal:MEAN,SD with positive token counts", s)
+	}
+	return Lengths{kind: kind, a: a, b: b}, nil
+}
+
+func (l Lengths) zero() bool { return l.kind == "" }
+
+// Sample draws a length.
+func (l Lengths) Sample(rng *rand.Rand) int {
+	switch l.kind {
+	case "uniform":
+		return int(l.a) + rng.IntN(int(l.b-l.a)+1)
+	case "normal":
+		return max(1, int(math.Round(l.a+rng.NormFloat64()*l.b)))
+	case "fixed":
+		return int(l.a)
+	}
+	return 0
+}
+
+// synthetic makes prompts of an exact length from one-token words.
+type synthetic struct {
+	spec    *WorkloadSpec
+	in, out Lengths
+	words   []string
+}
+
+func (w *synthetic) Len() int { return 0 }
+
+func (w *synthetic) Request(i int) Request {
+	rng := rand.New(rand.NewPCG(w.spec.Seed, uint64(i)))
+	r := Request{InputTokens: w.in.Sample(rng), MaxTokens: w.out.Sample(rng), At: -1}
+	r.Body = w.spec.appendBody(nil, w.prompt(rng, r.InputTokens), r.MaxTokens)
+	return r
+}
+
+// prompt is n words: the shared prefix (the same for every request of
+// the seed), then words of this request's own stream.
+func (w *synthetic) prompt(rng *rand.Rand, n int) []byte {
+	b := make([]byte, 0, n*8)
+	shared := min(w.spec.SharedPrefix, n)
+	if shared > 0 {
+		pre := rand.New(rand.NewPCG(w.spec.Seed, math.MaxUint64))
+		for range shared {
+			b = append(b, w.words[pre.IntN(len(w.words))]...)
+		}
+	}
+	for range n - shared {
+		b = append(b, w.words[rng.IntN(len(w.words))]...)
+	}
+	return b
+}
+
+// appendBody appends a request body carrying prompt (plain ASCII words).
+func (s *WorkloadSpec) appendBody(b, prompt []byte, maxTokens int) []byte {
+	model, _ := json.Marshal(s.Model)
+	b = append(b, `{"model":`...)
+	b = append(b, model...)
+	if s.Endpoint == "completions" {
+		b = append(b, `,"prompt":"`...)
+		b = append(b, prompt...)
+		b = append(b, '"')
+	} else {
+		b = append(b, `,"messages":[{"role":"user","content":"`...)
+		b = append(b, prompt...)
+		b = append(b, `"}]`...)
+	}
+	return s.appendOptions(b, maxTokens)
+}
+
+// appendOptions appends the fields every request of the spec carries and
+// closes the object.
+func (s *WorkloadSpec) appendOptions(b []byte, maxTokens int) []byte {
+	if s.Stream {
+		b = append(b, `,"stream":true,"stream_options":{"include_usage":true}`...)
+	} else {
+		b = append(b, `,"stream":false`...)
+	}
+	if maxTokens > 0 {
+		b = append(b, `,"max_tokens":`...)
+		b = strconv.AppendInt(b, int64(maxTokens), 10)
+		if s.ForceOutputLength {
+			b = append(b, `,"min_tokens":`...)
+			b = strconv.AppendInt(b, int64(maxTokens), 10)
+			b = append(b, `,"ignore_eos":true`...)
+		}
+	}
+	if s.JSON {
+		b = append(b, `,"response_format":{"type":"json_object"}`...)
+	}
+	return append(b, '}')
+}
+
+// fixedSet is a list of prepared requests, sampled with the seed
+// (dataset) or taken in order (replay).
+type fixedSet struct {
+	reqs   []Request
+	perm   []int
+	replay bool
+}
+
+func (w *fixedSet) Len() int {
+	if w.replay {
+		return len(w.reqs)
+	}
+	return 0
+}
+
+func (w *fixedSet) Request(i int) Request {
+	if w.replay {
+		return w.reqs[i%len(w.reqs)]
+	}
+	return w.reqs[w.perm[i%len(w.perm)]]
+}
+
+// hashFile returns the file's bytes and their SHA-256.
+func hashFile(path string) ([]byte, string, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, "", fmt.Errorf("bench: %w", err)
+	}
+	sum := sha256.Sum256(raw)
+	return raw, hex.EncodeToString(sum[:]), nil
+}
+
+// lines splits JSONL, or a JSON array of objects, into raw objects.
+func lines(raw []byte) ([]json.RawMessage, error) {
+	trimmed := bytes.TrimSpace(raw)
+	if len(trimmed) > 0 && trimmed[0] == '[' {
+		var all []json.RawMessage
+		if err := json.Unmarshal(trimmed, &all); err != nil {
+			return nil, err
+		}
+		return all, nil
+	}
+	var out []json.RawMessage
+	sc := bufio.NewScanner(bytes.NewReader(raw))
+	sc.Buffer(make([]byte, 64<<10), 64<<20)
+	for n := 1; sc.Scan(); n++ {
+		l := bytes.TrimSpace(sc.Bytes())
+		if len(l) == 0 {
+			continue
+		}
+		if !json.Valid(l) {
+			return nil, fmt.Errorf("line %d is not JSON", n)
+		}
+		out = append(out, json.RawMessage(bytes.Clone(l)))
+	}
+	return out, sc.Err()
+}
+
+// loadDataset reads one OpenAI request per line (messages or prompt), or
+// ShareGPT conversations (the first human turn is the prompt; the first
+// reply's length, counted, is max_tokens unless --output-tokens is set).
+func loadDataset(s *WorkloadSpec, out Lengths, tok *tokens.Tokenizer) (Workload, error) {
+	raw, sum, err := hashFile(s.Dataset)
+	if err != nil {
+		return nil, err
+	}
+	s.DatasetSHA256 = sum
+	items, err := lines(raw)
+	if err != nil {
+		return nil, fmt.Errorf("bench: dataset %s: %w", s.Dataset, err)
+	}
+	rng := rand.New(rand.NewPCG(s.Seed, 1))
+	w := &fixedSet{}
+	for n, it := range items {
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(it, &obj); err != nil {
+			return nil, fmt.Errorf("bench: dataset %s entry %d: not an object", s.Dataset, n+1)
+		}
+		var r Request
+		var ok bool
+		if conv, isShareGPT := obj["conversations"]; isShareGPT {
+			r, ok = s.shareGPT(conv, out, rng, tok)
+		} else {
+			r, ok, err = s.openAIRequest(obj, out, rng)
+			if err != nil {
+				return nil, fmt.Errorf("bench: dataset %s entry %d: %w", s.Dataset, n+1, err)
+			}
+		}
+		if ok {
+			r.At = -1
+			w.reqs = append(w.reqs, r)
+		}
+	}
+	if len(w.reqs) == 0 {
+		return nil, fmt.Errorf("bench: dataset %s holds no usable request", s.Dataset)
+	}
+	w.perm = rng.Perm(len(w.reqs))
+	return w, nil
+}
+
+func (s *WorkloadSpec) shareGPT(conv json.RawMessage, out Lengths, rng *rand.Rand, tok *tokens.Tokenizer) (Request, bool) {
+	var turns []struct {
+		From  string `json:"from"`
+		Value string `json:"value"`
+	}
+	if json.Unmarshal(conv, &turns) != nil {
+		return Request{}, false
+	}
+	var prompt, reply string
+	for _, t := range turns {
+		switch {
+		case prompt == "" && (t.From == "human" || t.From == "user"):
+			prompt = t.Value
+		case prompt != "" && reply == "" && (t.From == "gpt" || t.From == "assistant"):
+			reply = t.Value
+		}
+	}
+	if prompt == "" {
+		return Request{}, false
+	}
+	maxTokens := out.Sample(rng)
+	if out.zero() && reply != "" {
+		maxTokens = max(1, tok.Count(reply))
+	}
+	q, _ := json.Marshal(prompt)
+	b, _ := json.Marshal(s.Model)
+	body := append([]byte(`{"model":`), b...)
+	if s.Endpoint == "completions" {
+		body = append(append(body, `,"prompt":`...), q...)
+	} else {
+		body = append(append(append(body, `,"messages":[{"role":"user","content":`...), q...), "}]"...)
+	}
+	return Request{Body: s.appendOptions(body, maxTokens), InputTokens: tok.Count(prompt), MaxTokens: maxTokens}, true
+}
+
+// openAIRequest takes a request object, setting the run's model, stream
+// and output length over its own.
+func (s *WorkloadSpec) openAIRequest(obj map[string]json.RawMessage, out Lengths, rng *rand.Rand) (Request, bool, error) {
+	_, hasMsgs := obj["messages"]
+	_, hasPrompt := obj["prompt"]
+	if !hasMsgs && !hasPrompt {
+		return Request{}, false, errors.New("neither messages nor prompt")
+	}
+	var r Request
+	if s.Model != "" {
+		obj["model"], _ = json.Marshal(s.Model)
+	}
+	obj["stream"], _ = json.Marshal(s.Stream)
+	delete(obj, "stream_options")
+	if s.Stream {
+		obj["stream_options"] = json.RawMessage(`{"include_usage":true}`)
+	}
+	if n := out.Sample(rng); n > 0 {
+		obj["max_tokens"], _ = json.Marshal(n)
+		delete(obj, "max_completion_tokens")
+		if s.ForceOutputLength {
+			obj["min_tokens"], obj["ignore_eos"] = obj["max_tokens"], json.RawMessage("true")
+		}
+	}
+	for _, k := range []string{"max_tokens", "max_completion_tokens"} {
+		if v, ok := obj[k]; ok {
+			_ = json.Unmarshal(v, &r.MaxTokens)
+		}
+	}
+	if s.JSON {
+		obj["response_format"] = json.RawMessage(`{"type":"json_object"}`)
+	}
+	var err error
+	r.Body, err = json.Marshal(obj)
+	return r, true, err
+}
+
+// ReplayEntry is one line of a request log that --replay reads: the
+// gateway's request log (one JSON object per request). Only time is
+// required; body is the original request when the log kept it, else a
+// prompt of input_tokens is made and output_tokens becomes max_tokens.
+type ReplayEntry struct {
+	Time         time.Time       `json:"time"`
+	Model        string          `json:"model,omitempty"`
+	InputTokens  int             `json:"input_tokens,omitempty"`
+	OutputTokens int             `json:"output_tokens,omitempty"`
+	Body         json.RawMessage `json:"body,omitempty"`
+}
+
+// loadReplay reads a request log; each entry is sent at its original
+// offset from the first, divided by Speedup.
+func loadReplay(s *WorkloadSpec, out Lengths, tok *tokens.Tokenizer) (Workload, error) {
+	raw, sum, err := hashFile(s.Replay)
+	if err != nil {
+		return nil, err
+	}
+	s.ReplaySHA256 = sum
+	if s.Speedup <= 0 {
+		s.Speedup = 1
+	}
+	items, err := lines(raw)
+	if err != nil {
+		return nil, fmt.Errorf("bench: replay %s: %w", s.Replay, err)
+	}
+	w := &fixedSet{replay: true}
+	syn := &synthetic{spec: s, words: tok.Words()}
+	rng := rand.New(rand.NewPCG(s.Seed, 2))
+	var first time.Time
+	for n, it := range items {
+		var e ReplayEntry
+		if err := json.Unmarshal(it, &e); err != nil || e.Time.IsZero() {
+			return nil, fmt.Errorf("bench: replay %s entry %d: want an object with a time", s.Replay, n+1)
+		}
+		if n == 0 {
+			first = e.Time
+		}
+		at := time.Duration(float64(e.Time.Sub(first)) / s.Speedup)
+		if at < 0 {
+			return nil, fmt.Errorf("bench: replay %s entry %d: time goes backwards", s.Replay, n+1)
+		}
+		var r Request
+		if len(e.Body) > 0 {
+			var obj map[string]json.RawMessage
+			if err := json.Unmarshal(e.Body, &obj); err != nil {
+				return nil, fmt.Errorf("bench: replay %s entry %d: body is not an object", s.Replay, n+1)
+			}
+			if r, _, err = s.openAIRequest(obj, out, rng); err != nil {
+				return nil, fmt.Errorf("bench: replay %s entry %d: %w", s.Replay, n+1, err)
+			}
+		} else {
+			in := max(e.InputTokens, 1)
+			maxTokens := e.OutputTokens
+			if !out.zero() {
+				maxTokens = out.Sample(rng)
+			}
+			spec := *s
+			if spec.Model == "" {
+				spec.Model = e.Model
+			}
+			r = Request{InputTokens: in, MaxTokens: maxTokens}
+			r.Body = spec.appendBody(nil, syn.prompt(rand.New(rand.NewPCG(s.Seed, uint64(n))), in), maxTokens)
+		}
+		r.At = at
+		w.reqs = append(w.reqs, r)
+	}
+	if len(w.reqs) == 0 {
+		return nil, fmt.Errorf("bench: replay %s is empty", s.Replay)
+	}
+	return w, nil
+}
