@@ -65,6 +65,7 @@ func (c *Collector) stage(n int) *stageData {
 func (c *Collector) Begin(n int, t time.Time) {
 	c.mu.Lock()
 	c.stage(n).begin = t
+	c.liveTTFT = NewDist()
 	c.mu.Unlock()
 }
 

@@ -34,6 +34,9 @@ type LoadSpec struct {
 	// figure.
 	WarmupRequests int           `json:"warmup_requests,omitempty"`
 	WarmupTime     time.Duration `json:"warmup_time,omitempty"`
+	// WarmupPerUser makes a closed loop's warm-up one request per user,
+	// at each stage's concurrency.
+	WarmupPerUser bool `json:"warmup_per_user,omitempty"`
 	// RampUp spreads a closed loop's first requests over this span.
 	RampUp time.Duration `json:"ramp_up,omitempty"`
 	// Timeout bounds one request; default 10 minutes.
@@ -154,6 +157,9 @@ func (s *stage) take(ctx context.Context, i int, now time.Time) (ok, warm bool) 
 func (rn *Runner) Run(ctx context.Context, stageNo int, l LoadSpec) (Window, error) {
 	if err := l.Validate(); err != nil {
 		return Window{}, err
+	}
+	if l.WarmupPerUser && l.Mode == "closed" {
+		l.WarmupRequests = l.Concurrency
 	}
 	s := &stage{rn: rn, l: l, n: stageNo, begin: time.Now()}
 	s.warmEnd = s.begin.Add(l.WarmupTime)

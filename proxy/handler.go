@@ -52,6 +52,7 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 	case bytes.HasPrefix(path, pathV1):
 		g.proxy(ctx, false)
 	case string(path) == "/healthz":
+		ctx.Response.Header.Set("X-Infergate-Config-Hash", g.state.Load().configHash)
 		ctx.SetContentType("text/plain")
 		ctx.SetBodyString("ok\n")
 	case string(path) == "/readyz":

@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -48,6 +50,10 @@ type state struct {
 	def       *route // default_pool, or nil
 	modelList []byte // GET /v1/models, rendered; nil means pass through
 	budget    *retryBudget
+	// configHash identifies the configuration (header
+	// X-Infergate-Config-Hash on /healthz), so a benchmark record can say
+	// which gateway settings it measured.
+	configHash string
 }
 
 // route is where a model's requests go.
@@ -109,7 +115,7 @@ func (g *Gateway) build(cfg Config, old *state) (*state, error) {
 		}
 	}
 	st := &state{cfg: cfg, pools: map[string]*Pool{}, models: map[string]*route{},
-		budget: newRetryBudget(cfg.Retries.BudgetRatio, cfg.Retries.BudgetMinPerSecond)}
+		budget: newRetryBudget(cfg.Retries.BudgetRatio, cfg.Retries.BudgetMinPerSecond), configHash: hashConfig(cfg)}
 	for name, pc := range cfg.Pools {
 		p, err := newPool(name, pc, cfg.Timeouts.Connect, g.log, reuse)
 		if err != nil {
@@ -278,4 +284,14 @@ func (g *Gateway) Ready() bool {
 		}
 	}
 	return false
+}
+
+// hashConfig is the first 16 hex digits of the SHA-256 of cfg as JSON.
+func hashConfig(cfg Config) string {
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
 }

@@ -25,6 +25,10 @@ func commands() []command {
 	return []command{
 		{"serve", "run the gateway (with no flags: in front of a built-in simulator)", runServe},
 		{"sim", "run the continuous-batching inference simulator", runSim},
+		{"demo", "the whole idea in one command: sim + gateway in-process, a baseline through it, the report", runDemo},
+		{"bench", "measure a server: TTFT, TPOT, throughput, goodput; closed/open loop, sweeps; save a record", runBench},
+		{"compare", "judge a new run against a base: KEEP, ROLL BACK or INCONCLUSIVE (exit 0/1/2)", runCompare},
+		{"probe", "one request at a time: DNS, connect, TLS, first byte, first token, total", runProbe},
 		{"overhead", "measure what the gateway adds: direct vs gateway vs nginx, interleaved", runOverhead},
 	}
 }
@@ -54,11 +58,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			continue
 		}
 		err := c.run(ctx, args[1:], stdout, stderr)
+		var ee exitError
 		switch {
 		case err == nil:
 			return 0
 		case errors.Is(err, flag.ErrHelp):
 			return 0
+		case errors.As(err, &ee):
+			if ee.err != nil {
+				fmt.Fprintf(stderr, "infergate %s: %v\n", c.name, ee.err)
+			}
+			return ee.code
 		default:
 			fmt.Fprintf(stderr, "infergate %s: %v\n", c.name, err)
 			return 1
@@ -94,4 +104,18 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 		return slog.New(slog.NewTextHandler(w, opts)), nil
 	}
 	return nil, fmt.Errorf("--log-format: %q is not text or json", format)
+}
+
+// exitError ends the command with a chosen status (compare's verdicts),
+// printing err when there is one.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e exitError) Error() string {
+	if e.err != nil {
+		return e.err.Error()
+	}
+	return fmt.Sprintf("exit status %d", e.code)
 }

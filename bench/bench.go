@@ -1,0 +1,198 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/infergate/infergate/internal/tokens"
+)
+
+// Config is one benchmark: where, what, how hard, and where the
+// per-request rows go.
+type Config struct {
+	// URL is the server's base URL (http://host:8000, or .../v1), or the
+	// full endpoint (.../v1/chat/completions or .../v1/completions, which
+	// then sets Workload.Endpoint).
+	URL      string
+	Workload WorkloadSpec
+	Load     LoadSpec
+	// Sweep runs one stage per value: concurrencies in closed loop, rates
+	// in open loop. Empty runs one stage at Load's level.
+	Sweep []float64
+	SLOs  []SLO
+	// Headers go with every request (-H and --api-key).
+	Headers [][2]string
+	// Refusals are regular expressions of a refusal; nil uses
+	// DefaultRefusals.
+	Refusals []string
+	// CSV and Events receive per-request rows as they finish; either may
+	// be nil.
+	CSV, Events io.Writer
+	// Progress receives a live progress bar; nil shows none.
+	Progress io.Writer
+	// InsecureSkipVerify accepts any TLS certificate.
+	InsecureSkipVerify bool
+}
+
+// Endpoint resolves the request URL and sets the workload's endpoint
+// when the URL names one.
+func (c *Config) Endpoint() (string, error) {
+	u, err := url.Parse(c.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", fmt.Errorf("bench: --url %q: want http(s)://host[:port][/v1[/chat/completions]]", c.URL)
+	}
+	p := strings.TrimRight(u.Path, "/")
+	switch {
+	case strings.HasSuffix(p, "/chat/completions"):
+		c.Workload.Endpoint = "chat"
+	case strings.HasSuffix(p, "/completions"):
+		c.Workload.Endpoint = "completions"
+	case strings.HasSuffix(p, "/v1"):
+		p += strings.TrimPrefix(c.Workload.Path(), "/v1")
+	default:
+		p += c.Workload.Path()
+	}
+	u.Path = p
+	return u.String(), nil
+}
+
+// Run runs the benchmark and returns its record. An interrupted run (ctx
+// ended) returns the record of what finished, marked interrupted, with
+// the error.
+func Run(ctx context.Context, cfg Config) (*Record, error) {
+	if cfg.Workload.Endpoint == "" {
+		cfg.Workload.Endpoint = "chat"
+	}
+	endpoint, err := cfg.Endpoint()
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.Load.Validate(); err != nil {
+		return nil, err
+	}
+	tok, err := tokens.New()
+	if err != nil {
+		return nil, err
+	}
+	wl, err := NewWorkload(&cfg.Workload, tok)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Workload.Replay != "" {
+		cfg.Load.Mode = "replay"
+	}
+	q := &Quality{WantJSON: cfg.Workload.JSON}
+	pats := cfg.Refusals
+	if pats == nil {
+		pats = DefaultRefusals
+	}
+	for _, p := range pats {
+		re, err := regexp.Compile(p)
+		if err != nil {
+			return nil, fmt.Errorf("bench: refusal pattern %q: %w", p, err)
+		}
+		q.Refusals = append(q.Refusals, re)
+	}
+	client, err := NewClient(endpoint, ClientOptions{Headers: cfg.Headers, InsecureSkipVerify: cfg.InsecureSkipVerify})
+	if err != nil {
+		return nil, err
+	}
+	defer client.Close()
+
+	rec := &Record{Schema: Schema, Conditions: NewConditions(), Knee: -1, Formulas: Formulas}
+	rec.Conditions.URL = endpoint
+	rec.Conditions.Workload = cfg.Workload
+	rec.Conditions.Load = cfg.Load
+	rec.Conditions.Sweep = cfg.Sweep
+	rec.Conditions.SLOs = cfg.SLOs
+	for _, h := range cfg.Headers {
+		rec.Conditions.Headers = append(rec.Conditions.Headers, h[0])
+	}
+	rec.Conditions.GatewayConfigHash = gatewayConfigHash(endpoint)
+
+	col := NewCollector()
+	rows := NewRowWriter(cfg.CSV, cfg.Events)
+	var offLength, forced atomic.Int64
+	col.Each = func(r *Result) {
+		rows.Write(r)
+		if cfg.Workload.ForceOutputLength && r.OK() && !r.Warmup && r.MaxTokens > 0 {
+			forced.Add(1)
+			if r.OutputTokens != r.MaxTokens {
+				offLength.Add(1)
+			}
+		}
+	}
+	rn := &Runner{Client: client, Workload: wl, Stream: cfg.Workload.Stream, Count: tok.Count, Quality: q,
+		Sink: col.Add, Gaps: col.Gaps, KeepEvents: cfg.Events != nil, Seed: cfg.Workload.Seed}
+
+	levels := cfg.Sweep
+	if len(levels) == 0 {
+		levels = []float64{cfg.Load.Level()}
+	}
+	var runErr error
+	for i, level := range levels {
+		l := cfg.Load
+		switch l.Mode {
+		case "closed":
+			l.Concurrency = int(level)
+		case "open":
+			l.Rate = level
+		}
+		begin := time.Now()
+		col.Begin(i, begin)
+		stop := startProgress(cfg.Progress, col, rn, &l, i, len(levels), begin)
+		win, err := rn.Run(ctx, i, l)
+		stop()
+		rec.Stages = append(rec.Stages, col.Summarize(i, l, win, cfg.SLOs))
+		if err != nil {
+			runErr = err
+			rec.Interrupted = true
+			break
+		}
+	}
+	rec.Knee = Knee(rec.Stages)
+	if n := offLength.Load(); n > 0 {
+		rec.Warnings = append(rec.Warnings, fmt.Sprintf("--force-output-length: %d of %d answers came back with another length than max_tokens: the server may ignore ignore_eos/min_tokens", n, forced.Load()))
+	}
+	for _, s := range rec.Stages {
+		if s.UsageMismatch > 0 {
+			rec.Warnings = append(rec.Warnings, fmt.Sprintf("stage %d: %d of %d answers checked report usage that disagrees with cl100k_base's count by more than 10%% (a different tokenizer, or wrong usage)", s.Stage, s.UsageMismatch, s.UsageChecked))
+		}
+		if s.Requests == 0 {
+			rec.Warnings = append(rec.Warnings, fmt.Sprintf("stage %d measured no request: lengthen --duration or lower the warm-up", s.Stage))
+		}
+	}
+	if err := rows.Flush(); err != nil && runErr == nil {
+		runErr = err
+	}
+	return rec, runErr
+}
+
+// gatewayConfigHash asks an infergate gateway for the hash of its
+// configuration (header X-Infergate-Config-Hash on /healthz); other
+// servers answer without it.
+func gatewayConfigHash(endpoint string) string {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return ""
+	}
+	u.Path, u.RawQuery = "/healthz", ""
+	c := &http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get(u.String())
+	if err != nil {
+		return ""
+	}
+	resp.Body.Close()
+	return resp.Header.Get("X-Infergate-Config-Hash")
+}
+
+// ErrNoRequests is returned when a run measured nothing at all.
+var ErrNoRequests = errors.New("bench: no request was measured")

@@ -1,0 +1,134 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"reflect"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"time"
+)
+
+// Schema names the record format; a reader refuses any other.
+const Schema = "infergate.bench/v1"
+
+// Record is what one bench run saves: the conditions it ran under, one
+// summary per stage, and how each figure is computed.
+type Record struct {
+	Schema     string     `json:"schema"`
+	Conditions Conditions `json:"conditions"`
+	Stages     []*Summary `json:"stages"`
+	// Knee is the index of the sweep's knee (see Knee), -1 when none.
+	Knee        int               `json:"knee"`
+	Interrupted bool              `json:"interrupted,omitempty"`
+	Warnings    []string          `json:"warnings,omitempty"`
+	Formulas    map[string]string `json:"formulas"`
+}
+
+// Conditions are what must agree for two runs to be compared.
+type Conditions struct {
+	URL      string       `json:"url"`
+	Workload WorkloadSpec `json:"workload"`
+	Load     LoadSpec     `json:"load"`
+	// Sweep lists the stage levels of a sweep.
+	Sweep []float64 `json:"sweep,omitempty"`
+	// Headers are the names (never the values) of the extra headers sent.
+	Headers []string `json:"headers,omitempty"`
+	SLOs    []SLO    `json:"slos,omitempty"`
+	// GatewayConfigHash is what an infergate gateway reported of its
+	// configuration, when the URL is one.
+	GatewayConfigHash string    `json:"gateway_config_hash,omitempty"`
+	ToolVersion       string    `json:"tool_version"`
+	Host              string    `json:"host"`
+	CPUs              int       `json:"cpus"`
+	Start             time.Time `json:"start"`
+}
+
+// NewConditions fills in the tool and host fields.
+func NewConditions() Conditions {
+	host, _ := os.Hostname()
+	v := "devel"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		v = bi.Main.Version
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				v += " " + s.Value
+			}
+		}
+	}
+	return Conditions{ToolVersion: v, Host: host, CPUs: runtime.NumCPU(), Start: time.Now().UTC()}
+}
+
+// Save writes r to path as indented JSON.
+func (r *Record) Save(path string) error {
+	b, err := json.MarshalIndent(r, "", " ")
+	if err != nil {
+		return fmt.Errorf("bench: record: %w", err)
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("bench: record: %w", err)
+	}
+	return nil
+}
+
+// LoadRecord reads a record written by Save.
+func LoadRecord(path string) (*Record, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	var r Record
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("bench: %s: %w", path, err)
+	}
+	if r.Schema != Schema {
+		return nil, fmt.Errorf("bench: %s: schema %q, want %q", path, r.Schema, Schema)
+	}
+	if len(r.Stages) == 0 {
+		return nil, fmt.Errorf("bench: %s: no stages", path)
+	}
+	return &r, nil
+}
+
+// Differences lists the conditions of a and b that make them not
+// comparable: anything about the workload or the load, and the SLOs.
+// The URL, host, tool version, time and gateway configuration may differ:
+// those are what a comparison is for.
+func Differences(a, b *Conditions) []string {
+	var out []string
+	diff := func(name string, x, y any) {
+		if !reflect.DeepEqual(x, y) {
+			out = append(out, fmt.Sprintf("%s: %v ≠ %v", name, x, y))
+		}
+	}
+	wa, wb := a.Workload, b.Workload
+	diff("workload.endpoint", wa.Endpoint, wb.Endpoint)
+	diff("workload.model", wa.Model, wb.Model)
+	diff("workload.stream", wa.Stream, wb.Stream)
+	diff("workload.input_tokens", wa.InputTokens, wb.InputTokens)
+	diff("workload.output_tokens", wa.OutputTokens, wb.OutputTokens)
+	diff("workload.shared_prefix", wa.SharedPrefix, wb.SharedPrefix)
+	diff("workload.force_output_length", wa.ForceOutputLength, wb.ForceOutputLength)
+	diff("workload.json", wa.JSON, wb.JSON)
+	diff("workload.seed", wa.Seed, wb.Seed)
+	diff("workload.dataset_sha256", wa.DatasetSHA256, wb.DatasetSHA256)
+	diff("workload.replay_sha256", wa.ReplaySHA256, wb.ReplaySHA256)
+	diff("workload.speedup", wa.Speedup, wb.Speedup)
+	la, lb := a.Load, b.Load
+	diff("load.mode", la.Mode, lb.Mode)
+	diff("load.concurrency", la.Concurrency, lb.Concurrency)
+	diff("load.rate", la.Rate, lb.Rate)
+	diff("load.arrival", la.Arrival, lb.Arrival)
+	diff("load.burstiness", la.Burstiness, lb.Burstiness)
+	diff("load.max_concurrency", la.MaxConcurrency, lb.MaxConcurrency)
+	diff("load.warmup_requests", la.WarmupRequests, lb.WarmupRequests)
+	diff("load.warmup_time", la.WarmupTime, lb.WarmupTime)
+	diff("load.warmup_per_user", la.WarmupPerUser, lb.WarmupPerUser)
+	if !slices.Equal(a.Sweep, b.Sweep) {
+		diff("sweep", a.Sweep, b.Sweep)
+	}
+	diff("slos", a.SLOs, b.SLOs)
+	return out
+}

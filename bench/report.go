@@ -1,0 +1,161 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+)
+
+// WriteText prints the record as the terminal report: conditions, a
+// table per stage, and the sweep curve with its knee.
+func (r *Record) WriteText(w io.Writer) {
+	c := r.Conditions
+	fmt.Fprintf(w, "infergate bench: %s\n", c.URL)
+	wl := c.Workload
+	what := fmt.Sprintf("%s, model %q, stream=%v", wl.Endpoint, wl.Model, wl.Stream)
+	switch {
+	case wl.Dataset != "":
+		what += ", dataset " + wl.Dataset
+	case wl.Replay != "":
+		what += fmt.Sprintf(", replay %s ×%g", wl.Replay, wl.Speedup)
+	default:
+		what += fmt.Sprintf(", input %s tokens", wl.InputTokens)
+	}
+	if wl.OutputTokens != "" {
+		what += fmt.Sprintf(", output %s tokens", wl.OutputTokens)
+		if wl.ForceOutputLength {
+			what += " (forced)"
+		}
+	}
+	fmt.Fprintf(w, "workload: %s, seed %d\n", what, wl.Seed)
+	l := c.Load
+	load := l.Mode
+	switch l.Mode {
+	case "closed":
+		load += fmt.Sprintf(", concurrency %d", l.Concurrency)
+	case "open":
+		load += fmt.Sprintf(", %g req/s %s", l.Rate, l.Arrival)
+		if l.MaxConcurrency > 0 {
+			load += fmt.Sprintf(", max %d in flight", l.MaxConcurrency)
+		}
+	}
+	if len(c.Sweep) > 0 {
+		load += fmt.Sprintf(", sweep %v", c.Sweep)
+	}
+	if l.Duration > 0 {
+		load += fmt.Sprintf(", %v per stage", l.Duration)
+	}
+	if l.Requests > 0 {
+		load += fmt.Sprintf(", %d requests per stage", l.Requests)
+	}
+	if l.WarmupRequests > 0 || l.WarmupTime > 0 {
+		load += fmt.Sprintf(", warm-up %d requests / %v", l.WarmupRequests, l.WarmupTime)
+	}
+	fmt.Fprintf(w, "load: %s\n", load)
+	for _, s := range r.Stages {
+		fmt.Fprintln(w)
+		s.writeText(w, l.Mode, len(r.Stages) > 1)
+	}
+	if len(r.Stages) > 1 {
+		r.writeSweep(w)
+	}
+	for _, warn := range r.Warnings {
+		fmt.Fprintf(w, "\nwarning: %s\n", warn)
+	}
+	if r.Interrupted {
+		fmt.Fprintln(w, "\nthe run was interrupted: figures cover what finished")
+	}
+}
+
+func (s *Summary) writeText(w io.Writer, mode string, sweep bool) {
+	if sweep {
+		fmt.Fprintf(w, "stage %d (level %g)\n", s.Stage, s.Level)
+	}
+	fmt.Fprintf(w, "requests %d: %d ok, %d failed", s.Requests, s.OK, s.Failed)
+	if s.Warmup > 0 {
+		fmt.Fprintf(w, " (+%d warm-up, not counted)", s.Warmup)
+	}
+	if s.Cancelled > 0 {
+		fmt.Fprintf(w, " (+%d cancelled)", s.Cancelled)
+	}
+	fmt.Fprintf(w, " in %.2fs\n", s.Window)
+	fmt.Fprintf(w, "throughput: %.2f req/s, %.1f output tok/s", s.RequestThroughput, s.OutputTokenThroughput)
+	if s.SteadyWindow > 0 {
+		fmt.Fprintf(w, " (steady %.1f tok/s over %.1fs)", s.SteadyOutputTokenThroughput, s.SteadyWindow)
+	}
+	fmt.Fprintln(w)
+	if s.RequestedRate > 0 {
+		fmt.Fprintf(w, "rate: %.2f req/s sent of %.2f requested\n", s.AchievedRate, s.RequestedRate)
+	}
+	if len(s.SLOs) > 0 {
+		var parts []string
+		for _, o := range s.SLOs {
+			parts = append(parts, fmt.Sprintf("%s≤%v", o.Metric, o.Max))
+		}
+		fmt.Fprintf(w, "goodput (%s): %.1f%% of requests, %.2f req/s\n", strings.Join(parts, ", "), s.GoodputShare*100, s.Goodput)
+	}
+	fmt.Fprintf(w, "\n%-18s %8s %10s %10s %10s %10s %10s %10s %10s\n", "metric", "n", "mean", "min", "p50", "p90", "p95", "p99", "max")
+	order := []string{"ttft", "ttft_sched", "send_lag", "ttfb", "first_event", "tpot", "itl", "e2e", "stream_end", "speed", "output_tokens", "tokens_per_event"}
+	for _, name := range order {
+		p := s.Metrics[name]
+		if p == nil || (mode == "closed" && (name == "ttft_sched" || name == "send_lag")) {
+			continue
+		}
+		unit := " ms"
+		switch name {
+		case "speed":
+			unit = " tok/s"
+		case "output_tokens", "tokens_per_event":
+			unit = ""
+		}
+		opt := func(v *float64) string {
+			if v == nil {
+				return "-"
+			}
+			return fmt.Sprintf("%.2f", *v)
+		}
+		fmt.Fprintf(w, "%-18s %8d %10.2f %10.2f %10.2f %10s %10s %10s %10.2f\n", name+unit, p.N, p.Mean, p.Min, p.P50, opt(p.P90), opt(p.P95), opt(p.P99), p.Max)
+	}
+	if len(s.Errors) > 0 {
+		fmt.Fprintln(w, "\nerrors:")
+		keys := make([]string, 0, len(s.Errors))
+		for k := range s.Errors {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			fmt.Fprintf(w, "  %-18s %6d  e.g. %.160s\n", k, s.Errors[k], s.ErrorSamples[k])
+		}
+	}
+	q := s.Quality
+	fmt.Fprintf(w, "\nquality of %d answers: finish_reason length %d, empty %d, refusals %d", s.OK, q.FinishLength, q.Empty, q.Refusal)
+	if q.JSONChecked {
+		fmt.Fprintf(w, ", invalid JSON %d", q.InvalidJSON)
+	}
+	fmt.Fprintln(w)
+	if s.UsageMissing > 0 {
+		fmt.Fprintf(w, "usage: %d answers came without usage; their tokens were counted with cl100k_base\n", s.UsageMissing)
+	}
+	if s.UsageMismatch > 0 {
+		fmt.Fprintf(w, "usage: %d of %d answers checked disagree with the tokenizer's count by more than 10%%\n", s.UsageMismatch, s.UsageChecked)
+	}
+}
+
+func (r *Record) writeSweep(w io.Writer) {
+	fmt.Fprintf(w, "\nsweep (%s)\n%10s %12s %12s %12s %12s %10s\n", r.Conditions.Load.Mode, "level", "req/s", "tok/s", "TTFT p50", "TTFT p99", "failed")
+	for i, s := range r.Stages {
+		p50, p99 := "-", "-"
+		if t := s.Metrics["ttft"]; t != nil {
+			p50 = fmt.Sprintf("%.1f ms", t.P50)
+			if t.P99 != nil {
+				p99 = fmt.Sprintf("%.1f ms", *t.P99)
+			}
+		}
+		mark := ""
+		if i == r.Knee {
+			mark = "  ← knee: 90% of peak throughput; more load mostly adds latency"
+		}
+		fmt.Fprintf(w, "%10g %12.2f %12.1f %12s %12s %10d%s\n", s.Level, s.RequestThroughput, s.OutputTokenThroughput, p50, p99, s.Failed, mark)
+	}
+}

@@ -1,0 +1,315 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/infergate/infergate/bench"
+	"golang.org/x/term"
+)
+
+const benchSynopsis = `bench --url URL [--model M] [workload] [load] [--out run.json] [--html run.html] [--csv requests.csv]
+
+Measures an OpenAI-compatible server under fixed conditions and saves a
+record that 'infergate compare' can judge a later run against.
+
+Workload: synthetic prompts of an exact length in cl100k_base tokens
+(--input-tokens, --output-tokens: N, uniform:MIN-MAX or normal:MEAN,SD),
+unique per request unless --shared-prefix; or --dataset FILE.jsonl (OpenAI
+requests or ShareGPT conversations, sampled with --seed); or --replay
+LOG.jsonl (a request log, sent at its original times / --speedup).
+
+Load: closed loop with --concurrency N users (default), or open loop with
+--rate R requests/s (--arrival poisson|constant|gamma, --burstiness,
+--max-concurrency). --sweep 1,2,4,8 runs one stage per level and marks the
+knee. Every stage is bounded by --duration and/or --requests; --warmup
+(a count, or a duration such as 5s) is left out of every figure.
+
+Latency in open loop is reported from the intended send time too
+(ttft_sched) with the send lag, so client-side queueing cannot hide.`
+
+// stringList is a repeatable flag.
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
+// benchFlags are the flags bench shares with demo.
+type benchFlags struct {
+	url, model, endpoint   *string
+	noStream, force, json  *bool
+	input, output          *string
+	shared                 *int
+	seed                   *uint64
+	dataset, replay        *string
+	speedup                *float64
+	load                   *string
+	concurrency            *int
+	rate, burstiness       *float64
+	arrival                *string
+	maxConc                *int
+	sweep                  *string
+	duration               *time.Duration
+	requests               *int
+	warmup                 *string
+	rampUp, timeout        *time.Duration
+	slo                    *string
+	headers, refusals      stringList
+	apiKey                 *string
+	insecure, quiet        *bool
+	out, html, csv, events *string
+}
+
+func registerBenchFlags(fs *flag.FlagSet) *benchFlags {
+	f := &benchFlags{}
+	f.url = fs.String("url", "", "server base URL (http://host:8000, .../v1) or full endpoint (.../v1/chat/completions)")
+	f.model = fs.String("model", "", "model name (default: the first of GET /v1/models)")
+	f.endpoint = fs.String("endpoint", "chat", "chat or completions")
+	f.noStream = fs.Bool("no-stream", false, "send stream:false (TTFT is then the whole answer)")
+	f.input = fs.String("input-tokens", "256", "prompt length in tokens: N, uniform:MIN-MAX or normal:MEAN,SD")
+	f.output = fs.String("output-tokens", "128", "max_tokens: N, uniform:MIN-MAX, normal:MEAN,SD, or \"\" to leave unset")
+	f.shared = fs.Int("shared-prefix", 0, "tokens every prompt shares at its start (tests a prefix cache); 0: unique prompts")
+	f.force = fs.Bool("force-output-length", false, "send ignore_eos and min_tokens = max_tokens (vLLM) and warn when lengths differ")
+	f.json = fs.Bool("json", false, "ask for response_format json_object and count answers that are not JSON")
+	f.seed = fs.Uint64("seed", 1, "seed of prompts, sampling and arrivals")
+	f.dataset = fs.String("dataset", "", "JSONL of OpenAI requests or ShareGPT conversations")
+	f.replay = fs.String("replay", "", "request log (JSONL with time, and body or input_tokens/output_tokens) to replay")
+	f.speedup = fs.Float64("speedup", 1, "replay this many times faster than recorded")
+	f.load = fs.String("load", "", "closed or open (default: open when --rate is given)")
+	f.concurrency = fs.Int("concurrency", 1, "closed loop: virtual users")
+	f.rate = fs.Float64("rate", 0, "open loop: requests per second")
+	f.arrival = fs.String("arrival", "poisson", "open loop arrivals: poisson, constant or gamma")
+	f.burstiness = fs.Float64("burstiness", 1, "gamma arrivals: shape (<1 burstier, >1 more regular)")
+	f.maxConc = fs.Int("max-concurrency", 0, "open loop: cap on requests in flight (0: none)")
+	f.sweep = fs.String("sweep", "", "levels, one stage each: concurrencies (closed) or rates (open), e.g. 1,2,4,8,16")
+	f.duration = fs.Duration("duration", 0, "measured time per stage (default 30s when --requests is not given)")
+	f.requests = fs.Int("requests", 0, "measured requests per stage")
+	f.warmup = fs.String("warmup", "auto", "warm-up per stage, left out: a request count, a duration (5s), or auto (closed: one per user; open: 2s)")
+	f.rampUp = fs.Duration("ramp-up", 0, "closed loop: spread the users' first requests over this span")
+	f.timeout = fs.Duration("timeout", 10*time.Minute, "bound on one request")
+	f.slo = fs.String("slo", "", "objectives for goodput, e.g. ttft=500ms,tpot=50ms (ttft, ttft_sched, tpot, e2e)")
+	fs.Var(&f.headers, "H", "extra header 'Name: value' (repeatable)")
+	fs.Var(&f.refusals, "refusal", "regular expression of a refusal (repeatable; default: common English refusals)")
+	f.apiKey = fs.String("api-key", "", "bearer token (default $OPENAI_API_KEY)")
+	f.insecure = fs.Bool("insecure", false, "accept any TLS certificate")
+	f.quiet = fs.Bool("quiet", false, "no progress bar (it is off anyway when stderr is not a terminal)")
+	f.out = fs.String("out", "", "write the run record (JSON) here")
+	f.html = fs.String("html", "", "write an HTML report with charts here")
+	f.csv = fs.String("csv", "", "write one CSV row per request here, as they finish")
+	f.events = fs.String("events", "", "write one JSON line per request with every content event's time here")
+	return f
+}
+
+// config turns the flags into a bench.Config; set says which flags were given.
+func (f *benchFlags) config(set map[string]bool) (bench.Config, error) {
+	cfg := bench.Config{URL: *f.url, Refusals: f.refusals, InsecureSkipVerify: *f.insecure}
+	cfg.Workload = bench.WorkloadSpec{Endpoint: *f.endpoint, Model: *f.model, Stream: !*f.noStream, InputTokens: *f.input, OutputTokens: *f.output,
+		SharedPrefix: *f.shared, ForceOutputLength: *f.force, JSON: *f.json, Seed: *f.seed, Dataset: *f.dataset, Replay: *f.replay, Speedup: *f.speedup}
+	if *f.dataset != "" || *f.replay != "" {
+		cfg.Workload.InputTokens = ""
+		if !set["output-tokens"] {
+			cfg.Workload.OutputTokens = ""
+		}
+	}
+	if *f.replay == "" {
+		cfg.Workload.Speedup = 0
+	}
+	mode := *f.load
+	if mode == "" {
+		mode = "closed"
+		if set["rate"] {
+			mode = "open"
+		}
+	}
+	if *f.replay != "" {
+		mode = "replay"
+	}
+	l := bench.LoadSpec{Mode: mode, Concurrency: *f.concurrency, Rate: *f.rate, MaxConcurrency: *f.maxConc, Duration: *f.duration,
+		Requests: *f.requests, RampUp: *f.rampUp, Timeout: *f.timeout}
+	if mode == "open" {
+		l.Arrival, l.Burstiness = *f.arrival, *f.burstiness
+		if l.Arrival != "gamma" {
+			l.Burstiness = 0
+		}
+	}
+	if *f.sweep != "" {
+		levels, err := bench.ParseSweep(*f.sweep)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Sweep = levels
+		if mode == "closed" {
+			l.Concurrency = int(levels[0])
+		} else {
+			l.Rate = levels[0]
+		}
+	}
+	if l.Duration == 0 && l.Requests == 0 && mode != "replay" {
+		l.Duration = 30 * time.Second
+	}
+	switch w := *f.warmup; {
+	case w == "auto" && mode == "closed":
+		l.WarmupPerUser = true
+	case w == "auto" && mode == "open":
+		l.WarmupTime = 2 * time.Second
+	case w == "auto" || w == "0" || w == "":
+	default:
+		if n, err := strconv.Atoi(w); err == nil && n >= 0 {
+			l.WarmupRequests = n
+		} else if d, err := time.ParseDuration(w); err == nil && d >= 0 {
+			l.WarmupTime = d
+		} else {
+			return cfg, fmt.Errorf("--warmup %q: want a request count, a duration or auto", w)
+		}
+	}
+	cfg.Load = l
+	slos, err := bench.ParseSLOs(*f.slo)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.SLOs = slos
+	for _, h := range f.headers {
+		k, v, ok := strings.Cut(h, ":")
+		if !ok || strings.TrimSpace(k) == "" {
+			return cfg, fmt.Errorf("-H %q: want 'Name: value'", h)
+		}
+		cfg.Headers = append(cfg.Headers, [2]string{strings.TrimSpace(k), strings.TrimSpace(v)})
+	}
+	key := *f.apiKey
+	if key == "" {
+		key = os.Getenv("OPENAI_API_KEY")
+	}
+	if key != "" {
+		cfg.Headers = append(cfg.Headers, [2]string{"Authorization", "Bearer " + key})
+	}
+	return cfg, nil
+}
+
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("bench", benchSynopsis, stderr)
+	f := registerBenchFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if *f.url == "" {
+		return errors.New("--url is required (try 'infergate demo' for a run against the built-in simulator)")
+	}
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	cfg, err := f.config(set)
+	if err != nil {
+		return err
+	}
+	if cfg.Workload.Model == "" && cfg.Workload.Dataset == "" && cfg.Workload.Replay == "" {
+		m, err := firstModel(ctx, cfg.URL, cfg.Headers)
+		if err != nil {
+			return fmt.Errorf("--model not given and %w", err)
+		}
+		cfg.Workload.Model = m
+	}
+	_, err = benchRun(ctx, cfg, f, stdout, stderr)
+	return err
+}
+
+// benchRun runs cfg, prints the report and writes the requested files.
+func benchRun(ctx context.Context, cfg bench.Config, f *benchFlags, stdout, stderr io.Writer) (*bench.Record, error) {
+	var closers []func() error
+	open := func(path string) (io.Writer, error) {
+		if path == "" {
+			return nil, nil
+		}
+		fh, err := os.Create(path)
+		if err != nil {
+			return nil, err
+		}
+		closers = append(closers, fh.Close)
+		return fh, nil
+	}
+	var err error
+	if cfg.CSV, err = open(*f.csv); err != nil {
+		return nil, err
+	}
+	if cfg.Events, err = open(*f.events); err != nil {
+		return nil, err
+	}
+	defer func() {
+		for _, c := range closers {
+			_ = c()
+		}
+	}()
+	if fh, ok := stderr.(*os.File); ok && !*f.quiet && term.IsTerminal(int(fh.Fd())) {
+		cfg.Progress = stderr
+	}
+	rec, runErr := bench.Run(ctx, cfg)
+	if rec == nil {
+		return nil, runErr
+	}
+	rec.WriteText(stdout)
+	if *f.out != "" {
+		if err := rec.Save(*f.out); err != nil {
+			return rec, err
+		}
+		fmt.Fprintf(stdout, "\nrecord: %s\n", *f.out)
+	}
+	if *f.html != "" {
+		fh, err := os.Create(*f.html)
+		if err != nil {
+			return rec, err
+		}
+		err = rec.WriteHTML(fh)
+		if cerr := fh.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return rec, err
+		}
+		fmt.Fprintf(stdout, "report: %s\n", *f.html)
+	}
+	return rec, runErr
+}
+
+// firstModel asks the server for its models and returns the first.
+func firstModel(ctx context.Context, base string, headers [][2]string) (string, error) {
+	u := strings.TrimRight(base, "/")
+	for _, suffix := range []string{"/chat/completions", "/completions"} {
+		u = strings.TrimSuffix(u, suffix)
+	}
+	if !strings.HasSuffix(u, "/v1") {
+		u += "/v1"
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u+"/models", nil)
+	if err != nil {
+		return "", err
+	}
+	for _, h := range headers {
+		req.Header.Set(h[0], h[1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("GET %s/models: %w", u, err)
+	}
+	defer resp.Body.Close()
+	var list struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&list); err != nil || resp.StatusCode != 200 || len(list.Data) == 0 {
+		return "", fmt.Errorf("GET %s/models gave no model (status %d)", u, resp.StatusCode)
+	}
+	return list.Data[0].ID, nil
+}

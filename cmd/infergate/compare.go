@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/infergate/infergate/bench"
+)
+
+const compareSynopsis = `compare BASE.json NEW.json [--journal journal.jsonl --change "what changed"] [--force]
+
+Judges a new run against a base run of the same conditions. For each
+figure it shows both values, the change and a 95% confidence interval
+(bootstrap of the median ratio; Agresti-Caffo for rates) with the
+Mann-Whitney p-value, and whether the figure holds, regressed, or cannot
+be settled yet. The verdict keeps a change only when speed AND quality hold:
+
+  KEEP          every figure holds within its tolerance      exit 0
+  ROLL BACK     speed or a quality signal regressed           exit 1
+  INCONCLUSIVE  too few requests to tell; it says how many    exit 2
+
+Runs measured under different conditions (workload, load mode or level,
+warm-up, SLOs) are refused with the differing fields (exit 3) unless --force.
+Any other error exits 3 as well.`
+
+func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("compare", compareSynopsis, stderr)
+	journal := fs.String("journal", "", "append one JSON line per comparison to this file")
+	change := fs.String("change", "", "what changed between the runs (for the journal)")
+	force := fs.Bool("force", false, "compare runs whose conditions differ")
+	speedTol := fs.String("speed-tolerance", "5%", "accepted worsening of a latency median")
+	qualTol := fs.String("quality-tolerance", "2%", "accepted rise of a failure or quality-signal rate, in points")
+	// Flags may follow the two files.
+	var files []string
+	for len(args) > 0 {
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		files = append(files, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	if len(files) != 2 {
+		fs.Usage()
+		return exitError{3, errors.New("want two record files: BASE.json NEW.json")}
+	}
+	st, err := percent(*speedTol)
+	if err != nil {
+		return exitError{3, fmt.Errorf("--speed-tolerance: %w", err)}
+	}
+	qt, err := percent(*qualTol)
+	if err != nil {
+		return exitError{3, fmt.Errorf("--quality-tolerance: %w", err)}
+	}
+	base, err := bench.LoadRecord(files[0])
+	if err != nil {
+		return exitError{3, err}
+	}
+	next, err := bench.LoadRecord(files[1])
+	if err != nil {
+		return exitError{3, err}
+	}
+	if d := bench.Differences(&base.Conditions, &next.Conditions); len(d) > 0 {
+		if !*force {
+			return exitError{3, errors.New(bench.Mismatch(d))}
+		}
+		fmt.Fprintf(stdout, "warning: compared under --force although %s\n\n", strings.Join(d, "; "))
+	}
+	c := bench.Compare(base, next, bench.CompareOptions{SpeedTolerance: st, QualityTolerance: qt})
+	c.Base, c.New = files[0], files[1]
+	c.Write(stdout)
+	if *journal != "" {
+		if err := c.AppendJournal(*journal, *change); err != nil {
+			return exitError{3, err}
+		}
+	}
+	if code := bench.ExitCode(c.Verdict); code != 0 {
+		return exitError{code, nil}
+	}
+	return nil
+}
+
+// percent reads "5%" or "0.05".
+func percent(s string) (float64, error) {
+	if v, ok := strings.CutSuffix(s, "%"); ok {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f <= 0 || f >= 100 {
+			return 0, fmt.Errorf("%q: want a percentage between 0 and 100", s)
+		}
+		return f / 100, nil
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || f <= 0 || f >= 1 {
+		return 0, fmt.Errorf("%q: want e.g. 5%% or 0.05", s)
+	}
+	return f, nil
+}
