@@ -1,0 +1,301 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/infergate/infergate/sim"
+)
+
+// startSim runs a simulator in fixed mode (constant TTFT and ITL) on a
+// loopback port.
+func startSim(t *testing.T, ttft, itl time.Duration) string {
+	t.Helper()
+	cfg := sim.DefaultConfig()
+	cfg.Mode, cfg.TTFT, cfg.ITL = sim.ModeFixed, ttft, itl
+	s, err := sim.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(ln)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = s.Shutdown(ctx)
+	})
+	return "http://" + ln.Addr().String()
+}
+
+func baseConfig(url string) Config {
+	return Config{
+		URL:      url,
+		Workload: WorkloadSpec{Endpoint: "chat", Model: "sim-model", Stream: true, InputTokens: "64", OutputTokens: "20", ForceOutputLength: true, Seed: 1},
+		Load:     LoadSpec{Mode: "closed", Concurrency: 4, Requests: 40, WarmupRequests: 4},
+	}
+}
+
+func ptr(p *float64) float64 {
+	if p == nil {
+		return -1
+	}
+	return *p
+}
+
+func TestRunMatchesSimTimings(t *testing.T) {
+	url := startSim(t, 50*time.Millisecond, 10*time.Millisecond)
+	rec, err := Run(context.Background(), baseConfig(url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := rec.Stages[0]
+	if s.Requests != 40 || s.OK != 40 || s.Warmup != 4 {
+		t.Fatalf("requests %d ok %d warm-up %d, want 40, 40, 4 (errors %v)", s.Requests, s.OK, s.Warmup, s.ErrorSamples)
+	}
+	// The sim answers 50ms after the request and 10ms between tokens; a
+	// client on this machine sees that plus a little.
+	checks := []struct {
+		metric   string
+		lo, hi   float64
+		quantile func(*Percentiles) float64
+	}{
+		{"ttft", 49.5, 56, func(p *Percentiles) float64 { return p.P50 }},
+		{"tpot", 9.5, 11, func(p *Percentiles) float64 { return p.P50 }},
+		{"itl", 9.5, 11, func(p *Percentiles) float64 { return p.P50 }},
+		{"e2e", 49.5 + 19*9.5, 56 + 19*11, func(p *Percentiles) float64 { return p.P50 }},
+		{"output_tokens", 20, 20, func(p *Percentiles) float64 { return p.Min }},
+		{"output_tokens", 20, 20, func(p *Percentiles) float64 { return p.Max }},
+	}
+	for _, c := range checks {
+		p := s.Metrics[c.metric]
+		if p == nil {
+			t.Fatalf("no %s", c.metric)
+		}
+		if v := c.quantile(p); v < c.lo || v > c.hi {
+			t.Errorf("%s = %.2f, want within [%v, %v] (configured ttft 50ms, itl 10ms)", c.metric, v, c.lo, c.hi)
+		}
+	}
+	if n := s.Metrics["itl"].N; n != 40*19 {
+		t.Errorf("itl has %d gaps, want 40 × 19 (warm-up left out)", n)
+	}
+	if s.UsageMissing != 0 || s.OutputTokens != 40*20 {
+		t.Errorf("usage missing %d, output tokens %d; want 0 and 800", s.UsageMissing, s.OutputTokens)
+	}
+	if s.Metrics["ttft"].P99 != nil {
+		t.Errorf("p99 shown for n=40: %v", ptr(s.Metrics["ttft"].P99))
+	}
+	if len(rec.Warnings) > 0 {
+		t.Errorf("warnings %v", rec.Warnings)
+	}
+}
+
+// scriptServer answers every request with the script: each step writes
+// its text after its delay.
+type step struct {
+	after time.Duration
+	text  string
+}
+
+func scriptServer(t *testing.T, steps []step) string {
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, st := range steps {
+			time.Sleep(st.after)
+			io.WriteString(w, st.text)
+			w.(http.Flusher).Flush()
+		}
+	}))
+	t.Cleanup(s.Close)
+	return s.URL
+}
+
+func chunk(content string) string {
+	return fmt.Sprintf("data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":%q},\"finish_reason\":null}]}\n\n", content)
+}
+
+const (
+	roleChunk  = "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n"
+	finalChunk = "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n"
+	usageChunk = "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":3,\"total_tokens\":8}}\n\n"
+	doneChunk  = "data: [DONE]\n\n"
+)
+
+func TestRoleChunkIsNotTTFTAndUsageDoesNotStretchE2E(t *testing.T) {
+	// A gateway that sends the role chunk at once, content after 60ms, and
+	// holds the usage chunk back for 150ms.
+	url := scriptServer(t, []step{{0, roleChunk}, {60 * time.Millisecond, chunk("a")}, {10 * time.Millisecond, chunk("b")},
+		{10 * time.Millisecond, chunk("c") + finalChunk}, {150 * time.Millisecond, usageChunk + doneChunk}})
+	cfg := baseConfig(url)
+	cfg.Load = LoadSpec{Mode: "closed", Concurrency: 2, Requests: 6}
+	rec, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := rec.Stages[0]
+	if s.OK != 6 {
+		t.Fatalf("%d of 6 ok: %v", s.OK, s.ErrorSamples)
+	}
+	m := s.Metrics
+	if v := m["first_event"].P50; v > 20 {
+		t.Errorf("first_event %.1fms, want the role chunk's ~0ms", v)
+	}
+	if v := m["ttft"].P50; v < 59 || v > 90 {
+		t.Errorf("ttft %.1fms, want ~60ms: the role-only chunk must not count", v)
+	}
+	if v := m["e2e"].P50; v < 79 || v > 120 {
+		t.Errorf("e2e %.1fms, want ~80ms: the late usage chunk must not stretch it", v)
+	}
+	if v := m["stream_end"].P50; v < 229 {
+		t.Errorf("stream_end %.1fms, want ≥ 230ms (it includes usage and [DONE])", v)
+	}
+	if s.OutputTokens != 18 {
+		t.Errorf("output tokens %d, want 6 × 3 from usage", s.OutputTokens)
+	}
+}
+
+func TestOpenLoopShowsClientQueueing(t *testing.T) {
+	// Capacity: one request in flight (client cap), 50ms each, so 20/s;
+	// offered: 50/s. TTFT from the actual send stays ~50ms, the naive
+	// figure; from the intended send it grows with the queue.
+	url := scriptServer(t, []step{{50 * time.Millisecond, chunk("x") + finalChunk + usageChunk + doneChunk}})
+	cfg := baseConfig(url)
+	cfg.Load = LoadSpec{Mode: "open", Rate: 50, Arrival: "constant", MaxConcurrency: 1, Requests: 30}
+	rec, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := rec.Stages[0]
+	if s.OK != 30 {
+		t.Fatalf("%d of 30 ok: %v", s.OK, s.ErrorSamples)
+	}
+	naive, sched := s.Metrics["ttft"], s.Metrics["ttft_sched"]
+	if naive.P50 > 80 {
+		t.Errorf("ttft p50 %.1fms, want ~50ms", naive.P50)
+	}
+	// Request k waits k × (50 − 20)ms more than the one before: the last
+	// ones wait most of a second.
+	if sched.Max < 600 || sched.P50 < 5*naive.P50 {
+		t.Errorf("ttft_sched p50 %.1f max %.1f ms, want growing far past ttft p50 %.1f", sched.P50, sched.Max, naive.P50)
+	}
+	xs := s.Samples["ttft_sched"]
+	first, last := Median(xs[:10]), Median(xs[len(xs)-10:])
+	if last < first+200 {
+		t.Errorf("ttft_sched first third %.1fms, last third %.1fms: want it to grow", first, last)
+	}
+	// The cap lets 20/s leave of the 50/s requested, and the report says so.
+	if s.AchievedRate > 25 || s.RequestedRate != 50 {
+		t.Errorf("achieved %.1f of requested %.1f/s, want about 20 of 50", s.AchievedRate, s.RequestedRate)
+	}
+	if lag := s.Metrics["send_lag"]; lag == nil || lag.Max < 500 {
+		t.Errorf("send lag %+v, want it to reach past 500ms", lag)
+	}
+}
+
+func TestRunCountsErrorsByClass(t *testing.T) {
+	mux := http.NewServeMux()
+	n := 0
+	mux.HandleFunc("/v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
+		n++
+		switch n % 4 {
+		case 0:
+			w.WriteHeader(503)
+			io.WriteString(w, `{"error":{"message":"overloaded","type":"server_error"}}`)
+		case 1:
+			w.Header().Set("Content-Type", "text/event-stream")
+			io.WriteString(w, chunk("a")) // no [DONE]
+		case 2:
+			w.Header().Set("Content-Type", "text/event-stream")
+			io.WriteString(w, "data: {not json\n\n")
+		case 3:
+			w.Header().Set("Content-Type", "text/event-stream")
+			io.WriteString(w, chunk("a")+"data: {\"error\":{\"message\":\"boom\"}}\n\n"+doneChunk)
+		}
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	cfg := baseConfig(srv.URL)
+	cfg.Load = LoadSpec{Mode: "closed", Concurrency: 1, Requests: 8}
+	rec, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"http_503": 2, ErrTruncated: 2, ErrMalformed: 2, ErrEvent: 2}
+	if got := rec.Stages[0].Errors; !reflect.DeepEqual(got, want) {
+		t.Errorf("errors %v, want %v", got, want)
+	}
+}
+
+func TestRecordRoundTrips(t *testing.T) {
+	url := startSim(t, 5*time.Millisecond, time.Millisecond)
+	cfg := baseConfig(url)
+	cfg.SLOs = []SLO{{"ttft", time.Second}}
+	cfg.Sweep = []float64{1, 2, 4}
+	cfg.Load.Requests = 8
+	rec, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.Stages) != 3 || rec.Stages[2].Level != 4 {
+		t.Fatalf("%d stages, want 3 at 1, 2, 4", len(rec.Stages))
+	}
+	path := filepath.Join(t.TempDir(), "run.json")
+	if err := rec.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	back, err := LoadRecord(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Times lose their monotonic reading in JSON; compare the rest.
+	rec.Conditions.Start = back.Conditions.Start
+	if !reflect.DeepEqual(rec, back) {
+		t.Errorf("record changed through JSON")
+	}
+	if back.Stages[0].GoodputShare != 1 {
+		t.Errorf("goodput share %v, want 1 for ttft ≤ 1s", back.Stages[0].GoodputShare)
+	}
+	var html strings.Builder
+	if err := back.WriteHTML(&html); err != nil || !strings.Contains(html.String(), "echarts") || !strings.Contains(html.String(), "knee") {
+		t.Errorf("HTML report: err %v, %d bytes, want charts and the knee", err, html.Len())
+	}
+	if err := os.WriteFile(path, []byte(`{"schema":"other/v9"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadRecord(path); err == nil || !strings.Contains(err.Error(), "schema") {
+		t.Errorf("a record of another schema: err %v", err)
+	}
+}
+
+func TestCSVAndEventsStream(t *testing.T) {
+	url := startSim(t, 2*time.Millisecond, time.Millisecond)
+	cfg := baseConfig(url)
+	cfg.Load = LoadSpec{Mode: "closed", Concurrency: 2, Requests: 5, WarmupRequests: 1}
+	var csvOut, events strings.Builder
+	cfg.CSV, cfg.Events = &csvOut, &events
+	if _, err := Run(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(csvOut.String()), "\n")
+	if len(lines) != 1+6 || !strings.HasPrefix(lines[0], "stage,index,warmup,") {
+		t.Fatalf("CSV has %d lines, want a header and 6 rows (one warm-up):\n%s", len(lines), csvOut.String())
+	}
+	ev := strings.Split(strings.TrimSpace(events.String()), "\n")
+	if len(ev) != 6 || strings.Count(ev[0], ",") < 20 {
+		t.Errorf("events: %d lines, want 6 with 20 event times each; first %s", len(ev), ev[0])
+	}
+}

@@ -1,0 +1,130 @@
+package bench
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func runAgainst(t *testing.T, ttft time.Duration) *Record {
+	t.Helper()
+	url := startSim(t, ttft, time.Millisecond)
+	cfg := baseConfig(url)
+	cfg.Workload.OutputTokens = "10"
+	cfg.Load = LoadSpec{Mode: "closed", Concurrency: 4, Requests: 80, WarmupRequests: 4}
+	rec, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
+
+func TestComparePlantedRegression(t *testing.T) {
+	base := runAgainst(t, 50*time.Millisecond)
+	worse := runAgainst(t, 60*time.Millisecond) // +20% TTFT
+	same := runAgainst(t, 50*time.Millisecond)
+
+	c := Compare(base, worse, CompareOptions{})
+	if c.Verdict != RollBack || ExitCode(c.Verdict) != 1 {
+		var b strings.Builder
+		c.Write(&b)
+		t.Fatalf("20%% slower TTFT: verdict %s, want ROLL BACK\n%s", c.Verdict, b.String())
+	}
+	if !strings.Contains(strings.Join(c.Reasons, ";"), "ttft") {
+		t.Errorf("reasons %v do not name ttft", c.Reasons)
+	}
+	c = Compare(base, same, CompareOptions{})
+	if c.Verdict == RollBack {
+		var b strings.Builder
+		c.Write(&b)
+		t.Fatalf("identical runs judged ROLL BACK\n%s", b.String())
+	}
+	if c.Verdict == Inconclusive && c.Need <= 80 {
+		t.Errorf("INCONCLUSIVE but says %d requests would settle it, no more than it had", c.Need)
+	}
+}
+
+func TestCompareQualityRegression(t *testing.T) {
+	mk := func(failed, refusals int) *Record {
+		s := &Summary{Requests: 400, OK: 400 - failed, Failed: failed, Quality: QualityCounts{Refusal: refusals}, Samples: map[string][]float64{}}
+		rng := rand.New(rand.NewPCG(1, 2))
+		for range 400 {
+			s.Samples["ttft"] = append(s.Samples["ttft"], 50+rng.NormFloat64())
+		}
+		return &Record{Schema: Schema, Stages: []*Summary{s}, Conditions: Conditions{Load: LoadSpec{Mode: "closed"}}}
+	}
+	c := Compare(mk(0, 0), mk(0, 40), CompareOptions{})
+	if c.Verdict != RollBack || !strings.Contains(strings.Join(c.Reasons, ";"), "refusal_rate") {
+		t.Errorf("refusals 0%% → 10%%: verdict %s %v, want ROLL BACK naming refusal_rate", c.Verdict, c.Reasons)
+	}
+	c = Compare(mk(0, 0), mk(0, 0), CompareOptions{})
+	if c.Verdict != Keep {
+		var b strings.Builder
+		c.Write(&b)
+		t.Errorf("same speed, no failures, n=400: verdict %s, want KEEP\n%s", c.Verdict, b.String())
+	}
+}
+
+func TestDifferencesRefuseOtherConditions(t *testing.T) {
+	a := Conditions{Workload: WorkloadSpec{Endpoint: "chat", InputTokens: "256", OutputTokens: "128"}, Load: LoadSpec{Mode: "closed", Concurrency: 8}}
+	b := a
+	b.URL, b.Host = "http://other", "elsewhere" // what a comparison is for
+	if d := Differences(&a, &b); len(d) != 0 {
+		t.Errorf("URL and host differ only, got %v", d)
+	}
+	b.Load.Concurrency, b.Workload.InputTokens = 16, "512"
+	d := Differences(&a, &b)
+	if len(d) != 2 || !strings.Contains(strings.Join(d, ";"), "load.concurrency: 8 ≠ 16") || !strings.Contains(strings.Join(d, ";"), "workload.input_tokens") {
+		t.Errorf("differences %v, want concurrency and input tokens", d)
+	}
+}
+
+func TestMannWhitney(t *testing.T) {
+	// Identical samples: no evidence of a difference.
+	a := []float64{1, 2, 3, 4, 5, 6, 7, 8}
+	if p := mannWhitney(a, a); p < 0.9 {
+		t.Errorf("p(a, a) = %v, want ~1", p)
+	}
+	// Fully separated samples of 8 and 8: U = 0; the normal
+	// approximation with continuity gives p ≈ 0.00094.
+	b := []float64{11, 12, 13, 14, 15, 16, 17, 18}
+	if p := mannWhitney(a, b); math.Abs(p-0.00094) > 0.0002 {
+		t.Errorf("p(separated) = %v, want ≈ 0.00094", p)
+	}
+}
+
+func TestCompareRatesAtZero(t *testing.T) {
+	ch := compareRates(0, "failure_rate", 0, 500, 0, 500, 0.02)
+	if ch.Judgement != Holds {
+		t.Errorf("0 of 500 both: %s [%v, %v], want holds", ch.Judgement, ch.CILow, ch.CIHigh)
+	}
+	ch = compareRates(0, "failure_rate", 0, 10, 0, 10, 0.02)
+	if ch.Judgement != Unsure || ch.Need <= 10 {
+		t.Errorf("0 of 10 both: %s need %d, want unsure and a larger n", ch.Judgement, ch.Need)
+	}
+}
+
+func TestKnee(t *testing.T) {
+	stages := []*Summary{{OutputTokenThroughput: 100}, {OutputTokenThroughput: 190}, {OutputTokenThroughput: 350}, {OutputTokenThroughput: 380}, {OutputTokenThroughput: 385}}
+	if k := Knee(stages); k != 2 {
+		t.Errorf("knee at %d, want 2 (350 ≥ 90%% of 385)", k)
+	}
+}
+
+func TestJournal(t *testing.T) {
+	c := &Comparison{Base: "a.json", New: "b.json", Verdict: Keep, Changes: []Change{{Metric: "ttft", Delta: 0.01, CILow: math.NaN(), P: math.NaN()}}}
+	path := filepath.Join(t.TempDir(), "j.jsonl")
+	for range 2 {
+		if err := c.AppendJournal(path, "kv cache 0.9"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lines := readLines(t, path)
+	if len(lines) != 2 || !strings.Contains(lines[1], `"change":"kv cache 0.9"`) || !strings.Contains(lines[1], `"verdict":"KEEP"`) {
+		t.Errorf("journal %q", lines)
+	}
+}
