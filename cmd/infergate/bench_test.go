@@ -1,0 +1,119 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/infergate/infergate/bench"
+)
+
+// exitCode runs the binary and returns its status and output.
+func exitCode(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	out, err := exec.Command(binary, args...).CombinedOutput()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, string(out)
+	case errors.As(err, &ee):
+		return ee.ExitCode(), string(out)
+	}
+	t.Fatalf("infergate %v: %v", args, err)
+	return -1, ""
+}
+
+// A baseline, a slower candidate and a rerun, all real processes: compare
+// says ROLL BACK for the slower one with exit 1, refuses other conditions
+// with exit 3, and keeps its journal.
+func TestBenchCompareEndToEnd(t *testing.T) {
+	fast := start(t, "sim", "--listen", "127.0.0.1:0", "--ttft", "40ms", "--itl", "2ms").url(t)
+	slow := start(t, "sim", "--listen", "127.0.0.1:0", "--ttft", "60ms", "--itl", "2ms").url(t)
+	dir := t.TempDir()
+	run := func(url, out string, extra ...string) {
+		t.Helper()
+		args := append([]string{"bench", "--url", url, "--input-tokens", "32", "--output-tokens", "8", "--concurrency", "4",
+			"--requests", "60", "--warmup", "4", "--out", filepath.Join(dir, out), "--csv", filepath.Join(dir, out+".csv")}, extra...)
+		code, output := exitCode(t, args...)
+		if code != 0 || !strings.Contains(output, "requests 60: 60 ok") {
+			t.Fatalf("bench %v: exit %d\n%s", args, code, output)
+		}
+	}
+	run(fast, "base.json")
+	run(slow, "slow.json")
+	run(fast, "other.json", "--input-tokens", "64")
+	rec, err := bench.LoadRecord(filepath.Join(dir, "base.json"))
+	if err != nil || rec.Conditions.Workload.Model != "sim-model" {
+		t.Fatalf("record: %v (model found through /v1/models: %q)", err, rec.Conditions.Workload.Model)
+	}
+	journal := filepath.Join(dir, "journal.jsonl")
+	code, out := exitCode(t, "compare", filepath.Join(dir, "base.json"), filepath.Join(dir, "slow.json"), "--journal", journal, "--change", "slower build")
+	if code != 1 || !strings.Contains(out, "verdict: ROLL BACK") {
+		t.Errorf("compare base slow: exit %d, want 1 and ROLL BACK\n%s", code, out)
+	}
+	code, out = exitCode(t, "compare", filepath.Join(dir, "base.json"), filepath.Join(dir, "other.json"))
+	if code != 3 || !strings.Contains(out, "workload.input_tokens: 32 ≠ 64") {
+		t.Errorf("compare mismatched: exit %d, want 3 naming the field\n%s", code, out)
+	}
+	if code, _ = exitCode(t, "compare", filepath.Join(dir, "base.json"), filepath.Join(dir, "other.json"), "--force"); code == 3 {
+		t.Error("--force still refused")
+	}
+	lines := readFileLines(t, journal)
+	if len(lines) != 1 || !strings.Contains(lines[0], `"slower build"`) || !strings.Contains(lines[0], `"ROLL BACK"`) {
+		t.Errorf("journal %q", lines)
+	}
+}
+
+func TestDemoRunsOnItsOwn(t *testing.T) {
+	dir := t.TempDir()
+	code, out := exitCode(t, "demo", "--duration", "2s", "--out", filepath.Join(dir, "d.json"), "--html", filepath.Join(dir, "d.html"))
+	if code != 0 {
+		t.Fatalf("demo exit %d\n%s", code, out)
+	}
+	for _, want := range []string{"probe http://127.0.0.1:", "infergate bench: http://127.0.0.1:", "ttft ms", "tpot ms", "throughput:", " 0 failed"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("demo output lacks %q\n%s", want, out)
+		}
+	}
+	rec, err := bench.LoadRecord(filepath.Join(dir, "d.json"))
+	if err != nil || rec.Conditions.GatewayConfigHash == "" {
+		t.Errorf("demo record: %v, gateway config hash %q (want the gateway's)", err, rec.Conditions.GatewayConfigHash)
+	}
+}
+
+func TestProbe(t *testing.T) {
+	url := start(t, "sim", "--listen", "127.0.0.1:0", "--ttft", "30ms", "--itl", "1ms").url(t)
+	code, out := exitCode(t, "probe", url, "-n", "3")
+	if code != 0 || !strings.Contains(out, "p50") || strings.Count(out, "\n   ") < 3 {
+		t.Fatalf("probe: exit %d\n%s", code, out)
+	}
+}
+
+func TestBenchRefusesBadInput(t *testing.T) {
+	for _, args := range [][]string{
+		{"bench"},
+		{"bench", "--url", "ftp://x", "--model", "m"},
+		{"bench", "--url", "http://127.0.0.1:1", "--model", "m", "--input-tokens", "0"},
+		{"bench", "--url", "http://127.0.0.1:1", "--model", "m", "--rate", "-1"},
+		{"bench", "--url", "http://127.0.0.1:1", "--model", "m", "--slo", "ttft"},
+		{"bench", "--url", "http://127.0.0.1:1", "--model", "m", "--sweep", "4,2"},
+		{"compare", "one.json"},
+	} {
+		code, out := exitCode(t, args...)
+		if code == 0 || strings.Contains(out, "panic") {
+			t.Errorf("infergate %v: exit %d\n%s", args, code, out)
+		}
+	}
+}
+
+func readFileLines(t *testing.T, path string) []string {
+	t.Helper()
+	out, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Split(strings.TrimSpace(string(out)), "\n")
+}
