@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -297,5 +298,64 @@ func TestCSVAndEventsStream(t *testing.T) {
 	ev := strings.Split(strings.TrimSpace(events.String()), "\n")
 	if len(ev) != 6 || strings.Count(ev[0], ",") < 20 {
 		t.Errorf("events: %d lines, want 6 with 20 event times each; first %s", len(ev), ev[0])
+	}
+}
+
+func TestNonStreaming(t *testing.T) {
+	url := startSim(t, 20*time.Millisecond, time.Millisecond)
+	cfg := baseConfig(url)
+	cfg.Workload.Stream = false
+	cfg.Load = LoadSpec{Mode: "closed", Concurrency: 2, Requests: 10}
+	rec, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := rec.Stages[0]
+	if s.OK != 10 || s.OutputTokens != 200 || s.UsageMissing != 0 {
+		t.Fatalf("ok %d, output tokens %d, usage missing %d; want 10, 200, 0 (%v)", s.OK, s.OutputTokens, s.UsageMissing, s.ErrorSamples)
+	}
+	// The whole answer arrives at once: TTFT is its arrival, ~20ms + 19 × 1ms.
+	if v := s.Metrics["ttft"].P50; v < 38 || v > 60 {
+		t.Errorf("non-streaming ttft %.1fms, want ~39ms", v)
+	}
+	if s.Quality.Empty != 0 || s.Quality.FinishLength != 10 {
+		t.Errorf("quality %+v, want no empty answer and 10 finish_reason length", s.Quality)
+	}
+}
+
+func TestStreamsKeepTheirConnections(t *testing.T) {
+	var mu sync.Mutex
+	peers := map[string]bool{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			mu.Lock()
+			peers[r.RemoteAddr] = true
+			mu.Unlock()
+		}
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, roleChunk+chunk("a")+chunk("b")+finalChunk+usageChunk+doneChunk)
+	}))
+	defer srv.Close()
+	for _, stream := range []bool{true, false} {
+		mu.Lock()
+		clear(peers)
+		mu.Unlock()
+		cfg := baseConfig(srv.URL)
+		cfg.Workload.Stream = stream
+		cfg.Load = LoadSpec{Mode: "closed", Concurrency: 2, Requests: 30}
+		rec, err := Run(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		n := len(peers)
+		mu.Unlock()
+		if rec.Stages[0].OK != 30 && stream {
+			t.Fatalf("stream=%v: %d of 30 ok: %v", stream, rec.Stages[0].OK, rec.Stages[0].ErrorSamples)
+		}
+		if n > 2 {
+			t.Errorf("stream=%v: 30 requests by 2 users opened %d connections, want 2 (keep-alive)", stream, n)
+		}
 	}
 }

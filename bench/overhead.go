@@ -92,6 +92,12 @@ func (o *Overhead) runOne(ctx context.Context, dir, name string) error {
 		return o.simFidelity(ctx)
 	case "sim-capacity":
 		return o.simCapacity(ctx, 2000)
+	case "bench-capacity":
+		return o.benchCapacity(ctx, dir, o.IdleStreams)
+	case "bench-vs-hey":
+		return o.benchVsHey(ctx, dir, 64)
+	case "bench-timing":
+		return o.benchTiming(ctx, dir)
 	}
 	i := slices.IndexFunc(Scenarios(), func(s Scenario) bool { return s.Name == name })
 	if i < 0 {

@@ -96,7 +96,7 @@ func (s *Summary) writeText(w io.Writer, mode string, sweep bool) {
 		fmt.Fprintf(w, "goodput (%s): %.1f%% of requests, %.2f req/s\n", strings.Join(parts, ", "), s.GoodputShare*100, s.Goodput)
 	}
 	fmt.Fprintf(w, "\n%-18s %8s %10s %10s %10s %10s %10s %10s %10s\n", "metric", "n", "mean", "min", "p50", "p90", "p95", "p99", "max")
-	order := []string{"ttft", "ttft_sched", "send_lag", "ttfb", "first_event", "tpot", "itl", "e2e", "stream_end", "speed", "output_tokens", "tokens_per_event"}
+	order := []string{"ttft", "ttft_sched", "send_lag", "ttfb", "first_event", "tpot", "itl", "e2e", "stream_end", "speed", "output_tokens", "tokens_per_event", "server_ttft", "client_added"}
 	for _, name := range order {
 		p := s.Metrics[name]
 		if p == nil || (mode == "closed" && (name == "ttft_sched" || name == "send_lag")) {

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -29,7 +30,10 @@ type Result struct {
 	// the last such event; End the response's end ([DONE], usage and the
 	// body's end included).
 	TTFB, FirstEvent, TTFT, LastToken, End time.Duration
-	Status                                 int
+	// ServerTTFT is the server's own time to first token when it reports
+	// one (the simulator's sim_timing, asked for with X-Sim-Timing).
+	ServerTTFT time.Duration
+	Status     int
 	// ContentEvents counts events that carried content.
 	ContentEvents int
 	// OutputTokens is UsageTokens when the server reported usage, else
@@ -122,14 +126,49 @@ type parser struct {
 	keepEvents bool
 	gaps       []time.Duration
 	flushGaps  func([]time.Duration)
+	// br and pre read a stream's body once the headers are in: pre holds
+	// what the header reader had already taken of it.
+	br  *bufio.Reader
+	pre prefixReader
+}
+
+// carryOver returns the parser's small reader set to read conn, after the
+// bytes br already buffered.
+func (p *parser) carryOver(br *bufio.Reader, conn io.Reader) *bufio.Reader {
+	n := br.Buffered()
+	head, _ := br.Peek(n)
+	p.pre.buf = append(p.pre.buf[:0], head...)
+	p.pre.off, p.pre.r = 0, conn
+	if p.br == nil {
+		p.br = bufio.NewReaderSize(&p.pre, 1024)
+	} else {
+		p.br.Reset(&p.pre)
+	}
+	return p.br
+}
+
+// prefixReader reads buf, then r.
+type prefixReader struct {
+	buf []byte
+	off int
+	r   io.Reader
+}
+
+func (pr *prefixReader) Read(b []byte) (int, error) {
+	if pr.off < len(pr.buf) {
+		n := copy(b, pr.buf[pr.off:])
+		pr.off += n
+		return n, nil
+	}
+	return pr.r.Read(b)
 }
 
 // headBytes of an answer are kept at least: enough for refusal patterns
 // and the empty-answer check.
-const headBytes = 256
+const headBytes = 128
 
 func newParser(count func(string) int, q *Quality) *parser {
-	return &parser{er: openai.NewEventReader(nil, make([]byte, 2048), 4<<20), count: count, qual: q, gaps: make([]time.Duration, 0, 64)}
+	return &parser{er: openai.NewEventReader(nil, make([]byte, 512), 4<<20), count: count, qual: q, gaps: make([]time.Duration, 0, 32)}
 }
 
 // gap notes one gap, handing a full batch on.
@@ -208,8 +247,11 @@ func (p *parser) readStream(ctx context.Context, b io.Reader, r *Result) {
 		if f := openai.FinishReason(data); f != nil {
 			r.Finish = string(f)
 		}
-		if bytes.Contains(data, keyUsage) {
-			p.usage(data, r)
+		if u, ok := openai.UsageOf(data); ok {
+			r.UsageTokens, r.PromptTokens = u.CompletionTokens, u.PromptTokens
+			if i := bytes.Index(data, keySimTTFT); i >= 0 {
+				r.ServerTTFT = time.Duration(leadingInt(data[i+len(keySimTTFT):])) * time.Microsecond
+			}
 		}
 		if !openai.HasContent(data) {
 			continue
@@ -231,31 +273,6 @@ func (p *parser) readStream(ctx context.Context, b io.Reader, r *Result) {
 	}
 }
 
-var keyUsage = []byte(`"usage":{`)
-
-func (p *parser) usage(data []byte, r *Result) {
-	var u struct {
-		Usage *openai.Usage `json:"usage"`
-	}
-	if json.Unmarshal(data, &u) == nil && u.Usage != nil {
-		r.UsageTokens, r.PromptTokens = u.Usage.CompletionTokens, u.Usage.PromptTokens
-	}
-}
-
-// plainBody is a non-streaming chat or completion answer.
-type plainBody struct {
-	Choices []struct {
-		Message struct {
-			Content          *string         `json:"content"`
-			ReasoningContent *string         `json:"reasoning_content"`
-			ToolCalls        json.RawMessage `json:"tool_calls"`
-		} `json:"message"`
-		Text         *string `json:"text"`
-		FinishReason *string `json:"finish_reason"`
-	} `json:"choices"`
-	Usage *openai.Usage `json:"usage"`
-}
-
 func (p *parser) readPlain(ctx context.Context, b io.Reader, r *Result) {
 	var err error
 	p.body, err = readAll(p.body[:0], b, 64<<20)
@@ -264,25 +281,21 @@ func (p *parser) readPlain(ctx context.Context, b io.Reader, r *Result) {
 		r.fail(ctx, ErrReset, err)
 		return
 	}
-	var pb plainBody
-	if err := json.Unmarshal(p.body, &pb); err != nil || len(pb.Choices) == 0 {
+	// The same scanners as for stream chunks: the message's content (and
+	// reasoning_content) or the completion's text, finish_reason and usage.
+	if !json.Valid(p.body) || !bytes.Contains(p.body, keyChoices) {
 		r.fail(ctx, ErrBadBody, fmt.Errorf("not a completion: %.200s", p.body))
 		return
 	}
-	c := pb.Choices[0]
-	for _, s := range []*string{c.Message.ReasoningContent, c.Message.Content, c.Text} {
-		if s != nil {
-			p.text = append(p.text, *s...)
-		}
+	p.text = openai.AppendContent(p.text, p.body)
+	if bytes.Contains(p.body, keyToolCalls) {
+		p.text = append(p.text, " [tool_calls]"...)
 	}
-	if len(c.Message.ToolCalls) > 0 && string(c.Message.ToolCalls) != "null" {
-		p.text = append(p.text, c.Message.ToolCalls...)
+	if f := openai.FinishReason(p.body); f != nil {
+		r.Finish = string(f)
 	}
-	if c.FinishReason != nil {
-		r.Finish = *c.FinishReason
-	}
-	if pb.Usage != nil {
-		r.UsageTokens, r.PromptTokens = pb.Usage.CompletionTokens, pb.Usage.PromptTokens
+	if u, ok := openai.UsageOf(p.body); ok {
+		r.UsageTokens, r.PromptTokens = u.CompletionTokens, u.PromptTokens
 	}
 	// Without a stream the first token arrives with the whole answer.
 	r.TTFT, r.LastToken, r.FirstEvent = r.End, r.End, r.End
@@ -290,6 +303,24 @@ func (p *parser) readPlain(ctx context.Context, b io.Reader, r *Result) {
 		r.ContentEvents = 1
 	}
 }
+
+// leadingInt reads the decimal digits at the start of b.
+func leadingInt(b []byte) int64 {
+	var n int64
+	for _, c := range b {
+		if c < '0' || c > '9' || n > 1e15 {
+			break
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n
+}
+
+var (
+	keySimTTFT   = []byte(`"sim_timing":{"ttft_us":`)
+	keyChoices   = []byte(`"choices"`)
+	keyToolCalls = []byte(`"tool_calls":[`)
+)
 
 // judge sets the token count and the quality signals of a success.
 func (p *parser) judge(r *Result) {
@@ -300,6 +331,8 @@ func (p *parser) judge(r *Result) {
 	}
 	r.OutputTokens = r.UsageTokens
 	if r.OutputTokens < 0 {
+		// Counted when the text was kept; otherwise (the first answers
+		// without usage) one token per content event, a lower bound.
 		r.OutputTokens = max(r.CountedTokens, r.ContentEvents)
 	}
 	r.Empty = len(bytes.TrimSpace(p.text)) == 0

@@ -98,8 +98,10 @@ type Runner struct {
 
 	next     atomic.Int64 // the next request index, across stages
 	inFlight atomic.Int64
-	hasUsage atomic.Bool
-	parsers  sync.Pool
+	// noUsage is set once an answer came without usage although it was
+	// asked for: from then on answers are kept whole, to be counted.
+	noUsage atomic.Bool
+	parsers sync.Pool
 }
 
 // InFlight is the number of requests now in flight.
@@ -315,9 +317,10 @@ func (s *stage) doAt(ctx context.Context, p *parser, i int, warm bool, intended 
 	r := &Result{Index: i, Stage: s.n, Warmup: warm, Intended: intended, InputTokens: req.InputTokens, MaxTokens: req.MaxTokens}
 	rctx, cancel := context.WithTimeoutCause(ctx, s.l.Timeout, errRequestTimeout)
 	// The text is kept whole only where it is needed: to count tokens
-	// while the server has not shown it reports usage, for the sampled
-	// usage check, and to check JSON. Refusal patterns see its head.
-	p.keepAll = !rn.hasUsage.Load() || i%16 == 0 || (rn.Quality != nil && rn.Quality.WantJSON)
+	// once the server has shown it does not report usage (every request
+	// asks for it), for the sampled usage check, and to check JSON.
+	// Refusal patterns see its head.
+	p.keepAll = rn.noUsage.Load() || !rn.Stream || i%16 == 0 || (rn.Quality != nil && rn.Quality.WantJSON)
 	p.keepEvents = rn.KeepEvents
 	p.flushGaps = func(g []time.Duration) {
 		if rn.Gaps != nil {
@@ -326,8 +329,8 @@ func (s *stage) doAt(ctx context.Context, p *parser, i int, warm bool, intended 
 	}
 	rn.Client.Do(rctx, req.Body, rn.Stream, p, r)
 	cancel()
-	if r.UsageTokens >= 0 {
-		rn.hasUsage.Store(true)
+	if r.OK() && r.UsageTokens < 0 {
+		rn.noUsage.Store(true)
 	}
 	rn.Sink(r)
 }

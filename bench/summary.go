@@ -294,6 +294,10 @@ func (c *Collector) Summarize(n int, l LoadSpec, win Window, slos []SLO) *Summar
 			add("ttft", ms(w.ttft))
 			add("ttft_sched", ms(w.ttft+w.lag))
 		}
+		if w.server > 0 && w.ttft > 0 {
+			add("server_ttft", ms(w.server))
+			add("client_added", ms(w.ttft-w.server))
+		}
 		if w.out >= 2 && w.last > w.ttft {
 			add("tpot", ms(w.metric("tpot")))
 			add("speed", float64(w.out-1)/(float64(w.last-w.ttft)/1e9))

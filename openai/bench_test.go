@@ -27,3 +27,10 @@ func BenchmarkClassifyEvent(b *testing.B) {
 		}
 	}
 }
+
+func TestUsageOfDoesNotAllocateWithoutUsage(t *testing.T) {
+	ev := []byte(`{"id":"c1","choices":[{"index":0,"delta":{"content":" hello"}}],"usage":null}`)
+	if n := testing.AllocsPerRun(100, func() { UsageOf(ev); AppendContent(nil, ev[:0]) }); n != 0 {
+		t.Errorf("UsageOf allocates %v times on a chunk without usage", n)
+	}
+}

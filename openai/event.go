@@ -1,6 +1,9 @@
 package openai
 
-import "bytes"
+import (
+	"bytes"
+	"encoding/json"
+)
 
 var (
 	doneData        = []byte("[DONE]")
@@ -143,4 +146,41 @@ func appendStringValues(dst, data, key []byte) []byte {
 		}
 		data = data[end:]
 	}
+}
+
+var keyUsage = []byte(`"usage"`)
+
+// UsageOf returns the usage object of a chunk or response body, and
+// whether there was one (null is none). It decodes only that object.
+func UsageOf(data []byte) (Usage, bool) {
+	for {
+		i := bytes.Index(data, keyUsage)
+		if i < 0 {
+			return Usage{}, false
+		}
+		data = data[i+len(keyUsage):]
+		j := skipSpace(data, 0)
+		if j >= len(data) || data[j] != ':' {
+			continue
+		}
+		j = skipSpace(data, j+1)
+		if j >= len(data) || data[j] != '{' {
+			continue
+		}
+		end := skipValue(data, j)
+		if end > len(data) {
+			return Usage{}, false
+		}
+		return decodeUsage(data[j:end])
+	}
+}
+
+// decodeUsage is apart so that only a chunk that has usage pays for the
+// value encoding/json makes escape.
+func decodeUsage(b []byte) (Usage, bool) {
+	var u Usage
+	if json.Unmarshal(b, &u) != nil {
+		return Usage{}, false
+	}
+	return u, true
 }

@@ -219,3 +219,21 @@ func FuzzAppendContent(f *testing.F) {
 		}
 	})
 }
+
+func TestUsageOf(t *testing.T) {
+	for _, tc := range []struct {
+		data string
+		out  int
+		ok   bool
+	}{
+		{`{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":3,"total_tokens":8}}`, 3, true},
+		{`{"choices":[{"delta":{"content":"\"usage\":{"}}],"usage":null}`, 0, false},
+		{`{"usage" : {"completion_tokens": 7, "x": {"y": [1]}}}`, 7, true},
+		{`{"usage":{"completion_tokens":`, 0, false},
+	} {
+		u, ok := UsageOf([]byte(tc.data))
+		if ok != tc.ok || u.CompletionTokens != tc.out {
+			t.Errorf("UsageOf(%s) = %+v %v, want %d %v", tc.data, u, ok, tc.out, tc.ok)
+		}
+	}
+}

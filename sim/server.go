@@ -144,9 +144,20 @@ type request struct {
 	src          tokenSource
 	watch        *hangup.Handle
 	conn         net.Conn
+	// With TimingHeader: when the request was read, and when the first
+	// content token was handed to the connection.
+	timing             bool
+	received, firstOut time.Time
 }
 
+// TimingHeader asks the simulator to report its own time to first token
+// on the usage chunk, as "sim_timing":{"ttft_us":N} (request read →
+// first content token written), so a client can tell its own and the
+// network's share of the TTFT it measured.
+const TimingHeader = "X-Sim-Timing"
+
 func (s *Server) complete(ctx *fasthttp.RequestCtx, chat bool) {
+	received := time.Now()
 	s.clock.active.Add(1)
 	streaming := false
 	defer func() {
@@ -196,6 +207,7 @@ func (s *Server) complete(ctx *fasthttp.RequestCtx, chat bool) {
 	r := &request{
 		chat: chat, model: s.cfg.Model, created: time.Now().Unix(), promptTokens: promptTokens, ans: ans,
 		usage: req.StreamOptions != nil && req.StreamOptions.IncludeUsage, faults: faults, conn: ctx.Conn(),
+		timing: len(ctx.Request.Header.Peek(TimingHeader)) > 0, received: received,
 	}
 	r.id = fmt.Sprintf("%s-%016x", map[bool]string{true: "chatcmpl", false: "cmpl"}[chat], mix(ans.seed, s.nonce.Load()))
 	if s.eng != nil {
@@ -319,6 +331,9 @@ func (s *Server) stream(w *bufio.Writer, r *request) {
 				r.src.abort()
 				return
 			}
+			if sent == 0 && r.timing {
+				r.firstOut = time.Now()
+			}
 		}
 	}
 	s.recordFinish(r)
@@ -338,7 +353,13 @@ func (s *Server) stream(w *bufio.Writer, r *request) {
 		buf = strconv.AppendInt(buf, int64(r.ans.tokens), 10)
 		buf = append(buf, `,"total_tokens":`...)
 		buf = strconv.AppendInt(buf, int64(r.promptTokens+r.ans.tokens), 10)
-		buf = append(buf, "}}\n\n"...)
+		buf = append(buf, '}')
+		if r.timing && !r.firstOut.IsZero() {
+			buf = append(buf, `,"sim_timing":{"ttft_us":`...)
+			buf = strconv.AppendInt(buf, r.firstOut.Sub(r.received).Microseconds(), 10)
+			buf = append(buf, '}')
+		}
+		buf = append(buf, "}\n\n"...)
 	}
 	buf = append(buf, "data: [DONE]\n\n"...)
 	write(buf)

@@ -429,3 +429,35 @@ func TestMetricsMoveWithLoad(t *testing.T) {
 		t.Errorf("running = %v after all requests ended", after["vllm:num_requests_running"])
 	}
 }
+
+func TestTimingHeaderReportsOwnTTFT(t *testing.T) {
+	url, _ := startSim(t, fixedConfig(30*time.Millisecond, time.Millisecond))
+	body := `{"model":"sim-model","stream":true,"stream_options":{"include_usage":true},"max_tokens":3,"messages":[{"role":"user","content":"hi"}]}`
+	for _, asked := range []bool{false, true} {
+		req, _ := http.NewRequest("POST", url+"/v1/chat/completions", strings.NewReader(body))
+		if asked {
+			req.Header.Set(TimingHeader, "1")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		i := strings.Index(string(b), `"sim_timing":{"ttft_us":`)
+		if !asked {
+			if i >= 0 {
+				t.Errorf("sim_timing sent unasked: %s", b)
+			}
+			continue
+		}
+		var us int
+		if i < 0 {
+			t.Fatalf("no sim_timing in %s", b)
+		}
+		fmt.Sscanf(string(b[i+len(`"sim_timing":{"ttft_us":`):]), "%d", &us)
+		if us < 30000 || us > 33000 {
+			t.Errorf("sim_timing ttft %dµs, want about 30ms", us)
+		}
+	}
+}

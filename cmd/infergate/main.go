@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 )
@@ -118,4 +119,35 @@ func (e exitError) Error() string {
 		return e.err.Error()
 	}
 	return fmt.Sprintf("exit status %d", e.code)
+}
+
+// startProfiles starts a CPU profile to cpu and arranges an allocation
+// profile to mem (either may be empty); stop writes them out.
+func startProfiles(cpu, mem string, stderr io.Writer) (stop func(), err error) {
+	var f *os.File
+	if cpu != "" {
+		if f, err = os.Create(cpu); err != nil {
+			return nil, fmt.Errorf("--cpuprofile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("--cpuprofile: %w", err)
+		}
+	}
+	return func() {
+		if f != nil {
+			pprof.StopCPUProfile()
+			f.Close()
+		}
+		if mem == "" {
+			return
+		}
+		mf, err := os.Create(mem)
+		if err != nil {
+			fmt.Fprintf(stderr, "--memprofile: %v\n", err)
+			return
+		}
+		defer mf.Close()
+		_ = pprof.Lookup("allocs").WriteTo(mf, 0)
+	}, nil
 }

@@ -22,7 +22,10 @@ interleaved rounds. It prints a Markdown report: TTFT and inter-event gap
 percentiles, events/s and requests/s, and what each proxy adds.
 
 Scenarios: paced, single, cpu-stream-64, cpu-stream-512, cpu-plain, idle (gateway
-proxies), and sim-fidelity, sim-capacity (the simulator alone).
+proxies); sim-fidelity, sim-capacity (the simulator alone); bench-capacity
+(one bench process driving --idle-streams streams: its CPU against the
+sim's, memory per stream), bench-vs-hey (non-streaming request rate against
+hey, interleaved) and bench-timing (what the client adds to TTFT).
 scripts/bench-overhead.sh installs nginx (Debian) when missing and runs all.`
 
 func runOverhead(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -31,7 +34,7 @@ func runOverhead(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	rounds := fs.Int("rounds", 5, "interleaved rounds per scenario")
 	roundTime := fs.Duration("round-time", 3*time.Second, "load duration of one target in one round")
 	nginx := fs.String("nginx", "", "nginx executable (default: nginx on PATH or /usr/sbin/nginx; \"none\" to skip)")
-	idle := fs.Int("idle-streams", 5000, "open streams in the idle (memory) scenario")
+	idle := fs.Int("idle-streams", 5000, "open streams in the idle (memory) and bench-capacity scenarios")
 	gwEnv := fs.String("gateway-env", "", "comma-separated VAR=value added to the gateway's environment, e.g. GOMAXPROCS=1")
 	if err := fs.Parse(args); err != nil {
 		return err
