@@ -39,6 +39,10 @@ type CompareOptions struct {
 	// QualityTolerance is the rise of a failure or quality-signal rate, in
 	// absolute terms, that is accepted (default 0.02: 2 points).
 	QualityTolerance float64
+	// SpeedFloor is the absolute change of a latency median (ms) below
+	// which no change counts, however significant: run-to-run noise of a
+	// shared machine is of this order (default 1 ms).
+	SpeedFloor float64
 	// Seed drives the bootstrap.
 	Seed uint64
 }
@@ -49,6 +53,9 @@ func (o *CompareOptions) defaults() {
 	}
 	if o.QualityTolerance == 0 {
 		o.QualityTolerance = 0.02
+	}
+	if o.SpeedFloor == 0 {
+		o.SpeedFloor = 1
 	}
 }
 
@@ -108,11 +115,11 @@ func Compare(base, next *Record, o CompareOptions) *Comparison {
 			speed = append(speed, "ttft_sched")
 		}
 		for _, m := range speed {
-			if ch, ok := compareSamples(i, m, a.Samples[m], b.Samples[m], o.SpeedTolerance, rng); ok {
+			if ch, ok := compareSamples(i, m, a.Samples[m], b.Samples[m], o.SpeedTolerance, o.SpeedFloor, rng); ok {
 				c.Changes = append(c.Changes, ch)
 			}
 		}
-		if ch, ok := compareSamples(i, "speed", a.Samples["speed"], b.Samples["speed"], o.SpeedTolerance, rng); ok {
+		if ch, ok := compareSamples(i, "speed", a.Samples["speed"], b.Samples["speed"], o.SpeedTolerance, 0, rng); ok {
 			ch.Judgement = Info // 1/tpot: judged through tpot
 			c.Changes = append(c.Changes, ch)
 		}
@@ -160,8 +167,9 @@ func rel(a, b float64) float64 {
 const minSamples = 20
 
 // compareSamples judges the median of a latency (lower is better) or
-// speed (higher is better) metric.
-func compareSamples(stage int, metric string, a, b []float64, tol float64, rng *rand.Rand) (Change, bool) {
+// speed (higher is better) metric. A latency change within floor ms
+// holds whatever its relative size.
+func compareSamples(stage int, metric string, a, b []float64, tol, floor float64, rng *rand.Rand) (Change, bool) {
 	if len(a) == 0 || len(b) == 0 {
 		return Change{}, false
 	}
@@ -177,13 +185,16 @@ func compareSamples(stage int, metric string, a, b []float64, tol float64, rng *
 	if better == "higher" {
 		worse, lo, hi = -ch.Delta, -ch.CIHigh, -ch.CILow
 	}
+	// The interval's upper end in ms: below the floor nothing that
+	// matters can have changed.
+	small := better == "lower" && hi*ch.Base <= floor
 	switch {
 	case len(a) < minSamples || len(b) < minSamples:
 		ch.Judgement = Unsure
 		ch.Need = minSamples
-	case lo > 0 && worse > tol:
+	case lo > 0 && worse > tol && !small:
 		ch.Judgement = Regressed
-	case hi <= tol:
+	case hi <= tol || small:
 		ch.Judgement = Holds
 	default:
 		ch.Judgement = Unsure

@@ -12,7 +12,7 @@ import (
 
 func runAgainst(t *testing.T, ttft time.Duration) *Record {
 	t.Helper()
-	url := startSim(t, ttft, time.Millisecond)
+	url := startSim(t, ttft, 5*time.Millisecond)
 	cfg := baseConfig(url)
 	cfg.Workload.OutputTokens = "10"
 	cfg.Load = LoadSpec{Mode: "closed", Concurrency: 4, Requests: 80, WarmupRequests: 4}

@@ -95,7 +95,8 @@ func NewWorkload(s *WorkloadSpec, tok *tokens.Tokenizer) (Workload, error) {
 	if in.zero() {
 		return nil, errors.New("bench: a synthetic workload needs --input-tokens")
 	}
-	return &synthetic{spec: s, in: in, out: out, words: tok.Words()}, nil
+	model, _ := json.Marshal(s.Model)
+	return &synthetic{spec: s, in: in, out: out, words: tok.Words(), model: model}, nil
 }
 
 // Lengths is a distribution of token counts: fixed "512", uniform
@@ -159,6 +160,7 @@ type synthetic struct {
 	spec    *WorkloadSpec
 	in, out Lengths
 	words   []string
+	model   []byte // spec.Model, quoted
 }
 
 func (w *synthetic) Len() int { return 0 }
@@ -166,7 +168,7 @@ func (w *synthetic) Len() int { return 0 }
 func (w *synthetic) Request(i int) Request {
 	rng := rand.New(rand.NewPCG(w.spec.Seed, uint64(i)))
 	r := Request{InputTokens: w.in.Sample(rng), MaxTokens: w.out.Sample(rng), At: -1}
-	r.Body = w.spec.appendBody(nil, w.prompt(rng, r.InputTokens), r.MaxTokens)
+	r.Body = w.spec.appendBody(nil, w.model, w.prompt(rng, r.InputTokens), r.MaxTokens)
 	return r
 }
 
@@ -188,8 +190,7 @@ func (w *synthetic) prompt(rng *rand.Rand, n int) []byte {
 }
 
 // appendBody appends a request body carrying prompt (plain ASCII words).
-func (s *WorkloadSpec) appendBody(b, prompt []byte, maxTokens int) []byte {
-	model, _ := json.Marshal(s.Model)
+func (s *WorkloadSpec) appendBody(b, model, prompt []byte, maxTokens int) []byte {
 	b = append(b, `{"model":`...)
 	b = append(b, model...)
 	if s.Endpoint == "completions" {
@@ -457,12 +458,13 @@ func loadReplay(s *WorkloadSpec, out Lengths, tok *tokens.Tokenizer) (Workload, 
 			if !out.zero() {
 				maxTokens = out.Sample(rng)
 			}
-			spec := *s
-			if spec.Model == "" {
-				spec.Model = e.Model
+			name := s.Model
+			if name == "" {
+				name = e.Model
 			}
+			model, _ := json.Marshal(name)
 			r = Request{InputTokens: in, MaxTokens: maxTokens}
-			r.Body = spec.appendBody(nil, syn.prompt(rand.New(rand.NewPCG(s.Seed, uint64(n))), in), maxTokens)
+			r.Body = s.appendBody(nil, model, syn.prompt(rand.New(rand.NewPCG(s.Seed, uint64(n))), in), maxTokens)
 		}
 		r.At = at
 		w.reqs = append(w.reqs, r)

@@ -175,12 +175,41 @@ func UsageOf(data []byte) (Usage, bool) {
 	}
 }
 
-// decodeUsage is apart so that only a chunk that has usage pays for the
-// value encoding/json makes escape.
+// decodeUsage reads the token counts of a usage object: its three
+// integer fields, found by key without reflection (a stream's usage chunk
+// is read at the rate of requests, a plain body's at the rate of bodies).
 func decodeUsage(b []byte) (Usage, bool) {
-	var u Usage
-	if json.Unmarshal(b, &u) != nil {
+	if !json.Valid(b) {
 		return Usage{}, false
 	}
+	var u Usage
+	u.PromptTokens = intField(b, keyPromptTokens)
+	u.CompletionTokens = intField(b, keyCompletionTokens)
+	u.TotalTokens = intField(b, keyTotalTokens)
 	return u, true
+}
+
+var (
+	keyPromptTokens     = []byte(`"prompt_tokens"`)
+	keyCompletionTokens = []byte(`"completion_tokens"`)
+	keyTotalTokens      = []byte(`"total_tokens"`)
+)
+
+// intField returns the non-negative integer value of key at the object's
+// top level or below (usage objects nest details, whose keys differ), or 0.
+func intField(b, key []byte) int {
+	i := bytes.Index(b, key)
+	if i < 0 {
+		return 0
+	}
+	j := skipSpace(b, i+len(key))
+	if j >= len(b) || b[j] != ':' {
+		return 0
+	}
+	j = skipSpace(b, j+1)
+	n := 0
+	for ; j < len(b) && b[j] >= '0' && b[j] <= '9' && n < 1<<40; j++ {
+		n = n*10 + int(b[j]-'0')
+	}
+	return n
 }

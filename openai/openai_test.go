@@ -230,10 +230,29 @@ func TestUsageOf(t *testing.T) {
 		{`{"choices":[{"delta":{"content":"\"usage\":{"}}],"usage":null}`, 0, false},
 		{`{"usage" : {"completion_tokens": 7, "x": {"y": [1]}}}`, 7, true},
 		{`{"usage":{"completion_tokens":`, 0, false},
+		{`{"usage":{"prompt_tokens":12,"completion_tokens":34,"total_tokens":46,"prompt_tokens_details":{"cached_tokens":8}}}`, 34, true},
 	} {
 		u, ok := UsageOf([]byte(tc.data))
 		if ok != tc.ok || u.CompletionTokens != tc.out {
 			t.Errorf("UsageOf(%s) = %+v %v, want %d %v", tc.data, u, ok, tc.out, tc.ok)
 		}
 	}
+}
+
+func FuzzUsageOf(f *testing.F) {
+	f.Add([]byte(`{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":3,"total_tokens":8}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		u, ok := UsageOf(data)
+		var ref struct {
+			Usage *Usage `json:"usage"`
+		}
+		// On a plain chunk (one usage key, valid JSON, no escapes) the
+		// scanner agrees with encoding/json.
+		if !ok || json.Unmarshal(data, &ref) != nil || ref.Usage == nil || bytes.Count(data, []byte("tokens")) != 3 || bytes.Contains(data, []byte(`\`)) {
+			return
+		}
+		if u.CompletionTokens != ref.Usage.CompletionTokens && ref.Usage.CompletionTokens >= 0 {
+			t.Fatalf("UsageOf(%s) = %+v, encoding/json says %+v", data, u, *ref.Usage)
+		}
+	})
 }

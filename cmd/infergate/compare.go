@@ -7,6 +7,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/infergate/infergate/bench"
 )
@@ -34,6 +35,7 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	force := fs.Bool("force", false, "compare runs whose conditions differ")
 	speedTol := fs.String("speed-tolerance", "5%", "accepted worsening of a latency median")
 	qualTol := fs.String("quality-tolerance", "2%", "accepted rise of a failure or quality-signal rate, in points")
+	floor := fs.Duration("speed-floor", time.Millisecond, "latency changes smaller than this hold, however significant")
 	// Flags may follow the two files.
 	var files []string
 	for len(args) > 0 {
@@ -72,7 +74,7 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		fmt.Fprintf(stdout, "warning: compared under --force although %s\n\n", strings.Join(d, "; "))
 	}
-	c := bench.Compare(base, next, bench.CompareOptions{SpeedTolerance: st, QualityTolerance: qt})
+	c := bench.Compare(base, next, bench.CompareOptions{SpeedTolerance: st, QualityTolerance: qt, SpeedFloor: float64(*floor) / 1e6})
 	c.Base, c.New = files[0], files[1]
 	c.Write(stdout)
 	if *journal != "" {
