@@ -359,3 +359,24 @@ func TestStreamsKeepTheirConnections(t *testing.T) {
 		}
 	}
 }
+
+func TestLargeResponseHeaders(t *testing.T) {
+	// Providers behind CDNs send kilobytes of headers; the small reader
+	// hands them to a larger one.
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Set-Cookie", strings.Repeat("c", 3000))
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, chunk("a")+chunk("b")+finalChunk+usageChunk+doneChunk)
+	}))
+	defer srv.Close()
+	cfg := baseConfig(srv.URL)
+	cfg.Load = LoadSpec{Mode: "closed", Concurrency: 1, Requests: 3}
+	rec, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := rec.Stages[0]; s.OK != 3 || s.OutputTokens != 9 {
+		t.Errorf("ok %d tokens %d, want 3 and 9 (%v)", s.OK, s.OutputTokens, s.ErrorSamples)
+	}
+}

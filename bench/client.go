@@ -176,13 +176,18 @@ func (c *Client) Do(ctx context.Context, body []byte, stream bool, p *parser, r 
 			r.fail(ctx, ErrConnect, err)
 			return
 		}
-		br := c.hc.AcquireReader(conn)
+		br := p.reader(conn)
 		resp := fasthttp.AcquireResponse()
 		resp.SkipBody = true
 		err = resp.ReadLimitBody(br, 0)
+		if small := new(fasthttp.ErrSmallBuffer); errors.As(err, &small) {
+			// Headers larger than the small reader: nothing was consumed;
+			// read them again with room to spare.
+			br = p.bigReader(br, conn)
+			err = resp.ReadLimitBody(br, 0)
+		}
 		if err != nil {
 			fasthttp.ReleaseResponse(resp)
-			c.hc.ReleaseReader(br)
 			stop()
 			c.hc.CloseConn(cc)
 			if reused && try == 0 && ctx.Err() == nil && isStale(err) {
@@ -194,27 +199,17 @@ func (c *Client) Do(ctx context.Context, body []byte, stream bool, p *parser, r 
 		r.TTFB = time.Since(r.Sent)
 		r.Status = resp.StatusCode()
 		isSSE := stream && r.Status == 200 && bytes.HasPrefix(resp.Header.ContentType(), textEventStream)
-		mode, length := httpbody.Mode(req, resp), int64(resp.Header.ContentLength())
+		var b httpbody.Reader
+		b.Reset(br, httpbody.Mode(req, resp), int64(resp.Header.ContentLength()))
 		closeAfter := resp.ConnectionClose()
-		// None of these is needed while the body streams: a long stream
-		// holds only its connection, a small reader and the parser. The
-		// pool's 4 KiB reader (sized for headers) goes back at once; what
-		// it already holds of the body is carried over.
+		// Neither is needed while the body streams: a long stream holds
+		// only its connection, the parser and its small reader.
 		fasthttp.ReleaseResponse(resp)
 		release()
-		bodyBR := br
-		if isSSE {
-			bodyBR = p.carryOver(br, conn)
-			c.hc.ReleaseReader(br)
-			br = nil
-		}
-		var b httpbody.Reader
-		b.Reset(bodyBR, mode, length)
 		p.read(ctx, &b, r, isSSE)
-		reuse := stop() && b.Complete() && !closeAfter && bodyBR.Buffered() == 0
-		if br != nil {
-			c.hc.ReleaseReader(br)
-		}
+		// Nothing may be left unread: the connection carries no other
+		// response.
+		reuse := stop() && b.Complete() && !closeAfter && br.Buffered() == 0
 		if reuse {
 			c.hc.ReleaseConn(cc)
 		} else {

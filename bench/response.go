@@ -126,25 +126,33 @@ type parser struct {
 	keepEvents bool
 	gaps       []time.Duration
 	flushGaps  func([]time.Duration)
-	// br and pre read a stream's body once the headers are in: pre holds
-	// what the header reader had already taken of it.
+	// br reads a response; pre is its source: the connection, after any
+	// bytes carried over from a smaller reader.
 	br  *bufio.Reader
 	pre prefixReader
 }
 
-// carryOver returns the parser's small reader set to read conn, after the
-// bytes br already buffered.
-func (p *parser) carryOver(br *bufio.Reader, conn io.Reader) *bufio.Reader {
-	n := br.Buffered()
-	head, _ := br.Peek(n)
-	p.pre.buf = append(p.pre.buf[:0], head...)
-	p.pre.off, p.pre.r = 0, conn
+// reader returns the parser's small reader set to read conn: response
+// headers and body are read through it, so an open stream holds 512
+// bytes of read buffer, not the 4 KiB a header parser usually asks for.
+func (p *parser) reader(conn io.Reader) *bufio.Reader {
+	p.pre.buf, p.pre.off, p.pre.r = nil, 0, conn
 	if p.br == nil {
-		p.br = bufio.NewReaderSize(&p.pre, 1024)
+		// Large body reads bypass it; it holds the headers, chunk-size
+		// lines and the odd partial event.
+		p.br = bufio.NewReaderSize(&p.pre, 512)
 	} else {
 		p.br.Reset(&p.pre)
 	}
 	return p.br
+}
+
+// bigReader returns a 16 KiB reader of what small holds, then conn: for
+// the rare response whose headers do not fit the small reader.
+func (p *parser) bigReader(small *bufio.Reader, conn io.Reader) *bufio.Reader {
+	head, _ := small.Peek(small.Buffered())
+	p.pre.buf, p.pre.off, p.pre.r = bytes.Clone(head), 0, conn
+	return bufio.NewReaderSize(&p.pre, 16<<10)
 }
 
 // prefixReader reads buf, then r.
@@ -158,6 +166,9 @@ func (pr *prefixReader) Read(b []byte) (int, error) {
 	if pr.off < len(pr.buf) {
 		n := copy(b, pr.buf[pr.off:])
 		pr.off += n
+		if pr.off == len(pr.buf) {
+			pr.buf = nil // not held for the rest of a long stream
+		}
 		return n, nil
 	}
 	return pr.r.Read(b)
