@@ -178,9 +178,10 @@ func (pr *prefixReader) Read(b []byte) (int, error) {
 // and the empty-answer check.
 const headBytes = 128
 
-// usageCheckEvery: one answer in this many is counted with the tokenizer
-// to check the usage the server reports.
-const usageCheckEvery = 16
+// checkUsage says whether answer i is counted with the tokenizer to
+// check the usage the server reports: every 16th of the first 4096, then
+// every 256th, so the check costs little at any rate.
+func checkUsage(i int) bool { return i%256 == 0 || i < 4096 && i%16 == 0 }
 
 func newParser(count func(string) int, q *Quality) *parser {
 	return &parser{er: openai.NewEventReader(nil, make([]byte, 512), 4<<20), count: count, qual: q, gaps: make([]time.Duration, 0, 32)}
@@ -341,7 +342,7 @@ var (
 func (p *parser) judge(r *Result) {
 	// Usage missing: count. With usage, every 16th answer is counted too,
 	// to check the server's figure at a bounded cost.
-	if p.count != nil && p.keepAll && (r.UsageTokens < 0 || r.Index%usageCheckEvery == 0) {
+	if p.count != nil && p.keepAll && (r.UsageTokens < 0 || checkUsage(r.Index)) {
 		r.CountedTokens = p.count(string(p.text))
 	}
 	r.OutputTokens = r.UsageTokens

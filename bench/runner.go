@@ -320,7 +320,7 @@ func (s *stage) doAt(ctx context.Context, p *parser, i int, warm bool, intended 
 	// once the server has shown it does not report usage (every request
 	// asks for it), for the sampled usage check, and to check JSON.
 	// Refusal patterns see its head.
-	p.keepAll = rn.noUsage.Load() || !rn.Stream || i%usageCheckEvery == 0 || (rn.Quality != nil && rn.Quality.WantJSON)
+	p.keepAll = rn.noUsage.Load() || !rn.Stream || checkUsage(i) || (rn.Quality != nil && rn.Quality.WantJSON)
 	p.keepEvents = rn.KeepEvents
 	p.flushGaps = func(g []time.Duration) {
 		if rn.Gaps != nil {

@@ -258,11 +258,11 @@ func benchRun(ctx context.Context, cfg bench.Config, f *benchFlags, stdout, stde
 		return nil, err
 	}
 	defer stopProfiles()
-	// The load generator's heap is mostly its open streams, and it makes
+	// With a thousand streams or more the heap is mostly open streams and
 	// little garbage: collecting at +50% rather than +100% keeps the peak
-	// per stream small at a CPU cost within noise (BENCHMARKS.md).
-	// GOGC in the environment still decides.
-	if os.Getenv("GOGC") == "" {
+	// per stream small at a CPU cost within noise (BENCHMARKS.md). Below
+	// that, CPU matters more. GOGC in the environment still decides.
+	if os.Getenv("GOGC") == "" && maxInFlight(cfg) >= 1000 {
 		debug.SetGCPercent(50)
 	}
 	if fh, ok := stderr.(*os.File); ok && !*f.quiet && term.IsTerminal(int(fh.Fd())) {
@@ -328,4 +328,21 @@ func firstModel(ctx context.Context, base string, headers [][2]string) (string, 
 		return "", fmt.Errorf("GET %s/models gave no model (status %d)", u, resp.StatusCode)
 	}
 	return list.Data[0].ID, nil
+}
+
+// maxInFlight is the most requests a run may hold open at once, as far as
+// its settings say (an open loop without a cap: its rate).
+func maxInFlight(cfg bench.Config) int {
+	n := 0
+	levels := cfg.Sweep
+	if len(levels) == 0 {
+		levels = []float64{cfg.Load.Level()}
+	}
+	for _, l := range levels {
+		n = max(n, int(l))
+	}
+	if cfg.Load.Mode != "closed" && cfg.Load.MaxConcurrency > 0 {
+		n = cfg.Load.MaxConcurrency
+	}
+	return n
 }
