@@ -273,3 +273,32 @@ func FuzzReadStream(f *testing.F) {
 		p.read(context.Background(), bytes.NewReader(stream), &Result{Sent: time.Now(), Status: 200}, false)
 	})
 }
+
+// FuzzDataset: any file given as a dataset or a replay log gives a
+// workload or an error, never a panic, and every request it makes is JSON.
+func FuzzDataset(f *testing.F) {
+	f.Add([]byte(`{"messages":[{"role":"user","content":"hi"}]}`+"\n"+`{"conversations":[{"from":"human","value":"x"}]}`), false)
+	f.Add([]byte(`[{"prompt":"a","max_tokens":3}]`), false)
+	f.Add([]byte(`{"time":"2026-01-01T00:00:00Z","input_tokens":3,"output_tokens":2}`), true)
+	f.Fuzz(func(t *testing.T, data []byte, replay bool) {
+		path := filepath.Join(t.TempDir(), "f.jsonl")
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		spec := &WorkloadSpec{Endpoint: "chat", Model: "m", Stream: true, Seed: 1}
+		if replay {
+			spec.Replay = path
+		} else {
+			spec.Dataset = path
+		}
+		w, err := NewWorkload(spec, tokenizer(t))
+		if err != nil {
+			return
+		}
+		for i := range 3 {
+			if b := w.Request(i).Body; !json.Valid(b) {
+				t.Fatalf("request %d is not JSON: %s", i, b)
+			}
+		}
+	})
+}
