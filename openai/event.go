@@ -65,23 +65,31 @@ func IsErrorChunk(data []byte) bool {
 	return bytes.HasPrefix(data[i:], keyError)
 }
 
-// valueIsString reports whether some occurrence of key in data is followed
-// by a string value (non-empty when nonEmpty is set).
-func valueIsString(data, key []byte, nonEmpty bool) bool {
+// nextValue finds the next occurrence of key (a quoted name) in data that
+// is followed by a colon, and returns data from that key's value on; nil
+// when there is none.
+func nextValue(data, key []byte) []byte {
 	for {
 		i := bytes.Index(data, key)
 		if i < 0 {
-			return false
+			return nil
 		}
 		data = data[i+len(key):]
-		j := skipSpace(data, 0)
-		if j < len(data) && data[j] == ':' {
-			j = skipSpace(data, j+1)
-			if j < len(data) && data[j] == '"' && (!nonEmpty || (j+1 < len(data) && data[j+1] != '"')) {
-				return true
-			}
+		if j := skipSpace(data, 0); j < len(data) && data[j] == ':' {
+			return data[skipSpace(data, j+1):]
 		}
 	}
+}
+
+// valueIsString reports whether some occurrence of key in data is followed
+// by a string value (non-empty when nonEmpty is set).
+func valueIsString(data, key []byte, nonEmpty bool) bool {
+	for v := nextValue(data, key); v != nil; v = nextValue(v, key) {
+		if len(v) > 0 && v[0] == '"' && (!nonEmpty || len(v) > 1 && v[1] != '"') {
+			return true
+		}
+	}
+	return false
 }
 
 // AppendContent appends to dst the text an event's data carries: the
@@ -100,52 +108,33 @@ func AppendContent(dst, data []byte) []byte {
 // (finish reasons carry no escapes), or nil when it is absent or null.
 func FinishReason(data []byte) []byte {
 	var last []byte
-	for {
-		i := bytes.Index(data, keyFinishReason)
-		if i < 0 {
-			return last
-		}
-		data = data[i+len(keyFinishReason):]
-		j := skipSpace(data, 0)
-		if j < len(data) && data[j] == ':' {
-			j = skipSpace(data, j+1)
-			if j < len(data) && data[j] == '"' {
-				end := skipString(data, j)
-				if end <= len(data) && end-j >= 2 {
-					last = data[j+1 : end-1]
-				}
+	for v := nextValue(data, keyFinishReason); v != nil; v = nextValue(v, keyFinishReason) {
+		if len(v) > 0 && v[0] == '"' {
+			if end := skipString(v, 0); end <= len(v) && end >= 2 {
+				last = v[1 : end-1]
 			}
 		}
 	}
+	return last
 }
 
 func appendStringValues(dst, data, key []byte) []byte {
-	for {
-		i := bytes.Index(data, key)
-		if i < 0 {
-			return dst
-		}
-		data = data[i+len(key):]
-		j := skipSpace(data, 0)
-		if j >= len(data) || data[j] != ':' {
+	for v := nextValue(data, key); v != nil; v = nextValue(v, key) {
+		if len(v) == 0 || v[0] != '"' {
 			continue
 		}
-		j = skipSpace(data, j+1)
-		if j >= len(data) || data[j] != '"' {
-			continue
-		}
-		end := skipString(data, j)
-		if end > len(data) || end-j < 2 {
+		end := skipString(v, 0)
+		if end > len(v) || end < 2 {
 			return dst
 		}
-		q := data[j:end]
+		q := v[:end]
 		if bytes.IndexByte(q, '\\') < 0 {
 			dst = append(dst, q[1:len(q)-1]...)
 		} else if s, err := unquote(q); err == nil {
 			dst = append(dst, s...)
 		}
-		data = data[end:]
 	}
+	return dst
 }
 
 var keyUsage = []byte(`"usage"`)
@@ -153,26 +142,17 @@ var keyUsage = []byte(`"usage"`)
 // UsageOf returns the usage object of a chunk or response body, and
 // whether there was one (null is none). It decodes only that object.
 func UsageOf(data []byte) (Usage, bool) {
-	for {
-		i := bytes.Index(data, keyUsage)
-		if i < 0 {
-			return Usage{}, false
-		}
-		data = data[i+len(keyUsage):]
-		j := skipSpace(data, 0)
-		if j >= len(data) || data[j] != ':' {
+	for v := nextValue(data, keyUsage); v != nil; v = nextValue(v, keyUsage) {
+		if len(v) == 0 || v[0] != '{' {
 			continue
 		}
-		j = skipSpace(data, j+1)
-		if j >= len(data) || data[j] != '{' {
-			continue
-		}
-		end := skipValue(data, j)
-		if end > len(data) {
+		end := skipValue(v, 0)
+		if end > len(v) {
 			return Usage{}, false
 		}
-		return decodeUsage(data[j:end])
+		return decodeUsage(v[:end])
 	}
+	return Usage{}, false
 }
 
 // decodeUsage reads the token counts of a usage object: its three
