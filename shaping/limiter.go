@@ -1,0 +1,316 @@
+package shaping
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Sentinel errors of Acquire. A refusal wraps ErrQueueFull or
+// ErrQueueTimeout, and also ErrTenantCap when the tenant's own cap was
+// what was full (the proxy answers 429 then, 503 otherwise).
+var (
+	ErrQueueFull    = errors.New("shaping: queue full")
+	ErrQueueTimeout = errors.New("shaping: waited past the queue timeout")
+	ErrTenantCap    = errors.New("shaping: tenant's cap reached")
+)
+
+// Request is what a request asks of the caps.
+type Request struct {
+	Tenant, Pool, Model string
+	// Tokens is the request's token budget: prompt tokens plus the output
+	// it may ask for. It counts against token caps only.
+	Tokens int64
+}
+
+// counter is one cap's in-flight count. Guarded by the limiter's mutex.
+type counter struct {
+	reqs, toks       int64
+	maxReqs, maxToks int64
+}
+
+func (c *counter) fits(tokens int64) bool {
+	return (c.maxReqs == 0 || c.reqs < c.maxReqs) && (c.maxToks == 0 || c.toks+tokens <= c.maxToks || c.toks == 0)
+}
+
+// Limiter admits requests under the caps of a Config. It is safe for
+// concurrent use. One mutex guards all its state: every section under it
+// is a few comparisons, so it is cheaper than atomics that would have to
+// roll back when a later cap is full.
+type Limiter struct {
+	mu      sync.Mutex
+	cfg     Config
+	global  counter
+	pools   map[string]*counter
+	models  map[string]*counter
+	tenants map[string]*tenant
+	q       fairQueue
+	// holdEWMA is the mean time a permit is held, for Retry-After.
+	holdEWMA time.Duration
+	stats    Stats
+}
+
+// Stats are the limiter's counters since it was made.
+type Stats struct {
+	Admitted, Queued                 int64
+	RejectedFull, RejectedTimeout    int64
+	RejectedTenant                   int64 // of the two above, those whose tenant cap was full
+	Cancelled                        int64 // left the queue because the client did
+	Waiting                          int
+	InFlightRequests, InFlightTokens int64 // at the global level
+}
+
+// New returns a limiter for cfg (after Defaults).
+func New(cfg Config) (*Limiter, error) {
+	cfg.Defaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	l := &Limiter{pools: map[string]*counter{}, models: map[string]*counter{}, tenants: map[string]*tenant{}}
+	l.apply(cfg)
+	return l, nil
+}
+
+// Reconfigure changes the caps. Requests in flight keep their slots and
+// are counted against the new caps; waiters that now fit are admitted.
+func (l *Limiter) Reconfigure(cfg Config) error {
+	cfg.Defaults()
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.apply(cfg)
+	l.dispatch()
+	l.mu.Unlock()
+	return nil
+}
+
+// apply sets the caps of cfg on the counters, keeping their counts. A
+// level that is no longer configured keeps counting, without a limit,
+// until its requests are done. Called with l.mu held (or before use).
+func (l *Limiter) apply(cfg Config) {
+	l.cfg = cfg
+	l.global.maxReqs, l.global.maxToks = cfg.Global.MaxRequests, cfg.Global.MaxTokens
+	setCaps(l.pools, cfg.Pools)
+	setCaps(l.models, cfg.Models)
+	for name, t := range l.tenants {
+		t.setConfig(l.tenantConfig(name))
+	}
+}
+
+func setCaps(m map[string]*counter, caps map[string]Cap) {
+	for name, c := range m {
+		if _, ok := caps[name]; !ok {
+			c.maxReqs, c.maxToks = 0, 0
+		}
+	}
+	for name, cp := range caps {
+		c := m[name]
+		if c == nil {
+			c = &counter{}
+			m[name] = c
+		}
+		c.maxReqs, c.maxToks = cp.MaxRequests, cp.MaxTokens
+	}
+}
+
+func (l *Limiter) tenantConfig(name string) Tenant {
+	if t, ok := l.cfg.Tenants[name]; ok {
+		return t
+	}
+	return l.cfg.DefaultTenant
+}
+
+// tenantFor returns the tenant's state, made on first use.
+func (l *Limiter) tenantFor(name string) *tenant {
+	t := l.tenants[name]
+	if t == nil {
+		t = newTenant(name)
+		t.setConfig(l.tenantConfig(name))
+		l.tenants[name] = t
+	}
+	return t
+}
+
+// Permit is a granted slot. Release it exactly once, when the request is
+// done; Release on a released (or zero) Permit does nothing. A Permit
+// must not be copied after Acquire returns it.
+type Permit struct {
+	l                     *Limiter
+	pool, model, tenantCt *counter
+	tenant                *tenant
+	tokens                int64
+	since                 time.Time
+	// Waited is how long the request queued.
+	Waited time.Duration
+}
+
+// Acquire waits for a slot under every cap that applies to r, in the
+// queue when they are full, until ctx ends or the queue timeout passes.
+// It never blocks when the caps have room and nobody is waiting.
+func (l *Limiter) Acquire(ctx context.Context, r Request) (Permit, error) {
+	l.mu.Lock()
+	p := l.slots(r)
+	if l.q.empty() && p.fits() {
+		l.take(&p)
+		l.mu.Unlock()
+		return p, nil
+	}
+	tenantFull := !p.tenantCt.fits(r.Tokens)
+	if l.cfg.Queue.MaxWaiting < 0 || l.q.n >= l.cfg.Queue.MaxWaiting {
+		l.stats.RejectedFull++
+		if tenantFull {
+			l.stats.RejectedTenant++
+		}
+		l.forget(p.tenant)
+		l.mu.Unlock()
+		return Permit{}, rejection(ErrQueueFull, tenantFull)
+	}
+	w := l.q.push(p.tenant, p)
+	l.stats.Queued++
+	// Its caps may have room while others' do not: it need not wait for
+	// a release.
+	l.dispatch()
+	timeout := l.cfg.Queue.Timeout
+	l.mu.Unlock()
+
+	start := time.Now()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	var err error
+	select {
+	case <-w.ready:
+		p := w.permit
+		p.Waited = time.Since(start)
+		return p, nil
+	case <-ctx.Done():
+		err = context.Cause(ctx)
+	case <-timer.C:
+		err = ErrQueueTimeout
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if w.granted {
+		// Granted just as the wait ended: give the slot back.
+		p := w.permit
+		l.giveBack(&p)
+		l.dispatch()
+	} else {
+		l.q.remove(w)
+	}
+	tenantFull = !w.permit.tenantCt.fits(w.permit.tokens)
+	l.forget(w.permit.tenant)
+	if !errors.Is(err, ErrQueueTimeout) {
+		l.stats.Cancelled++
+		return Permit{}, fmt.Errorf("shaping: left the queue: %w", err)
+	}
+	l.stats.RejectedTimeout++
+	if tenantFull {
+		l.stats.RejectedTenant++
+	}
+	return Permit{}, rejection(ErrQueueTimeout, tenantFull)
+}
+
+func rejection(err error, tenantFull bool) error {
+	if tenantFull {
+		return fmt.Errorf("%w: %w", err, ErrTenantCap)
+	}
+	return err
+}
+
+// slots finds the counters r counts against. Called with l.mu held.
+func (l *Limiter) slots(r Request) Permit {
+	t := l.tenantFor(r.Tenant)
+	return Permit{l: l, pool: l.pools[r.Pool], model: l.models[r.Model], tenant: t, tenantCt: &t.ct, tokens: r.Tokens}
+}
+
+// fits reports whether every cap of p has room. Called with l.mu held.
+func (p *Permit) fits() bool {
+	l := p.l
+	return l.global.fits(p.tokens) && (p.pool == nil || p.pool.fits(p.tokens)) &&
+		(p.model == nil || p.model.fits(p.tokens)) && p.tenantCt.fits(p.tokens)
+}
+
+// take counts p in every cap. Called with l.mu held.
+func (l *Limiter) take(p *Permit) {
+	for _, c := range [...]*counter{&l.global, p.pool, p.model, p.tenantCt} {
+		if c != nil {
+			c.reqs++
+			c.toks += p.tokens
+		}
+	}
+	p.tenant.inFlight++
+	p.since = time.Now()
+	l.stats.Admitted++
+}
+
+// giveBack uncounts p. Called with l.mu held.
+func (l *Limiter) giveBack(p *Permit) {
+	for _, c := range [...]*counter{&l.global, p.pool, p.model, p.tenantCt} {
+		if c != nil {
+			c.reqs--
+			c.toks -= p.tokens
+		}
+	}
+	p.tenant.inFlight--
+	if held := time.Since(p.since); held > 0 {
+		l.holdEWMA += (held - l.holdEWMA) / 16
+	}
+	l.forget(p.tenant)
+}
+
+// forget drops an idle tenant's state, so tenants that come and go (one
+// per API key) do not pile up. Called with l.mu held.
+func (l *Limiter) forget(t *tenant) {
+	if t.idle() && l.tenants[t.name] == t {
+		delete(l.tenants, t.name)
+	}
+}
+
+// Release gives the slot back and admits whoever now fits.
+func (p *Permit) Release() {
+	l := p.l
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	l.giveBack(p)
+	l.dispatch()
+	l.mu.Unlock()
+	*p = Permit{}
+}
+
+// dispatch admits waiters, fairest first, while their caps have room.
+// Called with l.mu held; it signals without blocking.
+func (l *Limiter) dispatch() {
+	for !l.q.empty() {
+		w := l.q.next(func(w *waiter) bool { return w.permit.fits() })
+		if w == nil {
+			return
+		}
+		l.take(&w.permit)
+		w.granted = true
+		close(w.ready)
+	}
+}
+
+// Stats returns the limiter's counters.
+func (l *Limiter) Stats() Stats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.stats
+	s.Waiting = l.q.n
+	s.InFlightRequests, s.InFlightTokens = l.global.reqs, l.global.toks
+	return s
+}
+
+// RetryAfter suggests when a refused client may try again: the mean time
+// a slot is held, at least a second.
+func (l *Limiter) RetryAfter() time.Duration {
+	l.mu.Lock()
+	d := l.holdEWMA
+	l.mu.Unlock()
+	return max(d.Round(time.Second), time.Second)
+}
