@@ -193,3 +193,26 @@ func intField(b, key []byte) int {
 	}
 	return n
 }
+
+var (
+	keyMaxCompletionTokens = []byte(`"max_completion_tokens"`)
+	keyMaxTokens           = []byte(`"max_tokens"`)
+)
+
+// MaxOutputTokens returns a request body's max_completion_tokens, else
+// its max_tokens, or 0 when neither is a number.
+func MaxOutputTokens(body []byte) int {
+	for _, key := range [...][]byte{keyMaxCompletionTokens, keyMaxTokens} {
+		if v := nextValue(body, key); len(v) > 0 && v[0] >= '0' && v[0] <= '9' {
+			n := 0
+			for _, c := range v {
+				if c < '0' || c > '9' || n > 1<<40 {
+					break
+				}
+				n = n*10 + int(c-'0')
+			}
+			return n
+		}
+	}
+	return 0
+}

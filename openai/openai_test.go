@@ -256,3 +256,19 @@ func FuzzUsageOf(f *testing.F) {
 		}
 	})
 }
+
+func TestMaxOutputTokens(t *testing.T) {
+	for _, tc := range []struct {
+		body string
+		want int
+	}{
+		{`{"model":"m","max_tokens":256}`, 256},
+		{`{"max_tokens": 10, "max_completion_tokens" : 99}`, 99},
+		{`{"messages":[{"content":"\"max_tokens\":5"}]}`, 0},
+		{`{"max_tokens":null}`, 0},
+	} {
+		if got := MaxOutputTokens([]byte(tc.body)); got != tc.want {
+			t.Errorf("MaxOutputTokens(%s) = %d, want %d", tc.body, got, tc.want)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"fmt"
+	"github.com/infergate/infergate/shaping"
 	"net/url"
 	"os"
 	"sort"
@@ -23,6 +24,8 @@ type Config struct {
 	// means such requests get 404 model_not_found. With no Models, GET
 	// /v1/models is passed through to this pool.
 	DefaultPool string `yaml:"default_pool"`
+	// Shaping caps what is in flight and queues the rest (package shaping).
+	Shaping shaping.Config `yaml:"shaping"`
 }
 
 // ServerConfig is the listening side.
@@ -226,6 +229,7 @@ func (c *Config) Defaults() {
 		}
 		c.Pools[name] = p
 	}
+	c.Shaping.Defaults()
 }
 
 func setDefault[T comparable](p *T, v T) {
@@ -300,7 +304,12 @@ func (c *Config) Validate() error {
 	if len(c.Models) == 0 && c.DefaultPool == "" {
 		return errors.New("models: at least one model, or a default_pool, is needed")
 	}
-	return nil
+	for name := range c.Shaping.Pools {
+		if _, ok := c.Pools[name]; !ok {
+			return fmt.Errorf("shaping.pools.%s: no pool of that name", name)
+		}
+	}
+	return c.Shaping.Validate()
 }
 
 func (p PoolConfig) validate(at string) error {

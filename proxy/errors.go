@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/infergate/infergate/openai"
+	"github.com/infergate/infergate/shaping"
 )
 
 // Outcomes of a request, as logs and metrics name them.
@@ -18,6 +19,7 @@ const (
 	outcomeShutdown   = "shutdown"
 	outcomeBackend4xx = "backend_4xx"
 	outcomeBackend5xx = "backend_5xx"
+	outcomeShed       = "shed" // refused by admission control: queue full or wait too long
 )
 
 // clientError is what a client is told about a failure: status (499 means
@@ -40,6 +42,12 @@ func errorResponse(err error) clientError {
 		return clientError{http.StatusGatewayTimeout, openai.TypeTimeout, "timeout", "the backend did not answer in time", outcomeTimeout}
 	case errors.Is(err, errIdleTimeout):
 		return clientError{http.StatusGatewayTimeout, openai.TypeTimeout, "timeout", "the backend stream stalled longer than the idle timeout", outcomeTimeout}
+	case errors.Is(err, errShed) && errors.Is(err, shaping.ErrTenantCap):
+		return clientError{http.StatusTooManyRequests, openai.TypeRateLimit, "tenant_limit_reached",
+			"too many requests in flight for this API key; retry after the time in Retry-After", outcomeShed}
+	case errors.Is(err, errShed):
+		return clientError{http.StatusServiceUnavailable, openai.TypeUnavailable, "capacity_exceeded",
+			"the gateway is at capacity and its queue is full or the wait too long; retry after the time in Retry-After", outcomeShed}
 	case errors.Is(err, ErrNoBackend):
 		return clientError{http.StatusServiceUnavailable, openai.TypeUnavailable, "no_backend", "no healthy backend is available for this model", outcomeNoBackend}
 	case errors.Is(err, errShutdown):

@@ -3,6 +3,7 @@ package proxy
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/infergate/infergate/shaping"
 	"io"
 	"net"
 	"net/http"
@@ -233,7 +234,8 @@ func TestActiveHealthCheck(t *testing.T) {
 }
 
 func TestModelLabelsAreBounded(t *testing.T) {
-	m := newGatewayMetrics()
+	lim, _ := shaping.New(shaping.Config{})
+	m := newGatewayMetrics(lim)
 	for i := range maxModelLabels + 10 {
 		m.record(fmt.Sprint("model-", i), outcomeOK, 0)
 	}

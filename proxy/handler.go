@@ -18,6 +18,7 @@ import (
 	"github.com/infergate/infergate/internal/fastsrv"
 	"github.com/infergate/infergate/internal/hangup"
 	"github.com/infergate/infergate/openai"
+	"github.com/infergate/infergate/shaping"
 	"github.com/infergate/infergate/tracing"
 	"github.com/valyala/fasthttp"
 )
@@ -118,6 +119,7 @@ type exchange struct {
 	up      *upstream
 	reuse   bool                // the upstream body was read to its end
 	er      *openai.EventReader // set once the first event was awaited
+	permit  shaping.Permit      // the admission slot, released by finishWith
 
 	status  int
 	outcome string
@@ -183,6 +185,10 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, strict bool) {
 		body = openai.RewriteModel(body, env, x.route.upstreamModel)
 	}
 	x.start(ctx, body)
+	if err := x.admit(ctx, body); err != nil {
+		x.fail(ctx, err)
+		return
+	}
 
 	ka := x.st.cfg.KeepAlive
 	if ka.Delay > 0 && x.stream {
@@ -594,7 +600,7 @@ func (x *exchange) fail(ctx *fasthttp.RequestCtx, err error) {
 	if ce.status == 499 {
 		ctx.SetConnectionClose()
 	} else {
-		if ra := retryAfter(err); ra != "" {
+		if ra := x.retryAfter(err); ra != "" {
 			ctx.Response.Header.Set("Retry-After", ra)
 		}
 		writeError(ctx, ce.status, ce.typ, ce.code, ce.msg)
@@ -602,8 +608,11 @@ func (x *exchange) fail(ctx *fasthttp.RequestCtx, err error) {
 	x.finishWith(ce.status, ce.outcome)
 }
 
-func retryAfter(err error) string {
-	if errors.Is(err, ErrNoBackend) || errors.Is(err, errShutdown) {
+func (x *exchange) retryAfter(err error) string {
+	switch {
+	case errors.Is(err, errShed):
+		return strconv.Itoa(int(x.g.lim.RetryAfter() / time.Second))
+	case errors.Is(err, ErrNoBackend) || errors.Is(err, errShutdown):
 		return "1"
 	}
 	return ""
@@ -638,6 +647,7 @@ func (x *exchange) finishWith(status int, outcome string) {
 	}
 	x.stopT()
 	x.cancel(nil)
+	x.permit.Release()
 	if x.backend != nil {
 		ok := outcome == outcomeOK || outcome == outcomeClientGone || outcome == outcomeBackend4xx || status == http.StatusTooManyRequests
 		x.done(ok)

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"github.com/infergate/infergate/shaping"
 	"sync"
 	"time"
 
@@ -20,9 +21,11 @@ type gatewayMetrics struct {
 	requests *prometheus.CounterVec
 	retries  prometheus.Counter
 	ttft     prometheus.Observer
+
+	queueWait prometheus.Observer
 }
 
-func newGatewayMetrics() *gatewayMetrics {
+func newGatewayMetrics(lim *shaping.Limiter) *gatewayMetrics {
 	m := &gatewayMetrics{reg: prometheus.NewRegistry(), models: map[string]struct{}{}}
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "infergate_requests_total",
@@ -37,7 +40,45 @@ func newGatewayMetrics() *gatewayMetrics {
 	})
 	m.ttft = ttft
 	m.reg.MustRegister(m.requests, m.retries, ttft)
+	wait := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "infergate_queue_wait_seconds", Help: "Time admitted requests waited for a slot under the shaping caps.",
+		Buckets: []float64{0.0001, 0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300},
+	})
+	m.queueWait = wait
+	m.reg.MustRegister(wait, shapingCollector{lim})
 	return m
+}
+
+// shapingCollector reads the limiter's counters at scrape time.
+type shapingCollector struct{ lim *shaping.Limiter }
+
+var (
+	descQueued    = prometheus.NewDesc("infergate_queue_depth", "Requests waiting for a slot.", nil, nil)
+	descInFlight  = prometheus.NewDesc("infergate_shaping_in_flight", "Requests and tokens holding a slot, by cap.", []string{"level", "name", "unit"}, nil)
+	descRejected  = prometheus.NewDesc("infergate_shaping_rejections_total", "Requests refused by admission control, by reason.", []string{"reason"}, nil)
+	descAdmitted  = prometheus.NewDesc("infergate_shaping_admitted_total", "Requests given a slot.", nil, nil)
+	descCancelled = prometheus.NewDesc("infergate_shaping_queue_abandoned_total", "Requests whose client left while they waited.", nil, nil)
+)
+
+func (shapingCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descQueued, descInFlight, descRejected, descAdmitted, descCancelled} {
+		ch <- d
+	}
+}
+
+func (c shapingCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.lim.Stats()
+	ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(s.Waiting))
+	ch <- prometheus.MustNewConstMetric(descAdmitted, prometheus.CounterValue, float64(s.Admitted))
+	ch <- prometheus.MustNewConstMetric(descCancelled, prometheus.CounterValue, float64(s.Cancelled))
+	ch <- prometheus.MustNewConstMetric(descRejected, prometheus.CounterValue, float64(s.RejectedFull-s.RejectedFullTenant), "queue_full")
+	ch <- prometheus.MustNewConstMetric(descRejected, prometheus.CounterValue, float64(s.RejectedTimeout-s.RejectedTimeoutTenant), "queue_timeout")
+	ch <- prometheus.MustNewConstMetric(descRejected, prometheus.CounterValue, float64(s.RejectedFullTenant), "tenant_queue_full")
+	ch <- prometheus.MustNewConstMetric(descRejected, prometheus.CounterValue, float64(s.RejectedTimeoutTenant), "tenant_queue_timeout")
+	for _, cp := range c.lim.Caps() {
+		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(cp.Requests), cp.Level, cp.Name, "requests")
+		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(cp.Tokens), cp.Level, cp.Name, "tokens")
+	}
 }
 
 const maxModelLabels = 64

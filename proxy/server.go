@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/infergate/infergate/shaping"
 	"log/slog"
 	"net"
 	"sync"
@@ -30,6 +31,9 @@ type Gateway struct {
 	srv   *fasthttp.Server
 	watch *hangup.Watcher
 	m     *gatewayMetrics
+	lim   *shaping.Limiter
+	// tenantKeys maps a configured API key to its tenant; swapped on reload.
+	tenantKeys atomic.Pointer[map[string]string]
 
 	base       context.Context
 	cancelBase context.CancelCauseFunc
@@ -71,7 +75,13 @@ func New(cfg Config, log *slog.Logger) (*Gateway, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	g := &Gateway{log: log, watch: hangup.New(0), m: newGatewayMetrics(), started: time.Now(), reserved: map[net.Conn]struct{}{}}
+	lim, err := shaping.New(cfg.Shaping)
+	if err != nil {
+		return nil, err
+	}
+	g := &Gateway{log: log, watch: hangup.New(0), lim: lim, started: time.Now(), reserved: map[net.Conn]struct{}{}}
+	g.m = newGatewayMetrics(lim)
+	g.setTenantKeys(cfg.Shaping)
 	g.base, g.cancelBase = context.WithCancelCause(context.Background())
 	st, err := g.build(cfg, nil)
 	if err != nil {
@@ -231,6 +241,11 @@ func (g *Gateway) Reload(cfg Config) error {
 		st.closeExcept(old)
 		return err
 	}
+	if err := g.lim.Reconfigure(cfg.Shaping); err != nil {
+		st.closeExcept(old)
+		return err
+	}
+	g.setTenantKeys(cfg.Shaping)
 	g.state.Store(st)
 	// Requests in flight keep the old pools until they end; closing stops
 	// the old health checks and drops idle connections of backends that

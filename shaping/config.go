@@ -30,6 +30,11 @@ func (c Cap) validate(field string) error {
 // Tenant is a tenant's cap and its share of the queue.
 type Tenant struct {
 	Cap `yaml:",inline"`
+	// APIKeys are the bearer tokens that identify the tenant. A request
+	// with another key is a tenant of its own under DefaultTenant (named
+	// by a hash of the key, never the key); one without a key is
+	// "anonymous".
+	APIKeys []string `yaml:"api_keys"`
 	// Weight is the tenant's share when tenants of one priority wait
 	// together (deficit round robin); default 1.
 	Weight int `yaml:"weight"`
@@ -58,6 +63,9 @@ type Config struct {
 	Tenants       map[string]Tenant `yaml:"tenants"`
 	DefaultTenant Tenant            `yaml:"default_tenant"`
 	Queue         QueueConfig       `yaml:"queue"`
+	// DefaultOutputTokens is the output a request that sets no max_tokens
+	// is budgeted for under token caps. Default 512.
+	DefaultOutputTokens int64 `yaml:"default_output_tokens"`
 }
 
 // Defaults fills in zero values.
@@ -67,6 +75,9 @@ func (c *Config) Defaults() {
 	}
 	if c.Queue.Timeout == 0 {
 		c.Queue.Timeout = 30 * time.Second
+	}
+	if c.DefaultOutputTokens == 0 {
+		c.DefaultOutputTokens = 512
 	}
 	if c.DefaultTenant.Weight == 0 {
 		c.DefaultTenant.Weight = 1
@@ -104,6 +115,18 @@ func (c *Config) Validate() error {
 	}
 	if err := c.DefaultTenant.validate("default_tenant"); err != nil {
 		return err
+	}
+	owner := map[string]string{}
+	for name, t := range c.Tenants {
+		for _, k := range t.APIKeys {
+			if other, dup := owner[k]; dup && other != name {
+				return fmt.Errorf("shaping: tenants.%s.api_keys: a key of tenant %s too", name, other)
+			}
+			owner[k] = name
+		}
+	}
+	if c.DefaultOutputTokens < 0 {
+		return fmt.Errorf("shaping: default_output_tokens: cannot be negative")
 	}
 	if c.Queue.MaxWaiting < -1 || c.Queue.Timeout < 0 {
 		return fmt.Errorf("shaping: queue: max_waiting must be -1 or more and timeout not negative")

@@ -54,12 +54,13 @@ type Limiter struct {
 
 // Stats are the limiter's counters since it was made.
 type Stats struct {
-	Admitted, Queued                 int64
-	RejectedFull, RejectedTimeout    int64
-	RejectedTenant                   int64 // of the two above, those whose tenant cap was full
-	Cancelled                        int64 // left the queue because the client did
-	Waiting                          int
-	InFlightRequests, InFlightTokens int64 // at the global level
+	Admitted, Queued              int64
+	RejectedFull, RejectedTimeout int64
+	// Of the two above, those whose tenant's own cap was full.
+	RejectedFullTenant, RejectedTimeoutTenant int64
+	Cancelled                                 int64 // left the queue because the client did
+	Waiting                                   int
+	InFlightRequests, InFlightTokens          int64 // at the global level
 }
 
 // New returns a limiter for cfg (after Defaults).
@@ -162,7 +163,7 @@ func (l *Limiter) Acquire(ctx context.Context, r Request) (Permit, error) {
 	if l.cfg.Queue.MaxWaiting < 0 || l.q.n >= l.cfg.Queue.MaxWaiting {
 		l.stats.RejectedFull++
 		if tenantFull {
-			l.stats.RejectedTenant++
+			l.stats.RejectedFullTenant++
 		}
 		l.forget(p.tenant)
 		l.mu.Unlock()
@@ -208,7 +209,7 @@ func (l *Limiter) Acquire(ctx context.Context, r Request) (Permit, error) {
 	}
 	l.stats.RejectedTimeout++
 	if tenantFull {
-		l.stats.RejectedTenant++
+		l.stats.RejectedTimeoutTenant++
 	}
 	return Permit{}, rejection(ErrQueueTimeout, tenantFull)
 }
@@ -304,6 +305,39 @@ func (l *Limiter) Stats() Stats {
 	s.Waiting = l.q.n
 	s.InFlightRequests, s.InFlightTokens = l.global.reqs, l.global.toks
 	return s
+}
+
+// CapUsage is what one configured cap holds now.
+type CapUsage struct {
+	Level, Name      string // level: global, pool, model or tenant
+	Requests, Tokens int64
+	MaxRequests      int64
+	MaxTokens        int64
+}
+
+// Caps returns the usage of every configured cap (tenants only when
+// listed in the configuration: one per API key would be unbounded).
+func (l *Limiter) Caps() []CapUsage {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	use := func(level, name string, c *counter) CapUsage {
+		return CapUsage{Level: level, Name: name, Requests: c.reqs, Tokens: c.toks, MaxRequests: c.maxReqs, MaxTokens: c.maxToks}
+	}
+	out := []CapUsage{use("global", "", &l.global)}
+	for name := range l.cfg.Pools {
+		out = append(out, use("pool", name, l.pools[name]))
+	}
+	for name := range l.cfg.Models {
+		out = append(out, use("model", name, l.models[name]))
+	}
+	for name := range l.cfg.Tenants {
+		if t := l.tenants[name]; t != nil {
+			out = append(out, use("tenant", name, &t.ct))
+		} else {
+			out = append(out, CapUsage{Level: "tenant", Name: name})
+		}
+	}
+	return out
 }
 
 // RetryAfter suggests when a refused client may try again: the mean time
