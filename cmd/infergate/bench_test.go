@@ -117,3 +117,26 @@ func readFileLines(t *testing.T, path string) []string {
 	}
 	return strings.Split(strings.TrimSpace(string(out)), "\n")
 }
+
+// serve --max-concurrency caps what reaches the backend: the bench at 6
+// users through a gateway capped at 2 (queue on) sees no failure, and its
+// TTFT shows the queue. (TestQueueHoldsTheCapAtTheBackend counts the
+// backend's peak.)
+func TestServeMaxConcurrency(t *testing.T) {
+	sim := start(t, "sim", "--listen", "127.0.0.1:0", "--ttft", "30ms", "--itl", "2ms").url(t)
+	gw := start(t, "serve", "--listen", "127.0.0.1:0", "--upstream", sim, "--max-concurrency", "2", "--max-queue", "100").url(t)
+	dir := t.TempDir()
+	code, out := exitCode(t, "bench", "--url", gw, "--concurrency", "6", "--requests", "30", "--input-tokens", "16", "--output-tokens", "5",
+		"--out", filepath.Join(dir, "r.json"), "--events", filepath.Join(dir, "e.jsonl"))
+	if code != 0 || !strings.Contains(out, "requests 30: 30 ok") {
+		t.Fatalf("bench through the capped gateway: exit %d\n%s", code, out)
+	}
+	rec, err := bench.LoadRecord(filepath.Join(dir, "r.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Six users through two slots: each request waits for about two others.
+	if ttft := rec.Stages[0].Metrics["ttft"].P50; ttft < 60 {
+		t.Errorf("TTFT p50 %.1f ms through a cap of 2 at 6 users, want the queue to show (≥ 60 ms)", ttft)
+	}
+}

@@ -15,7 +15,7 @@ import (
 	"github.com/infergate/infergate/sim"
 )
 
-const serveSynopsis = `serve [--config FILE | --upstream URL] [--listen ADDR] [flags]
+const serveSynopsis = `serve [--config FILE | --upstream URL] [--listen ADDR] [--max-concurrency N [--max-queue M --queue-timeout D]] [flags]
 
 Runs the gateway. With --config it reads one YAML file (see
 infergate.example.yaml); SIGHUP re-reads it, and a file that does not
@@ -25,6 +25,10 @@ every model goes to that one backend. With neither, a built-in simulator
 every model: try it with
 
   curl -N localhost:8080/v1/chat/completions -d '{"model":"sim-model","stream":true,"messages":[{"role":"user","content":"hi"}]}'
+
+--max-concurrency caps the requests in flight; the rest wait in a queue
+(--max-queue, --queue-timeout) and, past it, get 503 with Retry-After. The
+flags override the file's shaping section, at start and at every reload.
 
 SIGTERM or SIGINT drains: no new connections, in-flight streams finish
 until server.drain_timeout, then are cancelled; the exit status is 0.`
@@ -37,6 +41,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	health := fs.String("health-path", "", "with --upstream: active health check path, e.g. /health (default off)")
 	level := fs.String("log-level", "info", "debug, info (one line per request), warn or error")
 	format := fs.String("log-format", "text", "text or json")
+	maxConc := fs.Int64("max-concurrency", 0, "cap on requests in flight through the gateway (shaping.global.max_requests; 0: none)")
+	maxQueue := fs.Int("max-queue", 0, "requests that may wait for a slot (shaping.queue.max_waiting; default 1024, -1: none)")
+	queueTimeout := fs.Duration("queue-timeout", 0, "longest wait for a slot (shaping.queue.timeout; default 30s)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile (pprof) to this file until exit")
 	memprofile := fs.String("memprofile", "", "write an allocation profile (pprof) to this file at exit")
 	if err := fs.Parse(args); err != nil {
@@ -77,6 +84,18 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *listen != "" {
 		cfg.Server.Listen = *listen
 	}
+	overrides := func(c *proxy.Config) {
+		if *maxConc != 0 {
+			c.Shaping.Global.MaxRequests = *maxConc
+		}
+		if *maxQueue != 0 {
+			c.Shaping.Queue.MaxWaiting = *maxQueue
+		}
+		if *queueTimeout != 0 {
+			c.Shaping.Queue.Timeout = *queueTimeout
+		}
+	}
+	overrides(&cfg)
 	g, err := proxy.New(cfg, log)
 	if err != nil {
 		return err
@@ -104,6 +123,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			next, err := loadConfig(*file)
 			if err == nil && *listen != "" {
 				next.Server.Listen = *listen
+			}
+			if err == nil {
+				overrides(&next)
 			}
 			if err == nil {
 				err = g.Reload(next)
