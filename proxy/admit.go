@@ -73,7 +73,7 @@ func (x *exchange) admit(ctx *fasthttp.RequestCtx, body []byte) error {
 	p, err := g.lim.Acquire(x.ctx, r)
 	x.tl.Admitted = time.Now()
 	if err != nil {
-		if errors.Is(err, shaping.ErrQueueFull) || errors.Is(err, shaping.ErrQueueTimeout) {
+		if errors.Is(err, shaping.ErrQueueFull) || errors.Is(err, shaping.ErrQueueTimeout) || errors.Is(err, shaping.ErrSharedDown) {
 			return fmt.Errorf("%w: %w", errShed, err)
 		}
 		// The wait ended with the request: the client left, or the total

@@ -234,7 +234,7 @@ func TestActiveHealthCheck(t *testing.T) {
 }
 
 func TestModelLabelsAreBounded(t *testing.T) {
-	lim, _ := shaping.New(shaping.Config{})
+	lim, _ := shaping.New(shaping.Config{}, nil)
 	m := newGatewayMetrics(lim)
 	for i := range maxModelLabels + 10 {
 		m.record(fmt.Sprint("model-", i), outcomeOK, 0)

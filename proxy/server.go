@@ -75,7 +75,7 @@ func New(cfg Config, log *slog.Logger) (*Gateway, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	lim, err := shaping.New(cfg.Shaping)
+	lim, err := shaping.New(cfg.Shaping, log.With("component", "shaping"))
 	if err != nil {
 		return nil, err
 	}
@@ -259,6 +259,9 @@ func (g *Gateway) Reload(cfg Config) error {
 // error event) and waits briefly for them to wind up.
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.closing.Store(true)
+	// Shared caps: leases still held expire by their TTL if not released
+	// by the drain; the limiter stops after it.
+	defer g.lim.Close()
 	srvDone := make(chan error, 1)
 	go func() { srvDone <- g.srv.ShutdownWithContext(ctx) }()
 	// Streams run on hijacked connections the server no longer counts, so

@@ -66,6 +66,9 @@ type Config struct {
 	// DefaultOutputTokens is the output a request that sets no max_tokens
 	// is budgeted for under token caps. Default 512.
 	DefaultOutputTokens int64 `yaml:"default_output_tokens"`
+	// Redis, when its addr is set, shares every cap between the replicas
+	// that name the same server and key prefix.
+	Redis RedisConfig `yaml:"redis"`
 }
 
 // Defaults fills in zero values.
@@ -75,6 +78,9 @@ func (c *Config) Defaults() {
 	}
 	if c.Queue.Timeout == 0 {
 		c.Queue.Timeout = 30 * time.Second
+	}
+	if c.Redis.Addr != "" {
+		c.Redis.defaults()
 	}
 	if c.DefaultOutputTokens == 0 {
 		c.DefaultOutputTokens = 512
@@ -127,6 +133,9 @@ func (c *Config) Validate() error {
 	}
 	if c.DefaultOutputTokens < 0 {
 		return fmt.Errorf("shaping: default_output_tokens: cannot be negative")
+	}
+	if err := c.Redis.validate(); err != nil {
+		return err
 	}
 	if c.Queue.MaxWaiting < -1 || c.Queue.Timeout < 0 {
 		return fmt.Errorf("shaping: queue: max_waiting must be -1 or more and timeout not negative")

@@ -1,9 +1,14 @@
 package shaping
 
 import (
+	"log/slog"
+	"os"
+	"sync/atomic"
+
 	"context"
 	"errors"
 	"fmt"
+	"github.com/redis/go-redis/v9"
 	"sync"
 	"time"
 )
@@ -12,6 +17,9 @@ import (
 // ErrQueueTimeout, and also ErrTenantCap when the tenant's own cap was
 // what was full (the proxy answers 429 then, 503 otherwise).
 var (
+	// ErrSharedDown refuses a request while Redis is down in fail-closed
+	// mode.
+	ErrSharedDown   = errors.New("shaping: shared caps unavailable (redis down, fail-closed)")
 	ErrQueueFull    = errors.New("shaping: queue full")
 	ErrQueueTimeout = errors.New("shaping: waited past the queue timeout")
 	ErrTenantCap    = errors.New("shaping: tenant's cap reached")
@@ -50,6 +58,17 @@ type Limiter struct {
 	// holdEWMA is the mean time a permit is held, for Retry-After.
 	holdEWMA time.Duration
 	stats    Stats
+
+	// Shared mode (shared.go); shared is nil when the caps are local.
+	shared   *sharedCaps
+	sharedUp atomic.Bool
+	leaseN   atomic.Uint64
+	leases   map[string]lease // held in Redis, renewed by the renewer
+	wake     chan struct{}    // the shared dispatcher's doorbell
+	relq     chan lease       // leases to give back, off the request path
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	log      *slog.Logger
 }
 
 // Stats are the limiter's counters since it was made.
@@ -60,17 +79,34 @@ type Stats struct {
 	RejectedFullTenant, RejectedTimeoutTenant int64
 	Cancelled                                 int64 // left the queue because the client did
 	Waiting                                   int
-	InFlightRequests, InFlightTokens          int64 // at the global level
+	InFlightRequests, InFlightTokens          int64 // at the global level, this process
+	// Shared is set when the caps are shared through Redis; SharedUp
+	// when Redis answers (otherwise OnFailure applies).
+	Shared, SharedUp bool
+	// SharedDownTransitions counts the times Redis was found down.
+	SharedDownTransitions int64
+	// RejectedShared counts refusals because Redis was down (fail-closed).
+	RejectedShared int64
 }
 
-// New returns a limiter for cfg (after Defaults).
-func New(cfg Config) (*Limiter, error) {
+// New returns a limiter for cfg (after Defaults). With cfg.Redis.Addr
+// set the caps are shared through Redis and the limiter runs goroutines
+// until Close; log receives Redis's changes of state (nil: discarded).
+func New(cfg Config, log *slog.Logger) (*Limiter, error) {
 	cfg.Defaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	l := &Limiter{pools: map[string]*counter{}, models: map[string]*counter{}, tenants: map[string]*tenant{}}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	l := &Limiter{pools: map[string]*counter{}, models: map[string]*counter{}, tenants: map[string]*tenant{}, log: log}
 	l.apply(cfg)
+	if cfg.Redis.Addr != "" {
+		rc := redis.NewClient(&redis.Options{Addr: cfg.Redis.Addr, Username: cfg.Redis.Username, Password: os.Getenv(cfg.Redis.PasswordEnv),
+			DB: cfg.Redis.DB, DialTimeout: time.Second, ReadTimeout: cfg.Redis.OpTimeout, WriteTimeout: cfg.Redis.OpTimeout})
+		l.startShared(rc, cfg.Redis)
+	}
 	return l, nil
 }
 
@@ -82,9 +118,12 @@ func (l *Limiter) Reconfigure(cfg Config) error {
 		return err
 	}
 	l.mu.Lock()
+	defer l.mu.Unlock()
+	if cfg.Redis != l.cfg.Redis {
+		return errors.New("shaping: redis: changing the redis section needs a restart")
+	}
 	l.apply(cfg)
-	l.dispatch()
-	l.mu.Unlock()
+	l.dispatchAny()
 	return nil
 }
 
@@ -93,15 +132,25 @@ func (l *Limiter) Reconfigure(cfg Config) error {
 // until its requests are done. Called with l.mu held (or before use).
 func (l *Limiter) apply(cfg Config) {
 	l.cfg = cfg
-	l.global.maxReqs, l.global.maxToks = cfg.Global.MaxRequests, cfg.Global.MaxTokens
-	setCaps(l.pools, cfg.Pools)
-	setCaps(l.models, cfg.Models)
+	l.global.maxReqs, l.global.maxToks = l.localCap(cfg.Global.MaxRequests), l.localCap(cfg.Global.MaxTokens)
+	l.setCaps(l.pools, cfg.Pools)
+	l.setCaps(l.models, cfg.Models)
 	for name, t := range l.tenants {
 		t.setConfig(l.tenantConfig(name))
 	}
 }
 
-func setCaps(m map[string]*counter, caps map[string]Cap) {
+// localCap is what a cap allows this process alone: all of it, or with
+// shared caps (used only while Redis is down, in fail-open mode) its share
+// among the expected replicas, at least 1.
+func (l *Limiter) localCap(n int64) int64 {
+	if r := int64(l.cfg.Redis.ExpectedReplicas); l.cfg.Redis.Addr != "" && n > 0 && r > 1 {
+		return max(1, n/r)
+	}
+	return n
+}
+
+func (l *Limiter) setCaps(m map[string]*counter, caps map[string]Cap) {
 	for name, c := range m {
 		if _, ok := caps[name]; !ok {
 			c.maxReqs, c.maxToks = 0, 0
@@ -113,15 +162,19 @@ func setCaps(m map[string]*counter, caps map[string]Cap) {
 			c = &counter{}
 			m[name] = c
 		}
-		c.maxReqs, c.maxToks = cp.MaxRequests, cp.MaxTokens
+		c.maxReqs, c.maxToks = l.localCap(cp.MaxRequests), l.localCap(cp.MaxTokens)
 	}
 }
 
+// tenantConfig is the tenant's configuration, its caps as this process
+// counts them locally.
 func (l *Limiter) tenantConfig(name string) Tenant {
-	if t, ok := l.cfg.Tenants[name]; ok {
-		return t
+	t, ok := l.cfg.Tenants[name]
+	if !ok {
+		t = l.cfg.DefaultTenant
 	}
-	return l.cfg.DefaultTenant
+	t.MaxRequests, t.MaxTokens = l.localCap(t.MaxRequests), l.localCap(t.MaxTokens)
+	return t
 }
 
 // tenantFor returns the tenant's state, made on first use.
@@ -144,22 +197,43 @@ type Permit struct {
 	tenant                *tenant
 	tokens                int64
 	since                 time.Time
+	lease                 *lease // held in Redis; nil with local caps
 	// Waited is how long the request queued.
 	Waited time.Duration
 }
 
 // Acquire waits for a slot under every cap that applies to r, in the
 // queue when they are full, until ctx ends or the queue timeout passes.
-// It never blocks when the caps have room and nobody is waiting.
+// It never waits when the caps have room and nobody is waiting.
 func (l *Limiter) Acquire(ctx context.Context, r Request) (Permit, error) {
 	l.mu.Lock()
 	p := l.slots(r)
-	if l.q.empty() && p.fits() {
-		l.take(&p)
+	var tenantFull bool
+	if l.shared != nil && l.sharedUp.Load() {
+		empty := l.q.empty()
 		l.mu.Unlock()
-		return p, nil
+		if empty {
+			ok, full, err := l.tryShared(ctx, &p)
+			if err == nil && ok {
+				return p, nil
+			}
+			tenantFull = full != nil && full.tenant
+		}
+		l.mu.Lock()
+	} else {
+		if l.shared != nil && l.cfg.Redis.OnFailure == "closed" {
+			l.stats.RejectedShared++
+			l.forget(p.tenant)
+			l.mu.Unlock()
+			return Permit{}, ErrSharedDown
+		}
+		if l.q.empty() && p.fits() {
+			l.take(&p)
+			l.mu.Unlock()
+			return p, nil
+		}
+		tenantFull = !p.tenantCt.fits(r.Tokens)
 	}
-	tenantFull := !p.tenantCt.fits(r.Tokens)
 	if l.cfg.Queue.MaxWaiting < 0 || l.q.n >= l.cfg.Queue.MaxWaiting {
 		l.stats.RejectedFull++
 		if tenantFull {
@@ -170,13 +244,18 @@ func (l *Limiter) Acquire(ctx context.Context, r Request) (Permit, error) {
 		return Permit{}, rejection(ErrQueueFull, tenantFull)
 	}
 	w := l.q.push(p.tenant, p)
+	w.tenantFull = tenantFull
 	l.stats.Queued++
 	// Its caps may have room while others' do not: it need not wait for
 	// a release.
-	l.dispatch()
+	l.dispatchAny()
 	timeout := l.cfg.Queue.Timeout
 	l.mu.Unlock()
+	return l.wait(ctx, w, timeout)
+}
 
+// wait blocks until w is granted, ctx ends or timeout passes.
+func (l *Limiter) wait(ctx context.Context, w *waiter, timeout time.Duration) (Permit, error) {
 	start := time.Now()
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
@@ -193,15 +272,22 @@ func (l *Limiter) Acquire(ctx context.Context, r Request) (Permit, error) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if w.granted {
+	switch {
+	case w.granted:
 		// Granted just as the wait ended: give the slot back.
 		p := w.permit
 		l.giveBack(&p)
-		l.dispatch()
-	} else {
+		l.dispatchAny()
+	case w.dispatching:
+		// The shared dispatcher holds it: it gives back what it gets.
+		w.gone = true
+	default:
 		l.q.remove(w)
 	}
-	tenantFull = !w.permit.tenantCt.fits(w.permit.tokens)
+	tenantFull := w.tenantFull
+	if l.shared == nil {
+		tenantFull = !w.permit.tenantCt.fits(w.permit.tokens)
+	}
 	l.forget(w.permit.tenant)
 	if !errors.Is(err, ErrQueueTimeout) {
 		l.stats.Cancelled++
@@ -259,6 +345,10 @@ func (l *Limiter) giveBack(p *Permit) {
 	if held := time.Since(p.since); held > 0 {
 		l.holdEWMA += (held - l.holdEWMA) / 16
 	}
+	if p.lease != nil {
+		l.releaseLease(*p.lease)
+		p.lease = nil
+	}
 	l.forget(p.tenant)
 }
 
@@ -278,9 +368,19 @@ func (p *Permit) Release() {
 	}
 	l.mu.Lock()
 	l.giveBack(p)
-	l.dispatch()
+	l.dispatchAny()
 	l.mu.Unlock()
 	*p = Permit{}
+}
+
+// dispatchAny admits waiters: here, under the local caps, or, with shared
+// caps up, by ringing the shared dispatcher. Called with l.mu held.
+func (l *Limiter) dispatchAny() {
+	if l.shared != nil && l.sharedUp.Load() {
+		l.ring()
+		return
+	}
+	l.dispatch()
 }
 
 // dispatch admits waiters, fairest first, while their caps have room.
@@ -304,6 +404,7 @@ func (l *Limiter) Stats() Stats {
 	s := l.stats
 	s.Waiting = l.q.n
 	s.InFlightRequests, s.InFlightTokens = l.global.reqs, l.global.toks
+	s.Shared, s.SharedUp = l.shared != nil, l.sharedUp.Load()
 	return s
 }
 

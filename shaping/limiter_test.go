@@ -13,7 +13,7 @@ import (
 
 func mustNew(t testing.TB, cfg Config) *Limiter {
 	t.Helper()
-	l, err := New(cfg)
+	l, err := New(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,6 +36,10 @@ type waiter struct {
 	ready   chan struct{} // closed when granted
 	granted bool
 	elem    *list.Element
+	// With shared caps: dispatching while the dispatcher asks Redis for
+	// it (it is out of the queue then); gone when its client left
+	// meanwhile; tenantFull when its tenant's cap was what was full.
+	dispatching, gone, tenantFull bool
 }
 
 // fairQueue orders waiting requests: strict priority between levels, and
@@ -74,6 +78,19 @@ func (q *fairQueue) level(p int) *level {
 		q.levels = slices.Insert(q.levels, i, &level{priority: p})
 	}
 	return q.levels[i]
+}
+
+// pushFront puts w, which next took out, back at the head of its tenant's
+// queue with the grant it was counted for returned.
+func (q *fairQueue) pushFront(w *waiter) {
+	t := w.permit.tenant
+	w.elem = t.waiting.PushFront(w)
+	q.n++
+	t.deficit++
+	if t.waiting.Len() == 1 {
+		lv := q.level(t.priority)
+		lv.ring = append(lv.ring, t)
+	}
 }
 
 // remove takes w out of the queue (its client left or its time ran out).

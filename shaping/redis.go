@@ -1,0 +1,249 @@
+package shaping
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// RedisConfig shares the caps between replicas. With Addr empty the caps
+// are this process's alone.
+type RedisConfig struct {
+	// Addr is host:port of the Redis server.
+	Addr     string `yaml:"addr"`
+	Username string `yaml:"username"`
+	// PasswordEnv names the environment variable holding the password.
+	PasswordEnv string `yaml:"password_env"`
+	DB          int    `yaml:"db"`
+	// KeyPrefix starts every key; all keys carry it as one hash tag, so
+	// one script sees every cap of a request (Redis Cluster included).
+	// Default "infergate".
+	KeyPrefix string `yaml:"key_prefix"`
+	// LeaseTTL is how long a slot outlives a replica that died holding it;
+	// live replicas renew their leases every third of it. Default 10s.
+	LeaseTTL time.Duration `yaml:"lease_ttl"`
+	// OpTimeout bounds one call to Redis; past it Redis counts as down.
+	// Default 250ms.
+	OpTimeout time.Duration `yaml:"op_timeout"`
+	// OnFailure is what happens while Redis is down: "open" (default)
+	// admits under local caps, each shared cap divided by
+	// ExpectedReplicas; "closed" refuses with 503.
+	OnFailure string `yaml:"on_failure"`
+	// ExpectedReplicas is the number of gateway replicas. Default 1.
+	ExpectedReplicas int `yaml:"expected_replicas"`
+	// PollInterval is how often waiters retry without a release message
+	// (slots of a replica that died come back by expiry, unannounced).
+	// Default 250ms.
+	PollInterval time.Duration `yaml:"poll_interval"`
+}
+
+func (c *RedisConfig) defaults() {
+	if c.KeyPrefix == "" {
+		c.KeyPrefix = "infergate"
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = 10 * time.Second
+	}
+	if c.OpTimeout == 0 {
+		c.OpTimeout = 250 * time.Millisecond
+	}
+	if c.OnFailure == "" {
+		c.OnFailure = "open"
+	}
+	if c.ExpectedReplicas == 0 {
+		c.ExpectedReplicas = 1
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = 250 * time.Millisecond
+	}
+}
+
+func (c *RedisConfig) validate() error {
+	switch {
+	case c.Addr == "":
+		return nil
+	case c.OnFailure != "open" && c.OnFailure != "closed":
+		return fmt.Errorf("shaping: redis.on_failure %q: want open or closed", c.OnFailure)
+	case c.LeaseTTL < 100*time.Millisecond:
+		return errors.New("shaping: redis.lease_ttl: at least 100ms")
+	case c.ExpectedReplicas < 1:
+		return errors.New("shaping: redis.expected_replicas: at least 1")
+	}
+	return nil
+}
+
+// rediser is the part of go-redis the shared caps use, so a client, a
+// ring or a cluster client all fit.
+type rediser interface {
+	redis.Scripter
+	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+	Ping(ctx context.Context) *redis.StatusCmd
+}
+
+// The scripts keep, per cap, a sorted set of leases scored by their
+// expiry (Redis's clock, TIME) and a hash of each lease's tokens with
+// their total in field "_total". KEYS come in pairs (set, hash), one pair
+// per cap; a lease holds a place in every cap of its request or in none.
+
+// acquireScript: ARGV lease, ttl ms, tokens, then max requests and max
+// tokens per cap (0: none). Returns 0 when granted, else the 1-based index
+// of the first full cap.
+var acquireScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lease, ttl, tokens = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local n = #KEYS / 2
+for i = 1, n do
+  local z, h = KEYS[2*i-1], KEYS[2*i]
+  local gone = redis.call('ZRANGEBYSCORE', z, '-inf', now)
+  for _, m in ipairs(gone) do
+    local tk = redis.call('HGET', h, m)
+    if tk then
+      redis.call('HINCRBY', h, '_total', -tonumber(tk))
+      redis.call('HDEL', h, m)
+    end
+  end
+  if #gone > 0 then redis.call('ZREMRANGEBYSCORE', z, '-inf', now) end
+  local maxReq, maxTok = tonumber(ARGV[2+2*i]), tonumber(ARGV[3+2*i])
+  if maxReq > 0 and redis.call('ZCARD', z) >= maxReq then return i end
+  if maxTok > 0 then
+    local total = tonumber(redis.call('HGET', h, '_total') or '0')
+    if total > 0 and total + tokens > maxTok then return i end
+  end
+end
+for i = 1, n do
+  local z, h = KEYS[2*i-1], KEYS[2*i]
+  redis.call('ZADD', z, now + ttl, lease)
+  redis.call('HSET', h, lease, tokens)
+  redis.call('HINCRBY', h, '_total', tokens)
+  redis.call('PEXPIRE', z, ttl * 2)
+  redis.call('PEXPIRE', h, ttl * 2)
+end
+return 0
+`)
+
+// renewScript: ARGV lease, ttl ms. Returns how many caps still held the
+// lease (0: it expired and was lost).
+var renewScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local held = 0
+for i = 1, #KEYS / 2 do
+  local z, h = KEYS[2*i-1], KEYS[2*i]
+  if redis.call('ZADD', z, 'XX', 'CH', now + tonumber(ARGV[2]), ARGV[1]) == 1 then held = held + 1 end
+  redis.call('PEXPIRE', z, tonumber(ARGV[2]) * 2)
+  redis.call('PEXPIRE', h, tonumber(ARGV[2]) * 2)
+end
+return held
+`)
+
+// releaseScript: ARGV lease, channel. Removes the lease from every cap,
+// once (a second call finds nothing), and announces the free slot.
+// Returns 1 when the lease was still held.
+var releaseScript = redis.NewScript(`
+local held = 0
+for i = 1, #KEYS / 2 do
+  local z, h = KEYS[2*i-1], KEYS[2*i]
+  if redis.call('ZREM', z, ARGV[1]) == 1 then held = 1 end
+  local tk = redis.call('HGET', h, ARGV[1])
+  if tk then
+    redis.call('HINCRBY', h, '_total', -tonumber(tk))
+    redis.call('HDEL', h, ARGV[1])
+  end
+end
+if held == 1 then redis.call('PUBLISH', ARGV[2], '1') end
+return held
+`)
+
+// sharedCaps is the Redis side of a limiter.
+type sharedCaps struct {
+	c       rediser
+	cfg     RedisConfig
+	replica string // this process's lease prefix
+	channel string
+}
+
+func newSharedCaps(c rediser, cfg RedisConfig) *sharedCaps {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return &sharedCaps{c: c, cfg: cfg, replica: hex.EncodeToString(b[:]), channel: "{" + cfg.KeyPrefix + "}:released"}
+}
+
+// capKey is one cap's pair of keys.
+func (s *sharedCaps) capKeys(level, name string) (string, string) {
+	base := "{" + s.cfg.KeyPrefix + "}:cap:" + level + ":" + name
+	return base + ":leases", base + ":tokens"
+}
+
+// lease is a slot held in Redis.
+type lease struct {
+	id   string
+	keys []string
+}
+
+// sharedCap is one cap a request counts against in Redis.
+type sharedCap struct {
+	level, name      string
+	maxReqs, maxToks int64
+	tenant           bool
+}
+
+// acquire tries to take a lease in every cap at once (one round trip).
+// full is the cap that had no room when it did not work.
+func (s *sharedCaps) acquire(ctx context.Context, id string, caps []sharedCap, tokens int64) (l lease, full *sharedCap, err error) {
+	l = lease{id: id}
+	args := []any{id, s.cfg.LeaseTTL.Milliseconds(), tokens}
+	for _, c := range caps {
+		z, h := s.capKeys(c.level, c.name)
+		l.keys = append(l.keys, z, h)
+		args = append(args, c.maxReqs, c.maxToks)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
+	defer cancel()
+	n, err := acquireScript.Run(ctx, s.c, l.keys, args...).Int()
+	if err != nil {
+		return l, nil, fmt.Errorf("shaping: redis acquire: %w", err)
+	}
+	if n > 0 && n <= len(caps) {
+		return l, &caps[n-1], nil
+	}
+	return l, nil, nil
+}
+
+// renew extends l; false means the lease had expired.
+func (s *sharedCaps) renew(ctx context.Context, l lease) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
+	defer cancel()
+	n, err := renewScript.Run(ctx, s.c, l.keys, l.id, s.cfg.LeaseTTL.Milliseconds()).Int()
+	if err != nil {
+		return false, fmt.Errorf("shaping: redis renew: %w", err)
+	}
+	return n > 0, nil
+}
+
+// release gives l back (one round trip) and wakes waiters everywhere.
+func (s *sharedCaps) release(ctx context.Context, l lease) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
+	defer cancel()
+	if err := releaseScript.Run(ctx, s.c, l.keys, l.id, s.channel).Err(); err != nil {
+		return fmt.Errorf("shaping: redis release: %w", err)
+	}
+	return nil
+}
+
+func (s *sharedCaps) ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
+	defer cancel()
+	return s.c.Ping(ctx).Err()
+}
+
+// leaseID makes a lease's name: the replica, then a counter.
+func (s *sharedCaps) leaseID(n uint64) string {
+	return s.replica + ":" + strconv.FormatUint(n, 36)
+}

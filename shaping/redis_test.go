@@ -1,0 +1,192 @@
+package shaping
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+)
+
+// sharedConfig caps the global level at n, shared through the Redis at
+// addr.
+func sharedConfig(addr string, n int64) Config {
+	return Config{Global: Cap{MaxRequests: n}, Queue: QueueConfig{MaxWaiting: 100, Timeout: 5 * time.Second},
+		Redis: RedisConfig{Addr: addr, KeyPrefix: "t", LeaseTTL: 2 * time.Second, PollInterval: 10 * time.Second, OpTimeout: 200 * time.Millisecond}}
+}
+
+func newShared(t *testing.T, cfg Config) *Limiter {
+	t.Helper()
+	l, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	if !l.Stats().SharedUp {
+		t.Fatal("redis not reached")
+	}
+	return l
+}
+
+func TestSharedCapHoldsAcrossReplicas(t *testing.T) {
+	m := miniredis.RunT(t)
+	a, b := newShared(t, sharedConfig(m.Addr(), 2)), newShared(t, sharedConfig(m.Addr(), 2))
+	cfg := sharedConfig(m.Addr(), 2)
+	cfg.Queue.MaxWaiting = -1
+	c := newShared(t, cfg)
+	p1, err := a.Acquire(context.Background(), Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, err := b.Acquire(context.Background(), Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Acquire(context.Background(), Request{}); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("third slot of a shared cap of 2: err %v, want refused", err)
+	}
+	// A waiter on c... (c has no queue); a waiter on a is woken by b's
+	// release through pub/sub, long before the 10s poll.
+	got := make(chan error, 1)
+	go func() {
+		p, err := a.Acquire(context.Background(), Request{})
+		p.Release()
+		got <- err
+	}()
+	waitFor(t, func() bool { return a.Stats().Waiting == 1 })
+	start := time.Now()
+	p2.Release()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("woken %v after the release on another replica", d)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("the waiter was not woken by the release on another replica")
+	}
+	p1.Release()
+	waitFor(t, func() bool {
+		members, _ := m.ZMembers("{t}:cap:global::leases")
+		return len(members) == 0
+	})
+}
+
+func TestSharedTokenCap(t *testing.T) {
+	m := miniredis.RunT(t)
+	cfg := sharedConfig(m.Addr(), 0)
+	cfg.Global = Cap{MaxTokens: 1000}
+	cfg.Queue.MaxWaiting = -1
+	a, b := newShared(t, cfg), newShared(t, cfg)
+	p, err := a.Acquire(context.Background(), Request{Tokens: 700})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Acquire(context.Background(), Request{Tokens: 400}); !errors.Is(err, ErrQueueFull) {
+		t.Errorf("700 + 400 tokens under a shared 1000: err %v, want refused", err)
+	}
+	q, err := b.Acquire(context.Background(), Request{Tokens: 300})
+	if err != nil {
+		t.Errorf("700 + 300 tokens: %v", err)
+	}
+	p.Release()
+	q.Release()
+}
+
+func TestDeadReplicaSlotsExpire(t *testing.T) {
+	m := miniredis.RunT(t)
+	now := time.Now()
+	m.SetTime(now)
+	cfg := sharedConfig(m.Addr(), 1)
+	cfg.Queue.MaxWaiting = -1
+	dead := newShared(t, cfg)
+	if _, err := dead.Acquire(context.Background(), Request{}); err != nil {
+		t.Fatal(err)
+	}
+	dead.Close() // dies holding its slot: no release, no renewal
+	live := newShared(t, cfg)
+	if _, err := live.Acquire(context.Background(), Request{}); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("err %v, want the dead replica's slot still counted", err)
+	}
+	m.SetTime(now.Add(2100 * time.Millisecond)) // past the 2s lease
+	p, err := live.Acquire(context.Background(), Request{})
+	if err != nil {
+		t.Fatalf("after the lease TTL: %v", err)
+	}
+	p.Release()
+}
+
+func TestRenewalKeepsLongRequests(t *testing.T) {
+	m := miniredis.RunT(t)
+	cfg := sharedConfig(m.Addr(), 1)
+	cfg.Redis.LeaseTTL = 300 * time.Millisecond
+	cfg.Queue.MaxWaiting = -1
+	a, b := newShared(t, cfg), newShared(t, cfg)
+	p, err := a.Acquire(context.Background(), Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // three TTLs: only renewal keeps the lease
+	if _, err := b.Acquire(context.Background(), Request{}); !errors.Is(err, ErrQueueFull) {
+		t.Errorf("err %v: a held lease expired while renewed", err)
+	}
+	p.Release()
+}
+
+func TestRedisDownFailOpenAndClosed(t *testing.T) {
+	for _, mode := range []string{"open", "closed"} {
+		t.Run(mode, func(t *testing.T) {
+			m := miniredis.RunT(t)
+			cfg := sharedConfig(m.Addr(), 4)
+			cfg.Redis.OnFailure = mode
+			cfg.Redis.ExpectedReplicas = 2
+			cfg.Redis.PollInterval = 50 * time.Millisecond
+			cfg.Queue.MaxWaiting = -1
+			l := newShared(t, cfg)
+			m.Close()
+			// The first call finds Redis down.
+			p, err := l.Acquire(context.Background(), Request{})
+			var held []Permit
+			if err == nil {
+				held = append(held, p)
+			}
+			if l.Stats().SharedUp {
+				t.Fatal("still up with Redis gone")
+			}
+			for range 3 {
+				p, err := l.Acquire(context.Background(), Request{})
+				if err == nil {
+					held = append(held, p)
+				} else if mode == "closed" && !errors.Is(err, ErrSharedDown) {
+					t.Errorf("fail-closed: err %v, want ErrSharedDown", err)
+				}
+			}
+			want := 2 // fail-open: the shared cap of 4 over 2 replicas
+			if mode == "closed" {
+				want = 0
+			}
+			if len(held) != want {
+				t.Errorf("%d admitted while Redis was down, want %d", len(held), want)
+			}
+			for i := range held {
+				held[i].Release()
+			}
+			// Redis comes back on the same address: shared again.
+			if err := m.Restart(); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, func() bool { return l.Stats().SharedUp })
+			p, err = l.Acquire(context.Background(), Request{})
+			if err != nil || p.lease == nil {
+				t.Errorf("after recovery: err %v, lease %v", err, p.lease)
+			}
+			p.Release()
+			if s := l.Stats(); s.SharedDownTransitions != 1 {
+				t.Errorf("%d down transitions, want 1", s.SharedDownTransitions)
+			}
+		})
+	}
+}

@@ -1,0 +1,305 @@
+package shaping
+
+import (
+	"context"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Shared mode: the caps live in Redis as leases (redis.go). A request
+// whose caps have room takes a lease in one round trip; one that finds
+// them full waits in this process's fair queue, and a dispatcher
+// goroutine asks Redis for the fairest waiter whenever a slot may have
+// come free: a release anywhere (pub/sub), a release here, or a poll
+// (slots of a replica that died come back by expiry, unannounced). Leases
+// are renewed while held and given back off the request path. While
+// Redis is down the limiter falls back to local caps (fail-open) or
+// refuses (fail-closed), and goes back on its own when Redis answers.
+
+// startShared starts the goroutines of shared mode. Close stops them.
+func (l *Limiter) startShared(c rediser, cfg RedisConfig) {
+	l.shared = newSharedCaps(c, cfg)
+	l.leases = map[string]lease{}
+	l.wake = make(chan struct{}, 1)
+	l.relq = make(chan lease, 4096)
+	l.stop = make(chan struct{})
+	l.sharedUp.Store(l.shared.ping(context.Background()) == nil)
+	if !l.sharedUp.Load() {
+		l.stats.SharedDownTransitions++
+		l.log.Warn("shaping: redis down at start; caps are local until it answers", "addr", cfg.Addr, "on_failure", cfg.OnFailure)
+	}
+	l.wg.Add(4)
+	go l.dispatcher()
+	go l.renewer()
+	go l.releaser()
+	go l.subscriber()
+}
+
+// Close stops shared mode's goroutines, after giving back the leases
+// queued for release, and closes the Redis client. It is safe to call
+// twice and on a local limiter.
+func (l *Limiter) Close() error {
+	if l.shared == nil {
+		return nil
+	}
+	l.mu.Lock()
+	select {
+	case <-l.stop:
+		l.mu.Unlock()
+		return nil
+	default:
+		close(l.stop)
+	}
+	l.mu.Unlock()
+	l.wg.Wait()
+	if c, ok := l.shared.c.(interface{ Close() error }); ok {
+		return c.Close()
+	}
+	return nil
+}
+
+// ring wakes the dispatcher without blocking.
+func (l *Limiter) ring() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// sharedCaps lists the caps of p that have a limit, as Redis keeps them.
+// Called with l.mu held.
+func (l *Limiter) sharedCaps(p *Permit) []sharedCap {
+	var out []sharedCap
+	add := func(level, name string, c Cap, tenant bool) {
+		if c.MaxRequests > 0 || c.MaxTokens > 0 {
+			out = append(out, sharedCap{level: level, name: name, maxReqs: c.MaxRequests, maxToks: c.MaxTokens, tenant: tenant})
+		}
+	}
+	add("global", "", l.cfg.Global, false)
+	for name, c := range l.pools {
+		if c == p.pool {
+			add("pool", name, l.cfg.Pools[name], false)
+		}
+	}
+	for name, c := range l.models {
+		if c == p.model {
+			add("model", name, l.cfg.Models[name], false)
+		}
+	}
+	t, ok := l.cfg.Tenants[p.tenant.name]
+	if !ok {
+		t = l.cfg.DefaultTenant
+	}
+	add("tenant", p.tenant.name, t.Cap, true)
+	return out
+}
+
+// tryShared asks Redis for p's lease. ok: granted and counted; full: the
+// cap that had no room; an error marks Redis down.
+func (l *Limiter) tryShared(ctx context.Context, p *Permit) (ok bool, full *sharedCap, err error) {
+	l.mu.Lock()
+	caps := l.sharedCaps(p)
+	l.mu.Unlock()
+	id := l.shared.leaseID(l.leaseN.Add(1))
+	ls, full, err := l.shared.acquire(ctx, id, caps, p.tokens)
+	if err != nil {
+		l.down(err)
+		return false, nil, err
+	}
+	if full != nil {
+		return false, full, nil
+	}
+	l.mu.Lock()
+	l.take(p)
+	p.lease = &ls
+	l.leases[ls.id] = ls
+	l.mu.Unlock()
+	return true, nil, nil
+}
+
+// releaseLease hands l's lease to the releaser. Called with l.mu held.
+func (l *Limiter) releaseLease(ls lease) {
+	delete(l.leases, ls.id)
+	select {
+	case l.relq <- ls:
+	default:
+		// The releaser is behind: this lease expires by its TTL instead.
+		l.log.Warn("shaping: release queue full; a lease will expire instead", "lease", ls.id)
+	}
+}
+
+// down notes that Redis failed; the first failure is logged.
+func (l *Limiter) down(err error) {
+	if l.sharedUp.CompareAndSwap(true, false) {
+		l.mu.Lock()
+		l.stats.SharedDownTransitions++
+		l.mu.Unlock()
+		l.log.Error("shaping: redis down; caps are local until it answers", "err", err, "on_failure", l.shared.cfg.OnFailure)
+	}
+}
+
+// dispatcher admits waiters through Redis when a slot may be free, and
+// checks on a down Redis.
+func (l *Limiter) dispatcher() {
+	defer l.wg.Done()
+	tick := time.NewTicker(l.shared.cfg.PollInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-l.wake:
+		case <-tick.C:
+			if !l.sharedUp.Load() {
+				if l.shared.ping(context.Background()) != nil {
+					continue
+				}
+				l.sharedUp.Store(true)
+				l.log.Info("shaping: redis answers again; caps are shared", "addr", l.shared.cfg.Addr)
+			}
+		}
+		l.dispatchShared()
+	}
+}
+
+// dispatchShared grants waiters, fairest first, while Redis has room.
+// A waiter whose own tenant cap is full does not stop the others.
+func (l *Limiter) dispatchShared() {
+	blocked := map[*tenant]bool{}
+	for {
+		l.mu.Lock()
+		if !l.sharedUp.Load() {
+			l.dispatch()
+			l.mu.Unlock()
+			return
+		}
+		w := l.q.next(func(w *waiter) bool { return !blocked[w.permit.tenant] })
+		if w == nil {
+			l.mu.Unlock()
+			return
+		}
+		w.dispatching = true
+		caps := l.sharedCaps(&w.permit)
+		l.mu.Unlock()
+
+		id := l.shared.leaseID(l.leaseN.Add(1))
+		ls, full, err := l.shared.acquire(context.Background(), id, caps, w.permit.tokens)
+
+		l.mu.Lock()
+		w.dispatching = false
+		switch {
+		case err != nil || full != nil:
+			if w.gone {
+				l.forget(w.permit.tenant)
+			} else {
+				l.q.pushFront(w)
+				w.tenantFull = full != nil && full.tenant
+			}
+			l.mu.Unlock()
+			if err != nil {
+				l.down(err)
+				return
+			}
+			if full.tenant {
+				blocked[w.permit.tenant] = true
+				continue
+			}
+			return
+		case w.gone:
+			// Its client left while Redis was asked.
+			l.forget(w.permit.tenant)
+			select {
+			case l.relq <- ls:
+			default:
+			}
+		default:
+			l.take(&w.permit)
+			w.permit.lease = &ls
+			l.leases[ls.id] = ls
+			w.granted = true
+			close(w.ready)
+		}
+		l.mu.Unlock()
+	}
+}
+
+// renewer extends the leases held here every third of their TTL.
+func (l *Limiter) renewer() {
+	defer l.wg.Done()
+	tick := time.NewTicker(l.shared.cfg.LeaseTTL / 3)
+	defer tick.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-tick.C:
+		}
+		if !l.sharedUp.Load() {
+			continue
+		}
+		l.mu.Lock()
+		held := make([]lease, 0, len(l.leases))
+		for _, ls := range l.leases {
+			held = append(held, ls)
+		}
+		l.mu.Unlock()
+		for _, ls := range held {
+			kept, err := l.shared.renew(context.Background(), ls)
+			if err != nil {
+				l.down(err)
+				break
+			}
+			if !kept {
+				l.log.Warn("shaping: a lease expired before it was renewed; its slot was counted free meanwhile", "lease", ls.id)
+			}
+		}
+	}
+}
+
+// releaser gives leases back to Redis, off the request path. At Close it
+// gives back what is queued first.
+func (l *Limiter) releaser() {
+	defer l.wg.Done()
+	for {
+		select {
+		case ls := <-l.relq:
+			if err := l.shared.release(context.Background(), ls); err != nil {
+				l.down(err) // the lease expires by its TTL
+			}
+		case <-l.stop:
+			for {
+				select {
+				case ls := <-l.relq:
+					_ = l.shared.release(context.Background(), ls)
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+// subscriber rings the dispatcher when any replica releases a slot.
+func (l *Limiter) subscriber() {
+	defer l.wg.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var ps *redis.PubSub
+	for ps == nil {
+		ps = l.shared.c.Subscribe(ctx, l.shared.channel)
+	}
+	defer ps.Close()
+	ch := ps.Channel()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case _, ok := <-ch:
+			if !ok {
+				return
+			}
+			l.ring()
+		}
+	}
+}
