@@ -103,11 +103,10 @@ for i = 1, n do
   local z, h = KEYS[2*i-1], KEYS[2*i]
   local gone = redis.call('ZRANGEBYSCORE', z, '-inf', now)
   for _, m in ipairs(gone) do
-    local tk = redis.call('HGET', h, m)
-    if tk then
-      redis.call('HINCRBY', h, '_total', -tonumber(tk))
-      redis.call('HDEL', h, m)
-    end
+    local tk = tonumber(redis.call('HGET', h, m) or '0')
+    -- 0 - 0 is 0; -tonumber('0') would reach Redis as "-0", not an integer.
+    if tk ~= 0 then redis.call('HINCRBY', h, '_total', 0 - tk) end
+    redis.call('HDEL', h, m)
   end
   if #gone > 0 then redis.call('ZREMRANGEBYSCORE', z, '-inf', now) end
   local maxReq, maxTok = tonumber(ARGV[2+2*i]), tonumber(ARGV[3+2*i])
@@ -151,11 +150,9 @@ local held = 0
 for i = 1, #KEYS / 2 do
   local z, h = KEYS[2*i-1], KEYS[2*i]
   if redis.call('ZREM', z, ARGV[1]) == 1 then held = 1 end
-  local tk = redis.call('HGET', h, ARGV[1])
-  if tk then
-    redis.call('HINCRBY', h, '_total', -tonumber(tk))
-    redis.call('HDEL', h, ARGV[1])
-  end
+  local tk = tonumber(redis.call('HGET', h, ARGV[1]) or '0')
+  if tk ~= 0 then redis.call('HINCRBY', h, '_total', 0 - tk) end
+  redis.call('HDEL', h, ARGV[1])
 end
 if held == 1 then redis.call('PUBLISH', ARGV[2], '1') end
 return held

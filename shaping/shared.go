@@ -2,6 +2,7 @@ package shaping
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -129,8 +130,15 @@ func (l *Limiter) releaseLease(ls lease) {
 	}
 }
 
-// down notes that Redis failed; the first failure is logged.
+// down notes that Redis failed; the first failure is logged. An error
+// Redis answered with (a script's) is logged but leaves it up: Redis is
+// reachable, and the lease at stake expires by its TTL.
 func (l *Limiter) down(err error) {
+	var reply redis.Error
+	if errors.As(err, &reply) && !errors.Is(err, context.DeadlineExceeded) {
+		l.log.Error("shaping: redis refused a script", "err", err)
+		return
+	}
 	if l.sharedUp.CompareAndSwap(true, false) {
 		l.mu.Lock()
 		l.stats.SharedDownTransitions++

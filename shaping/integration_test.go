@@ -1,0 +1,190 @@
+package shaping
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// realRedis returns the address of the Redis server the integration tests
+// use (INFERGATE_TEST_REDIS, which .ci/run sets), or skips.
+func realRedis(t *testing.T) string {
+	addr := os.Getenv("INFERGATE_TEST_REDIS")
+	if addr == "" {
+		t.Skip("INFERGATE_TEST_REDIS not set: no real Redis for this test (.ci/run sets it)")
+	}
+	return addr
+}
+
+// load runs workers against the limiters for d, each holding its slot a
+// few milliseconds, and returns the most held at once and the grants.
+func load(t *testing.T, lims []*Limiter, workers int, d time.Duration) (peak, granted int64) {
+	var inside, pk, n atomic.Int64
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(d)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 9))
+			l := lims[w%len(lims)]
+			for time.Now().Before(deadline) {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				p, err := l.Acquire(ctx, Request{Tenant: fmt.Sprint("t", w%4)})
+				cancel()
+				if err != nil {
+					continue
+				}
+				cur := inside.Add(1)
+				for old := pk.Load(); cur > old && !pk.CompareAndSwap(old, cur); old = pk.Load() {
+				}
+				n.Add(1)
+				time.Sleep(time.Duration(1+rng.IntN(4)) * time.Millisecond)
+				inside.Add(-1)
+				p.Release()
+			}
+		}()
+	}
+	wg.Wait()
+	return pk.Load(), n.Load()
+}
+
+// Three replicas share a cap of 3 through a real Redis, driven by 24
+// workers: never more than 3 hold a slot at once, and slots keep flowing.
+func TestRealRedisSharedCap(t *testing.T) {
+	addr := realRedis(t)
+	prefix := fmt.Sprintf("test-%d", time.Now().UnixNano())
+	var lims []*Limiter
+	for range 3 {
+		cfg := sharedConfig(addr, 3)
+		cfg.Redis.KeyPrefix = prefix
+		cfg.Redis.PollInterval = 100 * time.Millisecond
+		lims = append(lims, newShared(t, cfg))
+	}
+	peak, granted := load(t, lims, 24, 2*time.Second)
+	if peak > 3 {
+		t.Errorf("%d held at once under a shared cap of 3", peak)
+	}
+	if granted < 100 {
+		t.Errorf("only %d grants in 2s: waiters are not woken", granted)
+	}
+	for _, l := range lims {
+		if s := l.Stats(); s.InFlightRequests != 0 || s.Waiting != 0 {
+			t.Errorf("after the load: %+v", s)
+		}
+	}
+}
+
+// redisProc is a redis-server of the test's own, on a port it can stop
+// and start again.
+type redisProc struct {
+	port int
+	cmd  *exec.Cmd
+}
+
+func startRedis(t *testing.T, port int) *redisProc {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Skip("redis-server not installed")
+	}
+	r := &redisProc{port: port, cmd: exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")}
+	if err := r.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.kill)
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if c, err := net.Dial("tcp", r.addr()); err == nil {
+			c.Close()
+			return r
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("redis-server did not start")
+	return nil
+}
+
+func (r *redisProc) addr() string { return fmt.Sprintf("127.0.0.1:%d", r.port) }
+
+func (r *redisProc) kill() {
+	if r.cmd.Process != nil {
+		r.cmd.Process.Kill()
+		r.cmd.Wait()
+	}
+}
+
+func freePort(t *testing.T) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// Redis stopped and started again during load, in both modes: fail-open
+// keeps admitting under each replica's share, fail-closed refuses, and
+// both go back to the shared cap when Redis answers. No slot leaks.
+func TestRedisRestartDuringLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server")
+	}
+	for _, mode := range []string{"open", "closed"} {
+		t.Run(mode, func(t *testing.T) {
+			port := freePort(t)
+			r := startRedis(t, port)
+			var lims []*Limiter
+			for range 2 {
+				cfg := sharedConfig(r.addr(), 4)
+				cfg.Redis.OnFailure, cfg.Redis.ExpectedReplicas = mode, 2
+				cfg.Redis.PollInterval = 50 * time.Millisecond
+				lims = append(lims, newShared(t, cfg))
+			}
+			done := make(chan [2]int64)
+			go func() {
+				p, g := load(t, lims, 16, 2500*time.Millisecond)
+				done <- [2]int64{p, g}
+			}()
+			time.Sleep(500 * time.Millisecond)
+			r.kill()
+			time.Sleep(700 * time.Millisecond)
+			for _, l := range lims {
+				if l.Stats().SharedUp {
+					t.Error("a replica did not notice Redis was down")
+				}
+			}
+			r = startRedis(t, port)
+			res := <-done
+			waitFor(t, func() bool { return lims[0].Stats().SharedUp && lims[1].Stats().SharedUp })
+			if res[0] > 4 {
+				t.Errorf("%d held at once under a cap of 4 (shares of 2 while down)", res[0])
+			}
+			if res[1] == 0 {
+				t.Error("nothing admitted")
+			}
+			for _, l := range lims {
+				s := l.Stats()
+				if s.InFlightRequests != 0 || s.Waiting != 0 {
+					t.Errorf("after the load: %+v", s)
+				}
+				if mode == "closed" && s.RejectedShared == 0 {
+					t.Error("fail-closed refused nothing while Redis was down")
+				}
+			}
+			// Shared again: the cap of 4 holds across both.
+			peak, _ := load(t, lims, 12, 500*time.Millisecond)
+			if peak > 4 {
+				t.Errorf("after recovery %d held at once under a cap of 4", peak)
+			}
+		})
+	}
+}
