@@ -681,6 +681,9 @@ func (x *exchange) report() {
 	if x.backend != nil {
 		attrs = append(attrs, slog.String("backend", x.backend.name), slog.Int("attempts", tl.Attempts))
 	}
+	if w := tl.QueueWait(); w > time.Millisecond {
+		attrs = append(attrs, slog.Float64("queue_ms", ms(w)))
+	}
 	if x.stream {
 		attrs = append(attrs, slog.Float64("ttft_ms", ms(tl.TTFT())), slog.Int("events", tl.Events))
 	}

@@ -58,10 +58,12 @@ var (
 	descRejected  = prometheus.NewDesc("infergate_shaping_rejections_total", "Requests refused by admission control, by reason.", []string{"reason"}, nil)
 	descAdmitted  = prometheus.NewDesc("infergate_shaping_admitted_total", "Requests given a slot.", nil, nil)
 	descCancelled = prometheus.NewDesc("infergate_shaping_queue_abandoned_total", "Requests whose client left while they waited.", nil, nil)
+	descRedisUp   = prometheus.NewDesc("infergate_shaping_redis_up", "1 while the shared caps' Redis answers (only with shaping.redis).", nil, nil)
+	descRedisDown = prometheus.NewDesc("infergate_shaping_redis_down_total", "Times Redis was found down and the caps fell back (on_failure).", nil, nil)
 )
 
 func (shapingCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descQueued, descInFlight, descRejected, descAdmitted, descCancelled} {
+	for _, d := range []*prometheus.Desc{descQueued, descInFlight, descRejected, descAdmitted, descCancelled, descRedisUp, descRedisDown} {
 		ch <- d
 	}
 }
@@ -75,6 +77,15 @@ func (c shapingCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descRejected, prometheus.CounterValue, float64(s.RejectedTimeout-s.RejectedTimeoutTenant), "queue_timeout")
 	ch <- prometheus.MustNewConstMetric(descRejected, prometheus.CounterValue, float64(s.RejectedFullTenant), "tenant_queue_full")
 	ch <- prometheus.MustNewConstMetric(descRejected, prometheus.CounterValue, float64(s.RejectedTimeoutTenant), "tenant_queue_timeout")
+	if s.Shared {
+		up := 0.0
+		if s.SharedUp {
+			up = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descRedisUp, prometheus.GaugeValue, up)
+		ch <- prometheus.MustNewConstMetric(descRedisDown, prometheus.CounterValue, float64(s.SharedDownTransitions))
+		ch <- prometheus.MustNewConstMetric(descRejected, prometheus.CounterValue, float64(s.RejectedShared), "redis_down")
+	}
 	for _, cp := range c.lim.Caps() {
 		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(cp.Requests), cp.Level, cp.Name, "requests")
 		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(cp.Tokens), cp.Level, cp.Name, "tokens")

@@ -2,7 +2,11 @@ package shaping
 
 import (
 	"context"
+	"fmt"
+	"net"
+	"os"
 	"testing"
+	"time"
 )
 
 // Uncontended: one goroutine, caps at every level with room.
@@ -41,4 +45,49 @@ func BenchmarkAcquireRelease64(b *testing.B) {
 			p.Release()
 		}
 	})
+}
+
+// Shared caps against a real Redis (skipped without one): acquire and
+// release pairs from 64 goroutines of one process. Each acquire is one
+// round trip; releases go back in batches off the request path.
+func BenchmarkSharedAcquireRelease64(b *testing.B) {
+	addr := benchRedis(b)
+	cfg := Config{Global: Cap{MaxRequests: 1 << 20}, DefaultTenant: Tenant{Cap: Cap{MaxRequests: 1 << 20}},
+		Redis: RedisConfig{Addr: addr, KeyPrefix: fmt.Sprintf("bench-%d", time.Now().UnixNano()), OpTimeout: time.Second}}
+	l, err := New(cfg, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	b.SetParallelism(32)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		r := Request{Tenant: "t", Tokens: 100}
+		for pb.Next() {
+			p, err := l.Acquire(ctx, r)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			p.Release()
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pairs/s")
+	if s := l.Stats(); !s.SharedUp || s.SharedDownTransitions > 0 {
+		b.Errorf("redis went down during the benchmark: %+v", s)
+	}
+}
+
+func benchRedis(b *testing.B) string {
+	addr, set := os.LookupEnv("INFERGATE_TEST_REDIS")
+	if !set {
+		addr = "127.0.0.1:6379"
+	}
+	c, err := net.DialTimeout("tcp", addr, 300*time.Millisecond)
+	if err != nil {
+		b.Skip("no Redis")
+	}
+	c.Close()
+	return addr
 }

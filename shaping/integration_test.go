@@ -142,7 +142,8 @@ func freePort(t *testing.T) int {
 
 // Redis stopped and started again during load, in both modes: fail-open
 // keeps admitting under each replica's share, fail-closed refuses, and
-// both go back to the shared cap when Redis answers. No slot leaks.
+// both go back to the shared cap when Redis answers (slots granted while
+// it was down are registered first). No slot leaks.
 func TestRedisRestartDuringLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts redis-server")
@@ -160,12 +161,14 @@ func TestRedisRestartDuringLoad(t *testing.T) {
 			}
 			done := make(chan [2]int64)
 			go func() {
-				p, g := load(t, lims, 16, 2500*time.Millisecond)
+				p, g := load(t, lims, 16, 3*time.Second)
 				done <- [2]int64{p, g}
 			}()
 			time.Sleep(500 * time.Millisecond)
 			r.kill()
-			time.Sleep(700 * time.Millisecond)
+			// Longer than a client's 1s wait, so new requests arrive
+			// while Redis is down.
+			time.Sleep(1300 * time.Millisecond)
 			for _, l := range lims {
 				if l.Stats().SharedUp {
 					t.Error("a replica did not notice Redis was down")
@@ -174,8 +177,16 @@ func TestRedisRestartDuringLoad(t *testing.T) {
 			r = startRedis(t, port)
 			res := <-done
 			waitFor(t, func() bool { return lims[0].Stats().SharedUp && lims[1].Stats().SharedUp })
-			if res[0] > 4 {
-				t.Errorf("%d held at once under a cap of 4 (shares of 2 while down)", res[0])
+			// Fail-closed never exceeds the cap. Fail-open gives each replica
+			// its share (2) while Redis is down, so at the moment it goes
+			// down a replica that held fewer than its share may add to
+			// one that held more: at most one share over.
+			bound := int64(4)
+			if mode == "open" {
+				bound = 6
+			}
+			if res[0] > bound {
+				t.Errorf("%d held at once, want at most %d (cap 4, shares of 2 while down)", res[0], bound)
 			}
 			if res[1] == 0 {
 				t.Error("nothing admitted")

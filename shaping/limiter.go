@@ -64,11 +64,14 @@ type Limiter struct {
 	sharedUp atomic.Bool
 	leaseN   atomic.Uint64
 	leases   map[string]lease // held in Redis, renewed by the renewer
-	wake     chan struct{}    // the shared dispatcher's doorbell
-	relq     chan lease       // leases to give back, off the request path
-	stop     chan struct{}
-	wg       sync.WaitGroup
-	log      *slog.Logger
+	// orphans are slots granted under local caps while Redis was down;
+	// they are registered in Redis when it answers again (adopt).
+	orphans map[*lease]orphan
+	wake    chan struct{} // the shared dispatcher's doorbell
+	relq    chan lease    // leases to give back, off the request path
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	log     *slog.Logger
 }
 
 // Stats are the limiter's counters since it was made.
@@ -229,6 +232,7 @@ func (l *Limiter) Acquire(ctx context.Context, r Request) (Permit, error) {
 		}
 		if l.q.empty() && p.fits() {
 			l.take(&p)
+			l.orphan(&p)
 			l.mu.Unlock()
 			return p, nil
 		}
@@ -346,7 +350,11 @@ func (l *Limiter) giveBack(p *Permit) {
 		l.holdEWMA += (held - l.holdEWMA) / 16
 	}
 	if p.lease != nil {
-		l.releaseLease(*p.lease)
+		if p.lease.id != "" {
+			l.releaseLease(*p.lease)
+		} else {
+			delete(l.orphans, p.lease)
+		}
 		p.lease = nil
 	}
 	l.forget(p.tenant)
@@ -376,11 +384,15 @@ func (p *Permit) Release() {
 // dispatchAny admits waiters: here, under the local caps, or, with shared
 // caps up, by ringing the shared dispatcher. Called with l.mu held.
 func (l *Limiter) dispatchAny() {
-	if l.shared != nil && l.sharedUp.Load() {
+	switch {
+	case l.shared == nil:
+		l.dispatch()
+	case l.sharedUp.Load():
 		l.ring()
-		return
+	case l.cfg.Redis.OnFailure == "open":
+		l.dispatch()
 	}
-	l.dispatch()
+	// Shared, down and fail-closed: waiters wait for Redis or their time.
 }
 
 // dispatch admits waiters, fairest first, while their caps have room.
@@ -392,6 +404,7 @@ func (l *Limiter) dispatch() {
 			return
 		}
 		l.take(&w.permit)
+		l.orphan(&w.permit)
 		w.granted = true
 		close(w.ready)
 	}

@@ -84,6 +84,7 @@ type rediser interface {
 	redis.Scripter
 	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
 	Ping(ctx context.Context) *redis.StatusCmd
+	Pipeline() redis.Pipeliner
 }
 
 // The scripts keep, per cap, a sorted set of leases scored by their
@@ -93,7 +94,8 @@ type rediser interface {
 
 // acquireScript: ARGV lease, ttl ms, tokens, then max requests and max
 // tokens per cap (0: none). Returns 0 when granted, else the 1-based index
-// of the first full cap.
+// of the first full cap. The token hash is touched only for caps with a
+// token limit: Redis's time per script is what bounds the shared rate.
 var acquireScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -101,15 +103,17 @@ local lease, ttl, tokens = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local n = #KEYS / 2
 for i = 1, n do
   local z, h = KEYS[2*i-1], KEYS[2*i]
-  local gone = redis.call('ZRANGEBYSCORE', z, '-inf', now)
-  for _, m in ipairs(gone) do
-    local tk = tonumber(redis.call('HGET', h, m) or '0')
-    -- 0 - 0 is 0; -tonumber('0') would reach Redis as "-0", not an integer.
-    if tk ~= 0 then redis.call('HINCRBY', h, '_total', 0 - tk) end
-    redis.call('HDEL', h, m)
-  end
-  if #gone > 0 then redis.call('ZREMRANGEBYSCORE', z, '-inf', now) end
   local maxReq, maxTok = tonumber(ARGV[2+2*i]), tonumber(ARGV[3+2*i])
+  if maxTok > 0 then
+    local gone = redis.call('ZRANGEBYSCORE', z, '-inf', now)
+    for _, m in ipairs(gone) do
+      local tk = tonumber(redis.call('HGET', h, m) or '0')
+      -- 0 - 0 is 0; -tonumber('0') would reach Redis as "-0", no integer.
+      if tk ~= 0 then redis.call('HINCRBY', h, '_total', 0 - tk) end
+      redis.call('HDEL', h, m)
+    end
+  end
+  redis.call('ZREMRANGEBYSCORE', z, '-inf', now)
   if maxReq > 0 and redis.call('ZCARD', z) >= maxReq then return i end
   if maxTok > 0 then
     local total = tonumber(redis.call('HGET', h, '_total') or '0')
@@ -119,10 +123,12 @@ end
 for i = 1, n do
   local z, h = KEYS[2*i-1], KEYS[2*i]
   redis.call('ZADD', z, now + ttl, lease)
-  redis.call('HSET', h, lease, tokens)
-  redis.call('HINCRBY', h, '_total', tokens)
   redis.call('PEXPIRE', z, ttl * 2)
-  redis.call('PEXPIRE', h, ttl * 2)
+  if tonumber(ARGV[3+2*i]) > 0 then
+    redis.call('HSET', h, lease, tokens)
+    redis.call('HINCRBY', h, '_total', tokens)
+    redis.call('PEXPIRE', h, ttl * 2)
+  end
 end
 return 0
 `)
@@ -142,19 +148,30 @@ end
 return held
 `)
 
-// releaseScript: ARGV lease, channel. Removes the lease from every cap,
-// once (a second call finds nothing), and announces the free slot.
-// Returns 1 when the lease was still held.
+// releaseScript: ARGV lease, channel, then max requests and max tokens
+// per cap. Removes the lease from every cap, once (a second call finds
+// nothing), and announces the free slot when a cap it frees was full, so
+// waiters anywhere try again. Returns 1 when the lease was still held.
 var releaseScript = redis.NewScript(`
-local held = 0
+local held, wake = 0, false
 for i = 1, #KEYS / 2 do
   local z, h = KEYS[2*i-1], KEYS[2*i]
-  if redis.call('ZREM', z, ARGV[1]) == 1 then held = 1 end
-  local tk = tonumber(redis.call('HGET', h, ARGV[1]) or '0')
-  if tk ~= 0 then redis.call('HINCRBY', h, '_total', 0 - tk) end
-  redis.call('HDEL', h, ARGV[1])
+  local maxReq, maxTok = tonumber(ARGV[1+2*i]), tonumber(ARGV[2+2*i])
+  local before = redis.call('ZCARD', z)
+  if redis.call('ZREM', z, ARGV[1]) == 1 then
+    held = 1
+    if maxReq > 0 and before >= maxReq then wake = true end
+  end
+  if maxTok > 0 then
+    local tk = tonumber(redis.call('HGET', h, ARGV[1]) or '0')
+    if tk ~= 0 then
+      redis.call('HINCRBY', h, '_total', 0 - tk)
+      wake = true
+    end
+    redis.call('HDEL', h, ARGV[1])
+  end
 end
-if held == 1 then redis.call('PUBLISH', ARGV[2], '1') end
+if wake then redis.call('PUBLISH', ARGV[2], '1') end
 return held
 `)
 
@@ -182,6 +199,7 @@ func (s *sharedCaps) capKeys(level, name string) (string, string) {
 type lease struct {
 	id   string
 	keys []string
+	caps []any // max requests and max tokens per cap, for the release
 }
 
 // sharedCap is one cap a request counts against in Redis.
@@ -199,8 +217,9 @@ func (s *sharedCaps) acquire(ctx context.Context, id string, caps []sharedCap, t
 	for _, c := range caps {
 		z, h := s.capKeys(c.level, c.name)
 		l.keys = append(l.keys, z, h)
-		args = append(args, c.maxReqs, c.maxToks)
+		l.caps = append(l.caps, c.maxReqs, c.maxToks)
 	}
+	args = append(args, l.caps...)
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
 	defer cancel()
 	n, err := acquireScript.Run(ctx, s.c, l.keys, args...).Int()
@@ -224,14 +243,38 @@ func (s *sharedCaps) renew(ctx context.Context, l lease) (bool, error) {
 	return n > 0, nil
 }
 
-// release gives l back (one round trip) and wakes waiters everywhere.
-func (s *sharedCaps) release(ctx context.Context, l lease) error {
+// release gives the leases back in one round trip and wakes waiters
+// everywhere.
+func (s *sharedCaps) release(ctx context.Context, ls []lease) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
 	defer cancel()
-	if err := releaseScript.Run(ctx, s.c, l.keys, l.id, s.channel).Err(); err != nil {
-		return fmt.Errorf("shaping: redis release: %w", err)
+	if len(ls) == 1 {
+		if err := releaseScript.Run(ctx, s.c, ls[0].keys, ls[0].releaseArgs(s.channel)...).Err(); err != nil {
+			return fmt.Errorf("shaping: redis release: %w", err)
+		}
+		return nil
+	}
+	pipe := s.c.Pipeline()
+	cmds := make([]*redis.Cmd, len(ls))
+	for i, l := range ls {
+		cmds[i] = releaseScript.EvalSha(ctx, pipe, l.keys, l.releaseArgs(s.channel)...)
+	}
+	_, _ = pipe.Exec(ctx)
+	for i, cmd := range cmds {
+		err := cmd.Err()
+		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			// The script cache was flushed: once more, loading it.
+			err = releaseScript.Run(ctx, s.c, ls[i].keys, ls[i].releaseArgs(s.channel)...).Err()
+		}
+		if err != nil {
+			return fmt.Errorf("shaping: redis release: %w", err)
+		}
 	}
 	return nil
+}
+
+func (l lease) releaseArgs(channel string) []any {
+	return append([]any{l.id, channel}, l.caps...)
 }
 
 func (s *sharedCaps) ping(ctx context.Context) error {

@@ -22,8 +22,9 @@ import (
 func (l *Limiter) startShared(c rediser, cfg RedisConfig) {
 	l.shared = newSharedCaps(c, cfg)
 	l.leases = map[string]lease{}
+	l.orphans = map[*lease]orphan{}
 	l.wake = make(chan struct{}, 1)
-	l.relq = make(chan lease, 4096)
+	l.relq = make(chan lease, 1<<16)
 	l.stop = make(chan struct{})
 	l.sharedUp.Store(l.shared.ping(context.Background()) == nil)
 	if !l.sharedUp.Load() {
@@ -119,6 +120,58 @@ func (l *Limiter) tryShared(ctx context.Context, p *Permit) (ok bool, full *shar
 	return true, nil, nil
 }
 
+// orphan is a slot granted under local caps while Redis was down.
+type orphan struct {
+	caps   []sharedCap
+	tokens int64
+}
+
+// orphan notes p, just granted under local caps, when the caps are shared:
+// Redis must learn of it once it answers. Called with l.mu held.
+func (l *Limiter) orphan(p *Permit) {
+	if l.shared == nil {
+		return
+	}
+	p.lease = &lease{}
+	l.orphans[p.lease] = orphan{caps: l.sharedCaps(p), tokens: p.tokens}
+}
+
+// adopt registers in Redis the slots granted while it was down, before
+// shared admission resumes, so the shared count includes them. They are
+// taken whatever the caps say: they are already running.
+func (l *Limiter) adopt() error {
+	l.mu.Lock()
+	pending := make(map[*lease]orphan, len(l.orphans))
+	for ls, o := range l.orphans {
+		pending[ls] = o
+	}
+	l.mu.Unlock()
+	for ls, o := range pending {
+		forced := make([]sharedCap, len(o.caps))
+		for i, c := range o.caps {
+			forced[i] = sharedCap{level: c.level, name: c.name}
+		}
+		got, _, err := l.shared.acquire(context.Background(), l.shared.leaseID(l.leaseN.Add(1)), forced, o.tokens)
+		if err != nil {
+			return err
+		}
+		got.caps = got.caps[:0]
+		for _, c := range o.caps {
+			got.caps = append(got.caps, c.maxReqs, c.maxToks)
+		}
+		l.mu.Lock()
+		if _, still := l.orphans[ls]; still {
+			*ls = got
+			delete(l.orphans, ls)
+			l.leases[got.id] = got
+		} else {
+			l.releaseLease(got) // it ended meanwhile
+		}
+		l.mu.Unlock()
+	}
+	return nil
+}
+
 // releaseLease hands l's lease to the releaser. Called with l.mu held.
 func (l *Limiter) releaseLease(ls lease) {
 	delete(l.leases, ls.id)
@@ -163,6 +216,9 @@ func (l *Limiter) dispatcher() {
 				if l.shared.ping(context.Background()) != nil {
 					continue
 				}
+				if err := l.adopt(); err != nil {
+					continue
+				}
 				l.sharedUp.Store(true)
 				l.log.Info("shaping: redis answers again; caps are shared", "addr", l.shared.cfg.Addr)
 			}
@@ -178,7 +234,7 @@ func (l *Limiter) dispatchShared() {
 	for {
 		l.mu.Lock()
 		if !l.sharedUp.Load() {
-			l.dispatch()
+			l.dispatchAny()
 			l.mu.Unlock()
 			return
 		}
@@ -265,25 +321,44 @@ func (l *Limiter) renewer() {
 	}
 }
 
-// releaser gives leases back to Redis, off the request path. At Close it
-// gives back what is queued first.
+// releaser gives leases back to Redis, off the request path, as many as
+// are waiting in one round trip. At Close it gives back what is queued.
 func (l *Limiter) releaser() {
 	defer l.wg.Done()
+	batch := make([]lease, 0, 256)
 	for {
 		select {
 		case ls := <-l.relq:
-			if err := l.shared.release(context.Background(), ls); err != nil {
-				l.down(err) // the lease expires by its TTL
-			}
+			batch = append(batch[:0], ls)
 		case <-l.stop:
 			for {
-				select {
-				case ls := <-l.relq:
-					_ = l.shared.release(context.Background(), ls)
-				default:
+				batch = batch[:0]
+				for len(batch) < cap(batch) {
+					select {
+					case ls := <-l.relq:
+						batch = append(batch, ls)
+						continue
+					default:
+					}
+					break
+				}
+				if len(batch) == 0 {
 					return
 				}
+				_ = l.shared.release(context.Background(), batch)
 			}
+		}
+	more:
+		for len(batch) < cap(batch) {
+			select {
+			case ls := <-l.relq:
+				batch = append(batch, ls)
+			default:
+				break more
+			}
+		}
+		if err := l.shared.release(context.Background(), batch); err != nil {
+			l.down(err) // the leases expire by their TTL
 		}
 	}
 }

@@ -53,3 +53,6 @@ func (t *Timeline) Connect() time.Duration { return since(t.UpstreamStart, t.Con
 // ModelTTFT is request sent to first content event in, which includes the
 // network round trip to the backend.
 func (t *Timeline) ModelTTFT() time.Duration { return since(t.Sent, t.FirstTokenIn) }
+
+// QueueWait is the time the request waited for an admission slot.
+func (t *Timeline) QueueWait() time.Duration { return since(t.Received, t.Admitted) }

@@ -15,7 +15,7 @@ import (
 	"github.com/infergate/infergate/sim"
 )
 
-const serveSynopsis = `serve [--config FILE | --upstream URL] [--listen ADDR] [--max-concurrency N [--max-queue M --queue-timeout D]] [flags]
+const serveSynopsis = `serve [--config FILE | --upstream URL] [--listen ADDR] [--max-concurrency N [--max-queue M --queue-timeout D] [--redis ADDR]] [flags]
 
 Runs the gateway. With --config it reads one YAML file (see
 infergate.example.yaml); SIGHUP re-reads it, and a file that does not
@@ -29,6 +29,7 @@ every model: try it with
 --max-concurrency caps the requests in flight; the rest wait in a queue
 (--max-queue, --queue-timeout) and, past it, get 503 with Retry-After. The
 flags override the file's shaping section, at start and at every reload.
+With --redis the caps hold across every replica that names the same Redis.
 
 SIGTERM or SIGINT drains: no new connections, in-flight streams finish
 until server.drain_timeout, then are cancelled; the exit status is 0.`
@@ -44,6 +45,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	maxConc := fs.Int64("max-concurrency", 0, "cap on requests in flight through the gateway (shaping.global.max_requests; 0: none)")
 	maxQueue := fs.Int("max-queue", 0, "requests that may wait for a slot (shaping.queue.max_waiting; default 1024, -1: none)")
 	queueTimeout := fs.Duration("queue-timeout", 0, "longest wait for a slot (shaping.queue.timeout; default 30s)")
+	redisAddr := fs.String("redis", "", "share the caps with other replicas through the Redis at host:port (shaping.redis.addr)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile (pprof) to this file until exit")
 	memprofile := fs.String("memprofile", "", "write an allocation profile (pprof) to this file at exit")
 	if err := fs.Parse(args); err != nil {
@@ -93,6 +95,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		if *queueTimeout != 0 {
 			c.Shaping.Queue.Timeout = *queueTimeout
+		}
+		if *redisAddr != "" {
+			c.Shaping.Redis.Addr = *redisAddr
 		}
 	}
 	overrides(&cfg)
