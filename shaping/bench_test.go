@@ -48,12 +48,20 @@ func BenchmarkAcquireRelease64(b *testing.B) {
 }
 
 // Shared caps against a real Redis (skipped without one): acquire and
-// release pairs from 64 goroutines of one process. Each acquire is one
-// round trip; releases go back in batches off the request path.
+// release pairs from 64 goroutines of one process, under one shared cap
+// (serve --max-concurrency N --redis ADDR) and under two (a global cap and
+// a cap per tenant). Each acquire is one round trip; releases go back in
+// batches off the request path.
 func BenchmarkSharedAcquireRelease64(b *testing.B) {
+	b.Run("global", func(b *testing.B) { benchShared(b, Config{Global: Cap{MaxRequests: 1 << 20}}) })
+	b.Run("global+tenant", func(b *testing.B) {
+		benchShared(b, Config{Global: Cap{MaxRequests: 1 << 20}, DefaultTenant: Tenant{Cap: Cap{MaxRequests: 1 << 20}}})
+	})
+}
+
+func benchShared(b *testing.B, cfg Config) {
 	addr := benchRedis(b)
-	cfg := Config{Global: Cap{MaxRequests: 1 << 20}, DefaultTenant: Tenant{Cap: Cap{MaxRequests: 1 << 20}},
-		Redis: RedisConfig{Addr: addr, KeyPrefix: fmt.Sprintf("bench-%d", time.Now().UnixNano()), OpTimeout: time.Second}}
+	cfg.Redis = RedisConfig{Addr: addr, KeyPrefix: fmt.Sprintf("bench-%d", time.Now().UnixNano()), OpTimeout: time.Second}
 	l, err := New(cfg, nil)
 	if err != nil {
 		b.Fatal(err)
