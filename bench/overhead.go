@@ -27,6 +27,8 @@ type Overhead struct {
 	// GatewayEnv is added to the gateway process's environment (for
 	// example GOMAXPROCS=1), to compare runtime settings.
 	GatewayEnv []string
+	// Redis is the host:port of the shaping-redis scenario's Redis.
+	Redis string
 	// Report receives the results as Markdown; Progress a line per round.
 	Report, Progress io.Writer
 }
@@ -98,6 +100,10 @@ func (o *Overhead) runOne(ctx context.Context, dir, name string) error {
 		return o.benchVsHey(ctx, dir, 64)
 	case "bench-timing":
 		return o.benchTiming(ctx, dir)
+	case "shaping-redis":
+		return o.shapingRedis(ctx)
+	case "shaping-knee":
+		return o.shapingKnee(ctx)
 	}
 	i := slices.IndexFunc(Scenarios(), func(s Scenario) bool { return s.Name == name })
 	if i < 0 {

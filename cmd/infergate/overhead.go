@@ -25,7 +25,10 @@ Scenarios: paced, single, cpu-stream-64, cpu-stream-512, cpu-plain, idle (gatewa
 proxies); sim-fidelity, sim-capacity (the simulator alone); bench-capacity
 (one bench process driving --idle-streams streams: its CPU against the
 sim's, memory per stream), bench-vs-hey (non-streaming request rate against
-hey, interleaved) and bench-timing (what the client adds to TTFT).
+hey, interleaved) and bench-timing (what the client adds to TTFT);
+shaping-redis (TTFT added by a cap shared through --redis, against one
+Redis round trip) and shaping-knee (a cap at the sim's knee against none,
+offered 1.5× the knee's rate).
 scripts/bench-overhead.sh installs nginx (Debian) when missing and runs all.`
 
 func runOverhead(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -36,6 +39,7 @@ func runOverhead(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	nginx := fs.String("nginx", "", "nginx executable (default: nginx on PATH or /usr/sbin/nginx; \"none\" to skip)")
 	idle := fs.Int("idle-streams", 5000, "open streams in the idle (memory) and bench-capacity scenarios")
 	gwEnv := fs.String("gateway-env", "", "comma-separated VAR=value added to the gateway's environment, e.g. GOMAXPROCS=1")
+	redisAddr := fs.String("redis", "127.0.0.1:6379", "Redis for the shaping-redis scenario (\"\" skips it)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -56,7 +60,7 @@ func runOverhead(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			fmt.Fprintln(stderr, "nginx not found: measuring direct and infergate only")
 		}
 	}
-	o := &bench.Overhead{Binary: self, Nginx: ng, Rounds: *rounds, RoundTime: *roundTime, IdleStreams: *idle, Report: stdout, Progress: stderr}
+	o := &bench.Overhead{Binary: self, Nginx: ng, Rounds: *rounds, RoundTime: *roundTime, IdleStreams: *idle, Report: stdout, Progress: stderr, Redis: *redisAddr}
 	if *gwEnv != "" {
 		o.GatewayEnv = strings.Split(*gwEnv, ",")
 	}
