@@ -114,13 +114,13 @@ func (o *Overhead) shapingRedis(ctx context.Context) error {
 // an open loop at 1.5× the knee's rate through a gateway without a cap
 // and through one capped at the knee, and compares TTFT and throughput.
 func (o *Overhead) shapingKnee(ctx context.Context) error {
-	sim, err := startInfergate(o.Binary, "sim", "sim", "--log-level", "warn", "--preset", "compute-bound")
+	sim, err := startInfergate(o.Binary, "sim", "sim", "--log-level", "warn", "--preset", "batch-starved")
 	if err != nil {
 		return err
 	}
 	defer sim.stop()
 	wl := WorkloadSpec{Endpoint: "chat", Model: "sim-model", Stream: true, InputTokens: "128", OutputTokens: "64", ForceOutputLength: true, Seed: 1}
-	levels := []float64{1, 2, 4, 8, 16, 32, 64, 128}
+	levels := []float64{1, 2, 4, 8, 16, 32}
 	rec, err := Run(ctx, Config{URL: "http://" + sim.addr, Workload: wl, Sweep: levels,
 		Load: LoadSpec{Mode: "closed", Concurrency: 1, Duration: o.RoundTime, WarmupPerUser: true}})
 	if err != nil {
@@ -139,13 +139,13 @@ func (o *Overhead) shapingKnee(ctx context.Context) error {
 		}
 	}
 	rate := 1.5 * capAt.RequestThroughput
-	fmt.Fprintf(o.Report, "### shaping-knee\n\nSim preset compute-bound; 128-token prompts, 64 tokens back. Closed-loop sweep straight to the sim, %v per stage:\n\n", o.RoundTime)
+	fmt.Fprintf(o.Report, "### shaping-knee\n\nSim preset batch-starved (at most 4 sequences run; the rest queue in the sim); 128-token prompts, 64 tokens back. Closed-loop sweep straight to the sim, %v per stage:\n\n", o.RoundTime)
 	fmt.Fprintln(o.Report, "| concurrency | req/s | output tok/s | TTFT p50 | TTFT p99 |")
 	fmt.Fprintln(o.Report, "|---:|---:|---:|---:|---:|")
 	for _, s := range rec.Stages {
 		fmt.Fprintf(o.Report, "| %g | %.2f | %.0f | %.1f ms | %s |\n", s.Level, s.RequestThroughput, s.OutputTokenThroughput, s.Metrics["ttft"].P50, p99s(s.Metrics["ttft"]))
 	}
-	fmt.Fprintf(o.Report, "\nPeak %.0f tok/s; the cap: concurrency %g, the first level within 5%% of it. Then an open loop at %.2f req/s (1.5× that level's rate), Poisson, %v, through each gateway:\n\n", peak, capAt.Level, rate, 3*o.RoundTime)
+	fmt.Fprintf(o.Report, "\nPeak %.0f tok/s; the cap: concurrency %g, the first level within 5%% of it. Then an open loop at %.2f req/s (1.5× that level's rate), Poisson, %v, through each gateway:\n\n", peak, capAt.Level, rate, 6*o.RoundTime)
 	fmt.Fprintln(o.Report, "| gateway | ok | shed (503) | output tok/s | share of peak | TTFT p50 | TTFT p99 |")
 	fmt.Fprintln(o.Report, "|---|---:|---:|---:|---:|---:|---:|")
 	for _, gw := range []struct {
@@ -153,14 +153,14 @@ func (o *Overhead) shapingKnee(ctx context.Context) error {
 		args []string
 	}{
 		{"no cap", nil},
-		{fmt.Sprintf("cap %g, queue %g, 1s wait", capAt.Level, capAt.Level), []string{"--max-concurrency", fmt.Sprint(capAt.Level), "--max-queue", fmt.Sprint(capAt.Level), "--queue-timeout", "1s"}},
+		{fmt.Sprintf("cap %g, queue %g, 500ms wait", capAt.Level, capAt.Level), []string{"--max-concurrency", fmt.Sprint(capAt.Level), "--max-queue", fmt.Sprint(capAt.Level), "--queue-timeout", "500ms"}},
 	} {
 		p, err := startInfergate(o.Binary, "gateway", append([]string{"serve", "--upstream", "http://" + sim.addr, "--log-level", "warn"}, gw.args...)...)
 		if err != nil {
 			return err
 		}
 		r, err := Run(ctx, Config{URL: "http://" + p.addr, Workload: wl,
-			Load: LoadSpec{Mode: "open", Rate: rate, Arrival: "poisson", Duration: 3 * o.RoundTime, WarmupTime: time.Second, Timeout: 2 * time.Minute}})
+			Load: LoadSpec{Mode: "open", Rate: rate, Arrival: "poisson", Duration: 6 * o.RoundTime, WarmupTime: time.Second, Timeout: 2 * time.Minute}})
 		p.stop()
 		if err != nil {
 			return err
@@ -175,7 +175,7 @@ func (o *Overhead) shapingKnee(ctx context.Context) error {
 			100*s.OutputTokenThroughput/peak, p50, p99s(ttft))
 		fmt.Fprintf(o.Progress, "shaping-knee %s: %d ok, TTFT p99 %s\n", gw.name, s.OK, p99s(ttft))
 		// Let the sim drain what the uncapped run left queued.
-		time.Sleep(3 * time.Second)
+		time.Sleep(5 * time.Second)
 	}
 	fmt.Fprintln(o.Report)
 	return nil

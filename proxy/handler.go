@@ -667,7 +667,7 @@ func (x *exchange) report() {
 	tl := &x.tl
 	x.g.m.record(x.model, x.outcome, tl.TTFT())
 	lvl := slog.LevelInfo
-	if x.outcome != outcomeOK && x.outcome != outcomeRejected && x.outcome != outcomeBackend4xx && x.outcome != outcomeClientGone {
+	if x.outcome != outcomeOK && x.outcome != outcomeRejected && x.outcome != outcomeBackend4xx && x.outcome != outcomeClientGone && x.outcome != outcomeShed {
 		lvl = slog.LevelWarn
 	}
 	if !x.g.log.Enabled(context.Background(), lvl) {
