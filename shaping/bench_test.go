@@ -3,10 +3,10 @@ package shaping
 import (
 	"context"
 	"fmt"
-	"net"
-	"os"
 	"testing"
 	"time"
+
+	"github.com/infergate/infergate/internal/testredis"
 )
 
 // Uncontended: one goroutine, caps at every level with room.
@@ -60,7 +60,7 @@ func BenchmarkSharedAcquireRelease64(b *testing.B) {
 }
 
 func benchShared(b *testing.B, cfg Config) {
-	addr := benchRedis(b)
+	addr := testredis.Addr(b)
 	cfg.Redis = RedisConfig{Addr: addr, KeyPrefix: fmt.Sprintf("bench-%d", time.Now().UnixNano()), OpTimeout: time.Second}
 	l, err := New(cfg, nil)
 	if err != nil {
@@ -85,17 +85,4 @@ func benchShared(b *testing.B, cfg Config) {
 	if s := l.Stats(); !s.SharedUp || s.SharedDownTransitions > 0 {
 		b.Errorf("redis went down during the benchmark: %+v", s)
 	}
-}
-
-func benchRedis(b *testing.B) string {
-	addr, set := os.LookupEnv("INFERGATE_TEST_REDIS")
-	if !set {
-		addr = "127.0.0.1:6379"
-	}
-	c, err := net.DialTimeout("tcp", addr, 300*time.Millisecond)
-	if err != nil {
-		b.Skip("no Redis")
-	}
-	c.Close()
-	return addr
 }

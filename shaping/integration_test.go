@@ -5,33 +5,15 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
-	"os"
 	"os/exec"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-)
 
-// realRedis returns the address of the Redis server the integration tests
-// use: INFERGATE_TEST_REDIS (which .ci/run sets; then it must answer), or
-// 127.0.0.1:6379 when something answers there; otherwise the test skips.
-func realRedis(t *testing.T) string {
-	addr, set := os.LookupEnv("INFERGATE_TEST_REDIS")
-	if !set {
-		addr = "127.0.0.1:6379"
-	}
-	c, err := net.DialTimeout("tcp", addr, 300*time.Millisecond)
-	if err != nil {
-		if set {
-			t.Fatalf("INFERGATE_TEST_REDIS=%s: %v", addr, err)
-		}
-		t.Skip("no Redis on 127.0.0.1:6379 and INFERGATE_TEST_REDIS not set")
-	}
-	c.Close()
-	return addr
-}
+	"github.com/infergate/infergate/internal/testredis"
+)
 
 // load runs workers against the limiters for d, each holding its slot a
 // few milliseconds, and returns the most held at once and the grants.
@@ -69,7 +51,7 @@ func load(t *testing.T, lims []*Limiter, workers int, d time.Duration) (peak, gr
 // Three replicas share a cap of 3 through a real Redis, driven by 24
 // workers: never more than 3 hold a slot at once, and slots keep flowing.
 func TestRealRedisSharedCap(t *testing.T) {
-	addr := realRedis(t)
+	addr := testredis.Addr(t)
 	prefix := fmt.Sprintf("test-%d", time.Now().UnixNano())
 	var lims []*Limiter
 	for range 3 {

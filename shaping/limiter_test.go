@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -187,58 +186,16 @@ func TestNoSlotLeaksUnderChurn(t *testing.T) {
 	}
 }
 
-func TestFairnessAcrossTenants(t *testing.T) {
-	// One slot. Tenant flood queues 30 requests, then tenant quiet queues
-	// 3: quiet must not wait behind the whole flood.
-	l := mustNew(t, Config{Global: Cap{MaxRequests: 1}, Queue: QueueConfig{MaxWaiting: 100, Timeout: 10 * time.Second}})
-	hold, _ := l.Acquire(context.Background(), Request{Tenant: "flood"})
+// grantOrder queues one request per entry of tenants, in that order, on
+// a limiter whose one slot is held, then frees the slot and returns the
+// order the requests were granted in.
+func grantOrder(t *testing.T, l *Limiter, tenants []string) []string {
+	t.Helper()
+	hold, _ := l.Acquire(context.Background(), Request{Tenant: "holder"})
 	var mu sync.Mutex
 	var order []string
 	var wg sync.WaitGroup
-	enqueue := func(tenant string, n int) {
-		for range n {
-			before := l.Stats().Waiting
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				p, err := l.Acquire(context.Background(), Request{Tenant: tenant})
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				mu.Lock()
-				order = append(order, tenant)
-				mu.Unlock()
-				p.Release()
-			}()
-			waitFor(t, func() bool { return l.Stats().Waiting == before+1 })
-		}
-	}
-	enqueue("flood", 30)
-	enqueue("quiet", 3)
-	hold.Release()
-	wg.Wait()
-	last := slices.Index(order, "quiet")
-	for i, x := range order {
-		if x == "quiet" {
-			last = i
-		}
-	}
-	// Round robin: quiet's three go within the first seven grants.
-	if last > 6 {
-		t.Errorf("quiet's last request was grant %d of %d: %v", last+1, len(order), order)
-	}
-}
-
-func TestWeightsAndPriorities(t *testing.T) {
-	l := mustNew(t, Config{Global: Cap{MaxRequests: 1},
-		Tenants: map[string]Tenant{"heavy": {Weight: 3}, "light": {Weight: 1}, "vip": {Priority: 1}},
-		Queue:   QueueConfig{MaxWaiting: 100, Timeout: 10 * time.Second}})
-	hold, _ := l.Acquire(context.Background(), Request{Tenant: "x"})
-	var mu sync.Mutex
-	var order []string
-	var wg sync.WaitGroup
-	for _, tenant := range []string{"heavy", "light", "heavy", "light", "heavy", "light", "heavy", "light", "vip"} {
+	for _, tenant := range tenants {
 		before := l.Stats().Waiting
 		wg.Add(1)
 		go func() {
@@ -257,6 +214,35 @@ func TestWeightsAndPriorities(t *testing.T) {
 	}
 	hold.Release()
 	wg.Wait()
+	return order
+}
+
+func TestFairnessAcrossTenants(t *testing.T) {
+	// One slot. Tenant flood queues 30 requests, then tenant quiet queues
+	// 3: quiet must not wait behind the whole flood.
+	l := mustNew(t, Config{Global: Cap{MaxRequests: 1}, Queue: QueueConfig{MaxWaiting: 100, Timeout: 10 * time.Second}})
+	var tenants []string
+	for range 30 {
+		tenants = append(tenants, "flood")
+	}
+	order := grantOrder(t, l, append(tenants, "quiet", "quiet", "quiet"))
+	last := -1
+	for i, x := range order {
+		if x == "quiet" {
+			last = i
+		}
+	}
+	// Round robin: quiet's three go within the first seven grants.
+	if last < 0 || last > 6 {
+		t.Errorf("quiet's last request was grant %d of %d: %v", last+1, len(order), order)
+	}
+}
+
+func TestWeightsAndPriorities(t *testing.T) {
+	l := mustNew(t, Config{Global: Cap{MaxRequests: 1},
+		Tenants: map[string]Tenant{"heavy": {Weight: 3}, "light": {Weight: 1}, "vip": {Priority: 1}},
+		Queue:   QueueConfig{MaxWaiting: 100, Timeout: 10 * time.Second}})
+	order := grantOrder(t, l, []string{"heavy", "light", "heavy", "light", "heavy", "light", "heavy", "light", "vip"})
 	if order[0] != "vip" {
 		t.Errorf("order %v: the higher priority goes first", order)
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,26 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/infergate/infergate/internal/testredis"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
-
-// testRedis is the Redis of the integration tests (see shaping's).
-func testRedis(t *testing.T) string {
-	addr, set := os.LookupEnv("INFERGATE_TEST_REDIS")
-	if !set {
-		addr = "127.0.0.1:6379"
-	}
-	c, err := net.DialTimeout("tcp", addr, 300*time.Millisecond)
-	if err != nil {
-		if set {
-			t.Fatalf("INFERGATE_TEST_REDIS=%s: %v", addr, err)
-		}
-		t.Skip("no Redis for the shared-caps test")
-	}
-	c.Close()
-	return addr
-}
 
 // running reads the sim's vllm:num_requests_running.
 func running(url string) (float64, error) {
@@ -59,7 +42,7 @@ func running(url string) (float64, error) {
 // is killed holding slots; within its lease TTL the other two get them
 // back and run 3 again.
 func TestReplicasShareOneCap(t *testing.T) {
-	addr := testRedis(t)
+	addr := testredis.Addr(t)
 	const capN = 3
 	sim := start(t, "sim", "--listen", "127.0.0.1:0", "--decode-base-ms", "5", "--decode-per-seq-ms", "0", "--max-num-seqs", "64").url(t)
 	conf := filepath.Join(t.TempDir(), "shared.yaml")
