@@ -12,6 +12,7 @@ type tenant struct {
 	ct               counter
 	weight, priority int
 	inFlight         int
+	dispatching      int       // waiters out of the queue while Redis is asked for them
 	waiting          list.List // of *waiter
 	deficit          int       // grants left in its current turn
 }
@@ -28,7 +29,7 @@ func (t *tenant) setConfig(c Tenant) {
 }
 
 // idle reports whether nothing refers to the tenant any more.
-func (t *tenant) idle() bool { return t.inFlight == 0 && t.waiting.Len() == 0 }
+func (t *tenant) idle() bool { return t.inFlight == 0 && t.waiting.Len() == 0 && t.dispatching == 0 }
 
 // waiter is one queued request.
 type waiter struct {

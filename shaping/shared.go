@@ -244,6 +244,7 @@ func (l *Limiter) dispatchShared() {
 			return
 		}
 		w.dispatching = true
+		w.permit.tenant.dispatching++
 		caps := l.sharedCaps(&w.permit)
 		l.mu.Unlock()
 
@@ -252,6 +253,7 @@ func (l *Limiter) dispatchShared() {
 
 		l.mu.Lock()
 		w.dispatching = false
+		w.permit.tenant.dispatching--
 		switch {
 		case err != nil || full != nil:
 			if w.gone {
