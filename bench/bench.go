@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -193,6 +192,3 @@ func gatewayConfigHash(endpoint string) string {
 	resp.Body.Close()
 	return resp.Header.Get("X-Infergate-Config-Hash")
 }
-
-// ErrNoRequests is returned when a run measured nothing at all.
-var ErrNoRequests = errors.New("bench: no request was measured")

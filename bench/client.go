@@ -125,10 +125,10 @@ func dial(timeout time.Duration, tlsConf *tls.Config) fasthttp.DialFunc {
 // Close closes the client's idle connections.
 func (c *Client) Close() { c.hc.CloseIdleConnections() }
 
-// Do sends body and reads the answer into r, whose Sent it sets; the
+// do sends body and reads the answer into r, whose Sent it sets; the
 // reader p is the client's per-goroutine state. It returns when the
 // response is complete, failed, or ctx ended.
-func (c *Client) Do(ctx context.Context, body []byte, stream bool, p *parser, r *Result) {
+func (c *Client) do(ctx context.Context, body []byte, stream bool, p *parser, r *Result) {
 	req := fasthttp.AcquireRequest()
 	released := false
 	release := func() {

@@ -327,7 +327,7 @@ func (s *stage) doAt(ctx context.Context, p *parser, i int, warm bool, intended 
 			rn.Gaps(s.n, warm, g)
 		}
 	}
-	rn.Client.Do(rctx, req.Body, rn.Stream, p, r)
+	rn.Client.do(rctx, req.Body, rn.Stream, p, r)
 	cancel()
 	if r.OK() && r.UsageTokens < 0 {
 		rn.noUsage.Store(true)
