@@ -190,3 +190,30 @@ func TestRedisRestartDuringLoad(t *testing.T) {
 		})
 	}
 }
+
+// Hundreds of long requests keep their leases through renewals in
+// pipelined batches: past three TTLs the cap is still full.
+func TestRealRedisRenewsManyLeases(t *testing.T) {
+	addr := testredis.Addr(t)
+	cfg := sharedConfig(addr, 300)
+	cfg.Redis.KeyPrefix = fmt.Sprintf("renew-%d", time.Now().UnixNano())
+	cfg.Redis.LeaseTTL = 300 * time.Millisecond
+	cfg.Queue.MaxWaiting = -1
+	l := newShared(t, cfg)
+	var held []Permit
+	for range 300 {
+		p, err := l.Acquire(context.Background(), Request{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, p)
+	}
+	time.Sleep(time.Second)
+	other := newShared(t, cfg)
+	if _, err := other.Acquire(context.Background(), Request{}); err == nil {
+		t.Error("admitted past a full cap: leases were lost despite renewal")
+	}
+	for i := range held {
+		held[i].Release()
+	}
+}

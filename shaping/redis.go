@@ -232,15 +232,31 @@ func (s *sharedCaps) acquire(ctx context.Context, id string, caps []sharedCap, t
 	return l, nil, nil
 }
 
-// renew extends l; false means the lease had expired.
-func (s *sharedCaps) renew(ctx context.Context, l lease) (bool, error) {
+// renew extends the leases in one pipelined round trip and returns those
+// that had expired (their slots were counted free meanwhile).
+func (s *sharedCaps) renew(ctx context.Context, ls []lease) (lost []lease, err error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
 	defer cancel()
-	n, err := renewScript.Run(ctx, s.c, l.keys, l.id, s.cfg.LeaseTTL.Milliseconds()).Int()
-	if err != nil {
-		return false, fmt.Errorf("shaping: redis renew: %w", err)
+	ttl := s.cfg.LeaseTTL.Milliseconds()
+	pipe := s.c.Pipeline()
+	cmds := make([]*redis.Cmd, len(ls))
+	for i, l := range ls {
+		cmds[i] = renewScript.EvalSha(ctx, pipe, l.keys, l.id, ttl)
 	}
-	return n > 0, nil
+	_, _ = pipe.Exec(ctx)
+	for i, cmd := range cmds {
+		n, err := cmd.Int()
+		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			n, err = renewScript.Run(ctx, s.c, ls[i].keys, ls[i].id, ttl).Int()
+		}
+		if err != nil {
+			return lost, fmt.Errorf("shaping: redis renew: %w", err)
+		}
+		if n == 0 {
+			lost = append(lost, ls[i])
+		}
+	}
+	return lost, nil
 }
 
 // release gives the leases back in one round trip and wakes waiters

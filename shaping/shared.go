@@ -310,13 +310,15 @@ func (l *Limiter) renewer() {
 			held = append(held, ls)
 		}
 		l.mu.Unlock()
-		for _, ls := range held {
-			kept, err := l.shared.renew(context.Background(), ls)
+		for len(held) > 0 {
+			n := min(len(held), 512)
+			lost, err := l.shared.renew(context.Background(), held[:n])
+			held = held[n:]
 			if err != nil {
 				l.down(err)
 				break
 			}
-			if !kept {
+			for _, ls := range lost {
 				l.log.Warn("shaping: a lease expired before it was renewed; its slot was counted free meanwhile", "lease", ls.id)
 			}
 		}
