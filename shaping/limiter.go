@@ -213,16 +213,23 @@ func (l *Limiter) Acquire(ctx context.Context, r Request) (Permit, error) {
 	p := l.slots(r)
 	var tenantFull bool
 	if l.shared != nil && l.sharedUp.Load() {
+		// Redis is asked without the lock; meanwhile the tenant must not
+		// be forgotten as idle.
+		p.tenant.dispatching++
 		empty := l.q.empty()
 		l.mu.Unlock()
+		var ok bool
+		var full *sharedCap
 		if empty {
-			ok, full, err := l.tryShared(ctx, &p)
-			if err == nil && ok {
-				return p, nil
-			}
-			tenantFull = full != nil && full.tenant
+			ok, full, _ = l.tryShared(ctx, &p)
 		}
 		l.mu.Lock()
+		p.tenant.dispatching--
+		if ok {
+			l.mu.Unlock()
+			return p, nil
+		}
+		tenantFull = full != nil && full.tenant
 	} else {
 		if l.shared != nil && l.cfg.Redis.OnFailure == "closed" {
 			l.stats.RejectedShared++
