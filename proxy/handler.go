@@ -120,6 +120,7 @@ type exchange struct {
 	reuse   bool                // the upstream body was read to its end
 	er      *openai.EventReader // set once the first event was awaited
 	permit  shaping.Permit      // the admission slot, released by finishWith
+	timing  bool                // the client asked for X-Infergate-Timing
 
 	status  int
 	outcome string
@@ -153,6 +154,8 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, strict bool) {
 	x := &exchange{g: g, st: g.state.Load(), method: string(ctx.Method()), path: string(ctx.Path())}
 	x.tl.Received = time.Now() // fasthttp calls the handler once the whole request is read
 	x.id = requestID(ctx)
+	// Only a client that asks gets the timing (nothing changes for others).
+	x.timing = len(ctx.Request.Header.Peek("X-Infergate-Timing")) > 0
 	ctx.Response.Header.Set("X-Request-Id", x.id)
 	if q := ctx.URI().QueryString(); len(q) > 0 {
 		x.query = "?" + string(q)
@@ -233,6 +236,7 @@ func (x *exchange) start(ctx *fasthttp.RequestCtx, body []byte) {
 	r.Header.SetMethodBytes(ctx.Method())
 	copyRequestHeaders(&r.Header, &ctx.Request.Header, cfg.Server.ForwardAuthorization)
 	r.Header.Set("X-Request-Id", x.id)
+	r.Header.Del("X-Infergate-Timing") // the gateway's own, not the backend's
 	if x.stream {
 		// The relay finds event boundaries in the bytes: ask for them
 		// uncompressed.
@@ -364,6 +368,10 @@ func (x *exchange) commit(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	ctx.Response.SetBodyRaw(body) // ours, and not touched again: no copy
+	if x.timing {
+		a := x.tl.Attribute(time.Now())
+		ctx.Response.Header.SetBytesV("Server-Timing", a.AppendServerTiming(nil))
+	}
 	x.finishWith(x.status, statusOutcome(x.status))
 }
 

@@ -82,6 +82,7 @@ func (b *Backend) roundTrip(ctx context.Context, req *fasthttp.Request, t *Timeo
 			return nil, fmt.Errorf("%w %s: write: %w", errConnect, b.name, err)
 		}
 		tl.Sent = time.Now()
+		tl.UpstreamRTT = tcpRTT(conn)
 		br := b.hc.AcquireReader(conn)
 		resp := fasthttp.AcquireResponse()
 		resp.SkipBody = true // headers only: httpbody.Reader reads the body
