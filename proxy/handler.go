@@ -442,7 +442,7 @@ func (x *exchange) abandon() {
 func (x *exchange) relayStream(w *bufio.Writer) {
 	er := x.reader()
 	cfg := &x.st.cfg
-	out := relay(w, er, x.up.conn, cfg.Timeouts.FirstByte, cfg.Timeouts.Idle, &x.tl)
+	out := relay(w, er, x.up.conn, cfg.Timeouts.FirstByte, cfg.Timeouts.Idle, &x.tl, x.timing)
 	x.endStream(w, out)
 	x.putReader(er)
 }

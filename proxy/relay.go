@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"sync"
 	"time"
 
@@ -36,9 +37,11 @@ type relayOutcome struct {
 // write. conn is the backend connection: before each read that may block it
 // gets a deadline, the first-byte timeout until content starts and the idle
 // timeout after. The timeline gets the first and last content events,
-// counts and relay time.
-func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByte, idle time.Duration, tl *tracing.Timeline) relayOutcome {
+// counts and relay time. With timing set, the usage chunk carries the
+// gateway's timeline (timing.go).
+func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByte, idle time.Duration, tl *tracing.Timeline, timing bool) relayOutcome {
 	var out relayOutcome
+	var timed []byte
 	content := false
 	pending := 0
 	// One clock reading per read from the backend: the events it brought
@@ -87,6 +90,15 @@ func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByt
 			// comments, and what follows the finish (usage, [DONE])
 			if openai.IsDone(ev) {
 				out.done = true
+			} else if timing && bytes.Contains(data, keyUsageObj) {
+				ttft := tl.TTFT()
+				if ttft == 0 && !tl.FirstTokenIn.IsZero() {
+					// The first token came in this same batch: not flushed
+					// yet, it leaves with this write.
+					ttft = tl.FirstTokenIn.Sub(tl.Received)
+				}
+				timed = appendTimed(timed[:0], ev, tl.Attribute(readAt), ttft)
+				ev = timed
 			}
 		case openai.IsDone(ev):
 			out.done = true

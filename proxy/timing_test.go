@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
@@ -65,5 +66,54 @@ func TestQueueWaitLandsInQueue(t *testing.T) {
 	st := serverTiming(t, h.Get("Server-Timing"))
 	if st["queue"] < 50 || st["model"] < 99 {
 		t.Errorf("queue %.1f ms, model %.1f ms: want the wait behind the other request in queue and the backend's 100 ms in model (%v)", st["queue"], st["model"], st)
+	}
+}
+
+const usageEvent = `data: {"id":"c1","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}` + "\n\n"
+
+func TestStreamTimingOnTheUsageChunk(t *testing.T) {
+	script := chunk("a") + chunk("b") + finishEvent + usageEvent + doneEvent
+	b := newTestBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(200)
+		time.Sleep(30 * time.Millisecond)
+		w.Write([]byte(script))
+	})
+	gw := startGateway(t, testConfig(b.URL))
+	// A client that does not ask gets the backend's bytes, unchanged.
+	if _, _, body := post(t, gw.URL, "/v1/chat/completions", streamBody); body != script {
+		t.Errorf("stream changed for a client that did not ask:\n%q\nwant\n%q", body, script)
+	}
+	_, _, body := post(t, gw.URL, "/v1/chat/completions", streamBody, "X-Infergate-Timing", "1")
+	evs := events(body)
+	var usage string
+	for _, e := range evs {
+		if strings.Contains(e, `"usage"`) {
+			usage = e
+		}
+	}
+	var u struct {
+		Usage  map[string]int     `json:"usage"`
+		Timing map[string]float64 `json:"infergate_timing"`
+	}
+	if err := json.Unmarshal([]byte(usage), &u); err != nil || u.Usage["completion_tokens"] != 2 {
+		t.Fatalf("usage chunk %q: %v", usage, err)
+	}
+	tm := u.Timing
+	if tm["model_ttft_ms"] < 29 || tm["ttft_ms"] < tm["model_ttft_ms"] {
+		t.Errorf("timing %v: want the backend's 30 ms in model_ttft_ms, within ttft_ms", tm)
+	}
+	sum := tm["queue_ms"] + tm["gateway_ms"] + tm["connect_ms"] + tm["network_ms"] + tm["model_ttft_ms"] + tm["decode_ms"]
+	if d := sum - tm["total_ms"]; d > 0.01 || d < -0.01 {
+		t.Errorf("parts add up to %.3f, total %.3f (%v)", sum, tm["total_ms"], tm)
+	}
+	want := events(script)
+	if len(evs) != len(want) {
+		t.Fatalf("%d events, want %d", len(evs), len(want))
+	}
+	for i := range evs {
+		if evs[i] != want[i] && !strings.Contains(want[i], `"usage"`) {
+			t.Errorf("event %d changed: %q, want %q", i, evs[i], want[i])
+		}
 	}
 }
