@@ -380,3 +380,28 @@ func TestLargeResponseHeaders(t *testing.T) {
 		t.Errorf("ok %d tokens %d, want 3 and 9 (%v)", s.OK, s.OutputTokens, s.ErrorSamples)
 	}
 }
+
+func TestGatewayTimingIsRead(t *testing.T) {
+	usage := "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":2,\"total_tokens\":7},\"infergate_timing\":{\"ttft_ms\":40.000,\"queue_ms\":5.000,\"gateway_ms\":0.500,\"connect_ms\":0.100,\"network_ms\":0.200,\"model_ttft_ms\":34.000,\"decode_ms\":10.000,\"total_ms\":49.800}}\n\n"
+	url := scriptServer(t, []step{{40 * time.Millisecond, chunk("a")}, {10 * time.Millisecond, chunk("b") + finalChunk + usage + doneChunk}})
+	cfg := baseConfig(url)
+	cfg.Load = LoadSpec{Mode: "closed", Concurrency: 1, Requests: 3}
+	rec, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := rec.Stages[0].Metrics
+	if m["gw_model_ttft"] == nil || m["gw_model_ttft"].P50 != 34 || m["gw_queue"].P50 != 5 {
+		t.Fatalf("gateway timing not read: %+v", m["gw_model_ttft"])
+	}
+	// The client saw ~40 ms; the gateway's own TTFT is 40 ms: the network
+	// between them is what is left, near zero here.
+	if c := m["client_network"]; c == nil || c.P50 > 15 {
+		t.Errorf("client_network %+v, want small", c)
+	}
+	var out strings.Builder
+	rec.WriteText(&out)
+	if !strings.Contains(out.String(), "where the time went") {
+		t.Errorf("report lacks the attribution table:\n%s", out.String())
+	}
+}

@@ -18,6 +18,7 @@ type row struct {
 	server                          int64 // the server's own TTFT; 0: not reported
 	out, usage, counted, prompt     int32
 	events                          int32
+	gw                              *GatewayTiming
 	ok, invalidJSON, empty, refusal bool
 	finishLength                    bool
 }
@@ -111,7 +112,7 @@ func (c *Collector) Add(r *Result) {
 	}
 	w := row{
 		sent: r.Sent.Sub(sd.begin).Nanoseconds(), lag: r.SendLag().Nanoseconds(),
-		server: int64(r.ServerTTFT), ttfb: int64(r.TTFB), first: int64(r.FirstEvent), ttft: int64(r.TTFT), last: int64(r.LastToken), end: int64(r.End),
+		gw: r.Gateway, server: int64(r.ServerTTFT), ttfb: int64(r.TTFB), first: int64(r.FirstEvent), ttft: int64(r.TTFT), last: int64(r.LastToken), end: int64(r.End),
 		out: int32(r.OutputTokens), usage: int32(r.UsageTokens), counted: int32(r.CountedTokens), prompt: int32(r.PromptTokens),
 		events: int32(r.ContentEvents), ok: r.OK(), invalidJSON: r.InvalidJSON, empty: r.Empty, refusal: r.Refusal,
 		finishLength: r.Finish == "length",

@@ -117,6 +117,9 @@ func (s *Summary) writeText(w io.Writer, mode string, sweep bool) {
 		}
 		fmt.Fprintf(w, "%-18s %8d %10.2f %10.2f %10.2f %10s %10s %10s %10.2f\n", name+unit, p.N, p.Mean, p.Min, p.P50, opt(p.P90), opt(p.P95), opt(p.P99), p.Max)
 	}
+	if s.Metrics["gw_ttft"] != nil {
+		s.writeAttribution(w)
+	}
 	if len(s.Errors) > 0 {
 		fmt.Fprintln(w, "\nerrors:")
 		keys := make([]string, 0, len(s.Errors))
@@ -157,5 +160,32 @@ func (r *Record) writeSweep(w io.Writer) {
 			mark = "  ← knee: 90% of peak throughput; more load mostly adds latency"
 		}
 		fmt.Fprintf(w, "%10g %12.2f %12.1f %12s %12s %10d%s\n", s.Level, s.RequestThroughput, s.OutputTokenThroughput, p50, p99, s.Failed, mark)
+	}
+}
+
+// writeAttribution prints where each request's time went, from the
+// gateway's own account: p50 and p90 of each part. The first six make up
+// the time to first token; processing and decode run to the end.
+func (s *Summary) writeAttribution(w io.Writer) {
+	fmt.Fprintf(w, "\nwhere the time went, by the gateway's account (%d requests):\n", s.Metrics["gw_ttft"].N)
+	fmt.Fprintf(w, "  %-34s %10s %10s\n", "", "p50", "p90")
+	for _, row := range []struct{ key, label string }{
+		{"client_network", "client ↔ gateway network"},
+		{"gw_queue", "gateway queue"},
+		{"gw_processing", "gateway processing (whole request)"},
+		{"gw_connect", "backend connect"},
+		{"gw_network", "gateway ↔ backend network"},
+		{"gw_model_ttft", "model: time to first token"},
+		{"gw_decode", "model: decode (first → last token)"},
+	} {
+		p := s.Metrics[row.key]
+		if p == nil {
+			continue
+		}
+		p90 := "-"
+		if p.P90 != nil {
+			p90 = fmt.Sprintf("%.3f ms", *p.P90)
+		}
+		fmt.Fprintf(w, "  %-34s %10s %10s\n", row.label, fmt.Sprintf("%.3f ms", p.P50), p90)
 	}
 }

@@ -33,7 +33,10 @@ type Result struct {
 	// ServerTTFT is the server's own time to first token when it reports
 	// one (the simulator's sim_timing, asked for with X-Sim-Timing).
 	ServerTTFT time.Duration
-	Status     int
+	// Gateway is an infergate gateway's own account of the request (asked
+	// for with X-Infergate-Timing), nil when there was none.
+	Gateway *GatewayTiming
+	Status  int
 	// ContentEvents counts events that carried content.
 	ContentEvents int
 	// OutputTokens is UsageTokens when the server reported usage, else
@@ -268,6 +271,9 @@ func (p *parser) readStream(ctx context.Context, b io.Reader, r *Result) {
 			if i := bytes.Index(data, keySimTTFT); i >= 0 {
 				r.ServerTTFT = time.Duration(leadingInt(data[i+len(keySimTTFT):])) * time.Microsecond
 			}
+			if i := bytes.Index(data, keyGatewayTiming); i >= 0 {
+				r.Gateway = parseGatewayTiming(data[i+len(keyGatewayTiming)-1:])
+			}
 		}
 		if !openai.HasContent(data) {
 			continue
@@ -332,10 +338,38 @@ func leadingInt(b []byte) int64 {
 	return n
 }
 
+// GatewayTiming is what an infergate gateway reports of one request on
+// its usage chunk ("infergate_timing", milliseconds): its own TTFT and the
+// split of the request's time (tracing.Attribution).
+type GatewayTiming struct {
+	TTFT      float64 `json:"ttft_ms"`
+	Queue     float64 `json:"queue_ms"`
+	Gateway   float64 `json:"gateway_ms"`
+	Connect   float64 `json:"connect_ms"`
+	Network   float64 `json:"network_ms"`
+	ModelTTFT float64 `json:"model_ttft_ms"`
+	Decode    float64 `json:"decode_ms"`
+	Total     float64 `json:"total_ms"`
+}
+
+// parseGatewayTiming reads the object at the start of b.
+func parseGatewayTiming(b []byte) *GatewayTiming {
+	end := bytes.IndexByte(b, '}')
+	if end < 0 {
+		return nil
+	}
+	var g GatewayTiming
+	if json.Unmarshal(b[:end+1], &g) != nil {
+		return nil
+	}
+	return &g
+}
+
 var (
-	keySimTTFT   = []byte(`"sim_timing":{"ttft_us":`)
-	keyChoices   = []byte(`"choices"`)
-	keyToolCalls = []byte(`"tool_calls":[`)
+	keyGatewayTiming = []byte(`"infergate_timing":{`)
+	keySimTTFT       = []byte(`"sim_timing":{"ttft_us":`)
+	keyChoices       = []byte(`"choices"`)
+	keyToolCalls     = []byte(`"tool_calls":[`)
 )
 
 // judge sets the token count and the quality signals of a success.

@@ -294,6 +294,16 @@ func (c *Collector) Summarize(n int, l LoadSpec, win Window, slos []SLO) *Summar
 			add("ttft", ms(w.ttft))
 			add("ttft_sched", ms(w.ttft+w.lag))
 		}
+		if g := w.gw; g != nil && w.ttft > 0 {
+			add("gw_ttft", g.TTFT)
+			add("client_network", max(0, ms(w.ttft)-g.TTFT))
+			add("gw_queue", g.Queue)
+			add("gw_processing", g.Gateway)
+			add("gw_connect", g.Connect)
+			add("gw_network", g.Network)
+			add("gw_model_ttft", g.ModelTTFT)
+			add("gw_decode", g.Decode)
+		}
 		if w.server > 0 && w.ttft > 0 {
 			add("server_ttft", ms(w.server))
 			add("client_added", ms(w.ttft-w.server))

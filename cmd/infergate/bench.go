@@ -46,29 +46,29 @@ func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
 // benchFlags are the flags bench shares with demo.
 type benchFlags struct {
-	url, model, endpoint   *string
-	noStream, force, json  *bool
-	input, output          *string
-	shared                 *int
-	seed                   *uint64
-	dataset, replay        *string
-	speedup                *float64
-	load                   *string
-	concurrency            *int
-	rate, burstiness       *float64
-	arrival                *string
-	maxConc                *int
-	sweep                  *string
-	duration               *time.Duration
-	requests               *int
-	warmup                 *string
-	rampUp, timeout        *time.Duration
-	slo                    *string
-	headers, refusals      stringList
-	apiKey                 *string
-	insecure, quiet        *bool
-	out, html, csv, events *string
-	cpuprofile, memprofile *string
+	url, model, endpoint      *string
+	noStream, force, json     *bool
+	input, output             *string
+	shared                    *int
+	seed                      *uint64
+	dataset, replay           *string
+	speedup                   *float64
+	load                      *string
+	concurrency               *int
+	rate, burstiness          *float64
+	arrival                   *string
+	maxConc                   *int
+	sweep                     *string
+	duration                  *time.Duration
+	requests                  *int
+	warmup                    *string
+	rampUp, timeout           *time.Duration
+	slo                       *string
+	headers, refusals         stringList
+	apiKey                    *string
+	insecure, quiet, gwTiming *bool
+	out, html, csv, events    *string
+	cpuprofile, memprofile    *string
 }
 
 func registerBenchFlags(fs *flag.FlagSet) *benchFlags {
@@ -104,6 +104,7 @@ func registerBenchFlags(fs *flag.FlagSet) *benchFlags {
 	f.apiKey = fs.String("api-key", "", "bearer token (default $OPENAI_API_KEY)")
 	f.insecure = fs.Bool("insecure", false, "accept any TLS certificate")
 	f.quiet = fs.Bool("quiet", false, "no progress bar (it is off anyway when stderr is not a terminal)")
+	f.gwTiming = fs.Bool("gateway-timing", false, "ask an infergate gateway for its timeline (X-Infergate-Timing) and print where the TTFT went")
 	f.out = fs.String("out", "", "write the run record (JSON) here")
 	f.html = fs.String("html", "", "write an HTML report with charts here")
 	f.csv = fs.String("csv", "", "write one CSV row per request here, as they finish")
@@ -187,6 +188,9 @@ func (f *benchFlags) config(set map[string]bool) (bench.Config, error) {
 			return cfg, fmt.Errorf("-H %q: want 'Name: value'", h)
 		}
 		cfg.Headers = append(cfg.Headers, [2]string{strings.TrimSpace(k), strings.TrimSpace(v)})
+	}
+	if *f.gwTiming {
+		cfg.Headers = append(cfg.Headers, [2]string{"X-Infergate-Timing", "1"})
 	}
 	key := *f.apiKey
 	if key == "" {

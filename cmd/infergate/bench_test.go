@@ -73,7 +73,8 @@ func TestDemoRunsOnItsOwn(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("demo exit %d\n%s", code, out)
 	}
-	for _, want := range []string{"probe http://127.0.0.1:", "infergate bench: http://127.0.0.1:", "ttft ms", "tpot ms", "throughput:", " 0 failed"} {
+	for _, want := range []string{"probe http://127.0.0.1:", "infergate bench: http://127.0.0.1:", "ttft ms", "tpot ms", "throughput:", " 0 failed",
+		"where the time went", "model: time to first token", "client ↔ gateway network"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q\n%s", want, out)
 		}

@@ -75,6 +75,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if !set["model"] {
 		*f.model = scfg.Model
 	}
+	if !set["gateway-timing"] {
+		*f.gwTiming = true
+	}
 	cfg, err := f.config(set)
 	if err != nil {
 		return err
