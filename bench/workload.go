@@ -405,7 +405,10 @@ func (s *WorkloadSpec) openAIRequest(obj map[string]json.RawMessage, out Lengths
 // required; body is the original request when the log kept it, else a
 // prompt of input_tokens is made and output_tokens becomes max_tokens.
 type ReplayEntry struct {
-	Time         time.Time       `json:"time"`
+	Time time.Time `json:"time"`
+	// Path, when present, must be a completion endpoint; other requests
+	// of the log (GET /v1/models, say) are skipped.
+	Path         string          `json:"path,omitempty"`
 	Model        string          `json:"model,omitempty"`
 	InputTokens  int             `json:"input_tokens,omitempty"`
 	OutputTokens int             `json:"output_tokens,omitempty"`
@@ -436,7 +439,10 @@ func loadReplay(s *WorkloadSpec, out Lengths, tok *tokens.Tokenizer) (Workload, 
 		if err := json.Unmarshal(it, &e); err != nil || e.Time.IsZero() {
 			return nil, fmt.Errorf("bench: replay %s entry %d: want an object with a time", s.Replay, n+1)
 		}
-		if n == 0 {
+		if e.Path != "" && !strings.HasSuffix(e.Path, "/completions") {
+			continue
+		}
+		if first.IsZero() {
 			first = e.Time
 		}
 		at := time.Duration(float64(e.Time.Sub(first)) / s.Speedup)

@@ -68,7 +68,8 @@ func tokenBudget(body []byte, defaultOutput int64) int64 {
 // exchange's until finishWith releases it.
 func (x *exchange) admit(ctx *fasthttp.RequestCtx, body []byte) error {
 	g := x.g
-	r := shaping.Request{Tenant: g.tenantOf(ctx), Pool: x.route.pool.name, Model: x.model,
+	x.tenant = g.tenantOf(ctx)
+	r := shaping.Request{Tenant: x.tenant, Pool: x.route.pool.name, Model: x.model,
 		Tokens: tokenBudget(body, x.st.cfg.Shaping.DefaultOutputTokens)}
 	p, err := g.lim.Acquire(x.ctx, r)
 	x.tl.Admitted = time.Now()

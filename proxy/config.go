@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/infergate/infergate/shaping"
+	"github.com/infergate/infergate/tracing"
 	"net/url"
 	"os"
 	"sort"
@@ -26,6 +27,8 @@ type Config struct {
 	DefaultPool string `yaml:"default_pool"`
 	// Shaping caps what is in flight and queues the rest (package shaping).
 	Shaping shaping.Config `yaml:"shaping"`
+	// RequestLog writes one JSON line per request (package tracing).
+	RequestLog tracing.LogConfig `yaml:"request_log"`
 }
 
 // ServerConfig is the listening side.
@@ -230,6 +233,7 @@ func (c *Config) Defaults() {
 		c.Pools[name] = p
 	}
 	c.Shaping.Defaults()
+	c.RequestLog.Defaults()
 }
 
 func setDefault[T comparable](p *T, v T) {
@@ -308,6 +312,9 @@ func (c *Config) Validate() error {
 		if _, ok := c.Pools[name]; !ok {
 			return fmt.Errorf("shaping.pools.%s: no pool of that name", name)
 		}
+	}
+	if err := c.RequestLog.Validate(); err != nil {
+		return err
 	}
 	return c.Shaping.Validate()
 }

@@ -121,6 +121,9 @@ type exchange struct {
 	er      *openai.EventReader // set once the first event was awaited
 	permit  shaping.Permit      // the admission slot, released by finishWith
 	timing  bool                // the client asked for X-Infergate-Timing
+	tenant  string              // as admission named it
+	logged  bool                // this request goes to the request log
+	logBody []byte              // its body, copied, when the log keeps bodies
 
 	status  int
 	outcome string
@@ -162,6 +165,12 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, strict bool) {
 	}
 
 	body := ctx.PostBody()
+	if rl := g.rlog; rl != nil && rl.Sample() {
+		x.logged = true
+		if n := rl.BodyBytes(); n > 0 && len(body) <= n && len(body) > 0 {
+			x.logBody = bytes.Clone(body) // ctx's memory is not ours after the handler
+		}
+	}
 	var env openai.Envelope
 	var err error
 	if strict || len(body) > 0 {
@@ -408,6 +417,9 @@ func (x *exchange) readWhole() ([]byte, error) {
 			if errors.Is(err, io.EOF) {
 				x.reuse = true
 				x.tl.Done = time.Now()
+				if u, ok := openai.UsageOf(buf); ok {
+					x.tl.PromptTokens, x.tl.OutputTokens = u.PromptTokens, u.CompletionTokens
+				}
 				return buf, nil
 			}
 			return nil, x.readErr(err)
@@ -670,9 +682,13 @@ func (x *exchange) finishWith(status int, outcome string) {
 	x.g.inflight.Done()
 }
 
-// report writes the request's log line and metrics.
+// report writes the request's log line and metrics, and its request-log
+// entry when sampled.
 func (x *exchange) report() {
 	tl := &x.tl
+	if x.logged {
+		x.logEntry()
+	}
 	x.g.m.record(x.model, x.outcome, tl.TTFT())
 	lvl := slog.LevelInfo
 	if x.outcome != outcomeOK && x.outcome != outcomeRejected && x.outcome != outcomeBackend4xx && x.outcome != outcomeClientGone && x.outcome != outcomeShed {
@@ -702,3 +718,21 @@ func (x *exchange) report() {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// logEntry hands the request's entry to the request log.
+func (x *exchange) logEntry() {
+	tl := &x.tl
+	e := tracing.Entry{Time: tl.Received, ID: x.id, Path: x.path, Tenant: x.tenant, Model: x.model, Stream: x.stream, Status: x.status,
+		Outcome: x.outcome, InputTokens: tl.PromptTokens, OutputTokens: tl.OutputTokens, Events: tl.Events, Attempts: tl.Attempts,
+		TTFT: ms(tl.TTFT()), Body: x.logBody}
+	if x.backend != nil {
+		e.Backend = x.backend.name
+	}
+	if !tl.Sent.IsZero() {
+		e.Timing = tracing.NewLogTiming(tl.Attribute(time.Now()))
+	}
+	if x.err != nil {
+		e.Error = x.err.Error()
+	}
+	x.g.rlog.Log(e)
+}

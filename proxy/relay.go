@@ -90,7 +90,12 @@ func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByt
 			// comments, and what follows the finish (usage, [DONE])
 			if openai.IsDone(ev) {
 				out.done = true
-			} else if timing && bytes.Contains(data, keyUsageObj) {
+				break
+			}
+			if u, ok := openai.UsageOf(data); ok {
+				tl.PromptTokens, tl.OutputTokens = u.PromptTokens, u.CompletionTokens
+			}
+			if timing && bytes.Contains(data, keyUsageObj) {
 				ttft := tl.TTFT()
 				if ttft == 0 && !tl.FirstTokenIn.IsZero() {
 					// The first token came in this same batch: not flushed

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/infergate/infergate/shaping"
+	"github.com/infergate/infergate/tracing"
 	"log/slog"
 	"net"
 	"sync"
@@ -32,6 +33,7 @@ type Gateway struct {
 	watch *hangup.Watcher
 	m     *gatewayMetrics
 	lim   *shaping.Limiter
+	rlog  *tracing.RequestLog // nil when request_log.path is empty
 	// tenantKeys maps a configured API key to its tenant; swapped on reload.
 	tenantKeys atomic.Pointer[map[string]string]
 
@@ -80,7 +82,17 @@ func New(cfg Config, log *slog.Logger) (*Gateway, error) {
 		return nil, err
 	}
 	g := &Gateway{log: log, watch: hangup.New(0), lim: lim, started: time.Now(), reserved: map[net.Conn]struct{}{}}
+	if cfg.RequestLog.Path != "" {
+		if g.rlog, err = tracing.OpenRequestLog(cfg.RequestLog); err != nil {
+			lim.Close()
+			return nil, err
+		}
+	}
 	g.m = newGatewayMetrics(lim)
+	if rl := g.rlog; rl != nil {
+		g.m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "infergate_request_log_dropped_total",
+			Help: "Request-log lines dropped because the writer was behind (the request path never waits)."}, func() float64 { return float64(rl.Dropped()) }))
+	}
 	g.setTenantKeys(cfg.Shaping)
 	g.base, g.cancelBase = context.WithCancelCause(context.Background())
 	st, err := g.build(cfg, nil)
@@ -241,6 +253,13 @@ func (g *Gateway) Reload(cfg Config) error {
 		st.closeExcept(old)
 		return err
 	}
+	if cfg.RequestLog.Path != old.cfg.RequestLog.Path {
+		st.closeExcept(old)
+		return errors.New("request_log.path: changing it needs a restart")
+	}
+	if g.rlog != nil {
+		g.rlog.SetSampleRate(cfg.RequestLog.SampleRate)
+	}
 	if err := g.lim.Reconfigure(cfg.Shaping); err != nil {
 		st.closeExcept(old)
 		return err
@@ -260,8 +279,11 @@ func (g *Gateway) Reload(cfg Config) error {
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.closing.Store(true)
 	// Shared caps: leases still held expire by their TTL if not released
-	// by the drain; the limiter stops after it.
+	// by the drain; the limiter and the request log stop after it.
 	defer g.lim.Close()
+	if g.rlog != nil {
+		defer g.rlog.Close()
+	}
 	srvDone := make(chan error, 1)
 	go func() { srvDone <- g.srv.ShutdownWithContext(ctx) }()
 	// Streams run on hijacked connections the server no longer counts, so

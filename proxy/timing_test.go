@@ -1,12 +1,17 @@
 package proxy
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/infergate/infergate/tracing"
 )
 
 // serverTiming parses "name;dur=1.5, ..." into milliseconds by name.
@@ -115,5 +120,47 @@ func TestStreamTimingOnTheUsageChunk(t *testing.T) {
 		if evs[i] != want[i] && !strings.Contains(want[i], `"usage"`) {
 			t.Errorf("event %d changed: %q, want %q", i, evs[i], want[i])
 		}
+	}
+}
+
+func TestRequestLog(t *testing.T) {
+	script := chunk("a") + chunk("b") + finishEvent + usageEvent + doneEvent
+	b := newTestBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(200)
+		w.Write([]byte(script))
+	})
+	path := filepath.Join(t.TempDir(), "requests.jsonl")
+	cfg := testConfig(b.URL)
+	cfg.RequestLog = tracing.LogConfig{Path: path, BodyBytes: 1 << 10}
+	gw := startGateway(t, cfg)
+	for range 3 {
+		post(t, gw.URL, "/v1/chat/completions", streamBody, "Authorization", "Bearer sk-1")
+	}
+	post(t, gw.URL, "/v1/chat/completions", `{"model":"nope","messages":[]}`)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	gw.Shutdown(ctx) // flushes the log
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("%d lines, want 4:\n%s", len(lines), raw)
+	}
+	var e tracing.Entry
+	if err := json.Unmarshal([]byte(lines[0]), &e); err != nil {
+		t.Fatal(err)
+	}
+	if e.Model != "m" || e.Status != 200 || e.Outcome != "ok" || e.OutputTokens != 2 || e.InputTokens != 3 || e.Timing == nil ||
+		string(e.Body) != streamBody || !strings.HasPrefix(e.Tenant, "key-") || e.Time.IsZero() {
+		t.Errorf("entry %s", lines[0])
+	}
+	if strings.Contains(string(raw), "sk-1") {
+		t.Error("an API key reached the request log")
+	}
+	if !strings.Contains(lines[3], `"status":404`) {
+		t.Errorf("the refused request's line: %s", lines[3])
 	}
 }

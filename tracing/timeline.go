@@ -30,6 +30,9 @@ type Timeline struct {
 	Relay  time.Duration
 	// Attempts counts upstream calls, failovers included.
 	Attempts int
+	// PromptTokens and OutputTokens are the backend's usage, when it
+	// reported one.
+	PromptTokens, OutputTokens int
 }
 
 // Reset clears t for reuse.

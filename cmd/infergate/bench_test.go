@@ -2,10 +2,12 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/infergate/infergate/bench"
@@ -139,5 +141,34 @@ func TestServeMaxConcurrency(t *testing.T) {
 	// Six users through two slots: each request waits for about two others.
 	if ttft := rec.Stages[0].Metrics["ttft"].P50; ttft < 60 {
 		t.Errorf("TTFT p50 %.1f ms through a cap of 2 at 6 users, want the queue to show (≥ 60 ms)", ttft)
+	}
+}
+
+// The gateway's request log replays: bench through the gateway, then
+// bench --replay of its log straight to the sim sends the same requests.
+func TestRequestLogReplays(t *testing.T) {
+	sim := start(t, "sim", "--listen", "127.0.0.1:0", "--ttft", "5ms", "--itl", "1ms").url(t)
+	dir := t.TempDir()
+	logPath := filepath.Join(dir, "requests.jsonl")
+	conf := filepath.Join(dir, "gw.yaml")
+	if err := os.WriteFile(conf, fmt.Appendf(nil, "server:\n  listen: 127.0.0.1:0\npools:\n  gpu:\n    backends:\n      - url: %s\ndefault_pool: gpu\nrequest_log:\n  path: %s\n  body_bytes: 65536\n", sim, logPath), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gw := start(t, "serve", "--config", conf)
+	url := gw.url(t)
+	if code, out := exitCode(t, "bench", "--url", url, "--concurrency", "2", "--requests", "10", "--warmup", "0", "--input-tokens", "8", "--output-tokens", "4"); code != 0 {
+		t.Fatalf("bench: %d\n%s", code, out)
+	}
+	gw.cmd.Process.Signal(syscall.SIGTERM)
+	if err := gw.wait(t); err != nil {
+		t.Fatalf("gateway exit: %v", err)
+	}
+	code, out := exitCode(t, "bench", "--url", sim, "--replay", logPath, "--speedup", "10", "--out", filepath.Join(dir, "replay.json"))
+	if code != 0 || !strings.Contains(out, "requests 10: 10 ok") {
+		t.Fatalf("replay: exit %d\n%s", code, out)
+	}
+	rec, err := bench.LoadRecord(filepath.Join(dir, "replay.json"))
+	if err != nil || rec.Conditions.Workload.ReplaySHA256 == "" {
+		t.Fatalf("replay record: %v", err)
 	}
 }

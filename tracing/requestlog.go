@@ -1,0 +1,270 @@
+package tracing
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// LogConfig is the request log: one JSON line per request, which
+// `infergate bench --replay` reads back. The zero value is off.
+type LogConfig struct {
+	// Path is the file; empty turns the log off. A reload cannot change it.
+	Path string `yaml:"path"`
+	// SampleRate is the share of requests logged, 0 to 1. Default 1.
+	SampleRate float64 `yaml:"sample_rate"`
+	// MaxBytes rotates the file past this size (path.1, path.2, ...).
+	// Default 100 MiB.
+	MaxBytes int64 `yaml:"max_bytes"`
+	// MaxFiles is how many rotated files are kept. Default 5.
+	MaxFiles int `yaml:"max_files"`
+	// BodyBytes keeps request bodies up to this size in the log (larger
+	// ones are left out, not cut); 0 keeps none.
+	BodyBytes int `yaml:"body_bytes"`
+	// Buffer is how many lines may wait for the writer; past it lines are
+	// dropped and counted, never waited for. Default 4096.
+	Buffer int `yaml:"buffer"`
+}
+
+// Defaults fills in zero values.
+func (c *LogConfig) Defaults() {
+	if c.SampleRate == 0 {
+		c.SampleRate = 1
+	}
+	if c.MaxBytes == 0 {
+		c.MaxBytes = 100 << 20
+	}
+	if c.MaxFiles == 0 {
+		c.MaxFiles = 5
+	}
+	if c.Buffer == 0 {
+		c.Buffer = 4096
+	}
+}
+
+// Validate names the first invalid field.
+func (c *LogConfig) Validate() error {
+	switch {
+	case c.SampleRate < 0 || c.SampleRate > 1:
+		return errors.New("request_log.sample_rate: must be within 0 and 1")
+	case c.MaxBytes < 0 || c.MaxFiles < 0 || c.BodyBytes < 0 || c.Buffer < 0:
+		return errors.New("request_log: sizes cannot be negative")
+	}
+	return nil
+}
+
+// Entry is one request's line. Durations are milliseconds; the field
+// names time, model, input_tokens, output_tokens and body are what
+// bench's replay reads.
+type Entry struct {
+	Time         time.Time       `json:"time"`
+	ID           string          `json:"id"`
+	Path         string          `json:"path,omitempty"`
+	Tenant       string          `json:"tenant,omitempty"`
+	Model        string          `json:"model,omitempty"`
+	Backend      string          `json:"backend,omitempty"`
+	Stream       bool            `json:"stream"`
+	Status       int             `json:"status"`
+	Outcome      string          `json:"outcome"`
+	InputTokens  int             `json:"input_tokens,omitempty"`
+	OutputTokens int             `json:"output_tokens,omitempty"`
+	Events       int             `json:"events,omitempty"`
+	Attempts     int             `json:"attempts,omitempty"`
+	TTFT         float64         `json:"ttft_ms,omitempty"`
+	Timing       *LogTiming      `json:"timing,omitempty"`
+	Error        string          `json:"error,omitempty"`
+	Body         json.RawMessage `json:"body,omitempty"`
+}
+
+// LogTiming is the attribution of an Entry, in milliseconds.
+type LogTiming struct {
+	Queue     float64 `json:"queue_ms"`
+	Gateway   float64 `json:"gateway_ms"`
+	Connect   float64 `json:"connect_ms"`
+	Network   float64 `json:"network_ms"`
+	ModelTTFT float64 `json:"model_ttft_ms"`
+	Decode    float64 `json:"decode_ms"`
+	Total     float64 `json:"total_ms"`
+}
+
+func msOf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// NewLogTiming converts an attribution.
+func NewLogTiming(a Attribution) *LogTiming {
+	return &LogTiming{Queue: msOf(a.Queue), Gateway: msOf(a.Gateway), Connect: msOf(a.Connect), Network: msOf(a.Network),
+		ModelTTFT: msOf(a.ModelTTFT), Decode: msOf(a.Decode), Total: msOf(a.Total)}
+}
+
+// RequestLog writes entries from one goroutine of its own, so the request
+// path only hands them over (Sample, then Log). It is safe for concurrent
+// use; Close flushes and stops it.
+type RequestLog struct {
+	cfg     LogConfig
+	ch      chan Entry
+	dropped atomic.Int64
+	written atomic.Int64
+	rate    atomic.Uint64 // float64 bits, changed on reload
+
+	f    *os.File
+	w    *bufio.Writer
+	size int64
+
+	mu     sync.RWMutex // Log against Close
+	closed bool
+	done   chan struct{}
+	err    error
+}
+
+// OpenRequestLog opens cfg.Path for appending and starts the writer.
+func OpenRequestLog(cfg LogConfig) (*RequestLog, error) {
+	cfg.Defaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	l := &RequestLog{cfg: cfg, ch: make(chan Entry, cfg.Buffer), done: make(chan struct{})}
+	l.SetSampleRate(cfg.SampleRate)
+	if err := l.open(); err != nil {
+		return nil, err
+	}
+	go l.run()
+	return l, nil
+}
+
+func (l *RequestLog) open() error {
+	f, err := os.OpenFile(l.cfg.Path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("request log: %w", err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("request log: %w", err)
+	}
+	l.f, l.w, l.size = f, bufio.NewWriterSize(f, 64<<10), st.Size()
+	return nil
+}
+
+// SetSampleRate changes the share of requests logged (a reload).
+func (l *RequestLog) SetSampleRate(r float64) {
+	l.rate.Store(math.Float64bits(r))
+}
+
+// Sample decides whether this request is logged; the caller builds the
+// entry only then.
+func (l *RequestLog) Sample() bool {
+	r := math.Float64frombits(l.rate.Load())
+	return r >= 1 || rand.Float64() < r
+}
+
+// Log hands e to the writer without waiting; a full buffer drops it.
+func (l *RequestLog) Log(e Entry) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed {
+		l.dropped.Add(1)
+		return
+	}
+	select {
+	case l.ch <- e:
+	default:
+		l.dropped.Add(1)
+	}
+}
+
+// BodyBytes is the most body the log keeps.
+func (l *RequestLog) BodyBytes() int { return l.cfg.BodyBytes }
+
+// Dropped and Written count lines since the log was opened.
+func (l *RequestLog) Dropped() int64 { return l.dropped.Load() }
+func (l *RequestLog) Written() int64 { return l.written.Load() }
+
+func (l *RequestLog) run() {
+	defer close(l.done)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case e, ok := <-l.ch:
+			if !ok {
+				l.flush()
+				return
+			}
+			l.write(e)
+		case <-tick.C:
+			l.flush()
+		}
+	}
+}
+
+func (l *RequestLog) write(e Entry) {
+	if l.err != nil {
+		return
+	}
+	line, err := json.Marshal(e)
+	if err != nil {
+		return
+	}
+	line = append(line, '\n')
+	if l.size+int64(len(line)) > l.cfg.MaxBytes && l.size > 0 {
+		l.err = l.rotate()
+		if l.err != nil {
+			return
+		}
+	}
+	n, err := l.w.Write(line)
+	l.size += int64(n)
+	if err != nil {
+		l.err = err
+		return
+	}
+	l.written.Add(1)
+}
+
+func (l *RequestLog) flush() {
+	if l.err == nil {
+		l.err = l.w.Flush()
+	}
+}
+
+// rotate shifts path.N-1 → path.N, ..., path → path.1 and starts afresh.
+func (l *RequestLog) rotate() error {
+	if err := l.w.Flush(); err != nil {
+		return err
+	}
+	l.f.Close()
+	for i := l.cfg.MaxFiles; i >= 1; i-- {
+		from := l.cfg.Path
+		if i > 1 {
+			from += "." + strconv.Itoa(i-1)
+		}
+		_ = os.Rename(from, l.cfg.Path+"."+strconv.Itoa(i))
+	}
+	if l.cfg.MaxFiles == 0 {
+		_ = os.Remove(l.cfg.Path)
+	}
+	return l.open()
+}
+
+// Close writes out what is queued and closes the file. It is safe to
+// call twice.
+func (l *RequestLog) Close() error {
+	l.mu.Lock()
+	if !l.closed {
+		l.closed = true
+		close(l.ch)
+	}
+	l.mu.Unlock()
+	<-l.done
+	if l.f != nil {
+		l.f.Close()
+	}
+	return l.err
+}
