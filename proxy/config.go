@@ -29,6 +29,9 @@ type Config struct {
 	Shaping shaping.Config `yaml:"shaping"`
 	// RequestLog writes one JSON line per request (package tracing).
 	RequestLog tracing.LogConfig `yaml:"request_log"`
+	// Tracing sends a span per request to OpenTelemetry (package tracing).
+	// A reload cannot change it.
+	Tracing tracing.TraceConfig `yaml:"tracing"`
 }
 
 // ServerConfig is the listening side.
@@ -234,6 +237,7 @@ func (c *Config) Defaults() {
 	}
 	c.Shaping.Defaults()
 	c.RequestLog.Defaults()
+	c.Tracing.Defaults()
 }
 
 func setDefault[T comparable](p *T, v T) {
@@ -314,6 +318,9 @@ func (c *Config) Validate() error {
 		}
 	}
 	if err := c.RequestLog.Validate(); err != nil {
+		return err
+	}
+	if err := c.Tracing.Validate(); err != nil {
 		return err
 	}
 	return c.Shaping.Validate()

@@ -21,6 +21,7 @@ import (
 	"github.com/infergate/infergate/shaping"
 	"github.com/infergate/infergate/tracing"
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/trace"
 )
 
 var (
@@ -124,6 +125,7 @@ type exchange struct {
 	tenant  string              // as admission named it
 	logged  bool                // this request goes to the request log
 	logBody []byte              // its body, copied, when the log keeps bodies
+	span    trace.Span          // the request's span, with a tracer
 
 	status  int
 	outcome string
@@ -193,6 +195,7 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, strict bool) {
 		x.reject(ctx, http.StatusNotFound, openai.TypeInvalidRequest, "model_not_found", msg)
 		return
 	}
+	x.startSpan(ctx)
 	if x.route.upstreamModel != "" && err == nil && env.Model != "" {
 		body = openai.RewriteModel(body, env, x.route.upstreamModel)
 	}
@@ -246,6 +249,7 @@ func (x *exchange) start(ctx *fasthttp.RequestCtx, body []byte) {
 	copyRequestHeaders(&r.Header, &ctx.Request.Header, cfg.Server.ForwardAuthorization)
 	r.Header.Set("X-Request-Id", x.id)
 	r.Header.Del("X-Infergate-Timing") // the gateway's own, not the backend's
+	x.injectSpan(&r.Header)
 	if x.stream {
 		// The relay finds event boundaries in the bytes: ask for them
 		// uncompressed.
@@ -689,6 +693,7 @@ func (x *exchange) report() {
 	if x.logged {
 		x.logEntry()
 	}
+	x.endSpan()
 	x.g.m.record(x.model, x.outcome, tl.TTFT())
 	lvl := slog.LevelInfo
 	if x.outcome != outcomeOK && x.outcome != outcomeRejected && x.outcome != outcomeBackend4xx && x.outcome != outcomeClientGone && x.outcome != outcomeShed {

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"github.com/infergate/infergate/shaping"
 	"github.com/infergate/infergate/tracing"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"net"
 	"sync"
@@ -34,6 +36,10 @@ type Gateway struct {
 	m     *gatewayMetrics
 	lim   *shaping.Limiter
 	rlog  *tracing.RequestLog // nil when request_log.path is empty
+	// tracer is nil when no span is sent; tp is the provider the gateway
+	// made from its configuration (shut down with it).
+	tracer trace.Tracer
+	tp     *sdktrace.TracerProvider
 	// tenantKeys maps a configured API key to its tenant; swapped on reload.
 	tenantKeys atomic.Pointer[map[string]string]
 
@@ -69,7 +75,7 @@ type route struct {
 }
 
 // New validates cfg (after filling its defaults) and builds a gateway.
-func New(cfg Config, log *slog.Logger) (*Gateway, error) {
+func New(cfg Config, log *slog.Logger, opts ...Option) (*Gateway, error) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -86,6 +92,18 @@ func New(cfg Config, log *slog.Logger) (*Gateway, error) {
 		if g.rlog, err = tracing.OpenRequestLog(cfg.RequestLog); err != nil {
 			lim.Close()
 			return nil, err
+		}
+	}
+	for _, o := range opts {
+		o(g)
+	}
+	if g.tracer == nil {
+		if g.tp, err = tracing.NewTracerProvider(context.Background(), cfg.Tracing); err != nil {
+			lim.Close()
+			return nil, err
+		}
+		if g.tp != nil {
+			g.tracer = g.tp.Tracer("github.com/infergate/infergate/proxy")
 		}
 	}
 	g.m = newGatewayMetrics(lim)
@@ -253,6 +271,10 @@ func (g *Gateway) Reload(cfg Config) error {
 		st.closeExcept(old)
 		return err
 	}
+	if cfg.Tracing != old.cfg.Tracing {
+		st.closeExcept(old)
+		return errors.New("tracing: changing it needs a restart")
+	}
 	if cfg.RequestLog.Path != old.cfg.RequestLog.Path {
 		st.closeExcept(old)
 		return errors.New("request_log.path: changing it needs a restart")
@@ -283,6 +305,9 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	defer g.lim.Close()
 	if g.rlog != nil {
 		defer g.rlog.Close()
+	}
+	if g.tp != nil {
+		defer g.tp.Shutdown(context.Background())
 	}
 	srvDone := make(chan error, 1)
 	go func() { srvDone <- g.srv.ShutdownWithContext(ctx) }()

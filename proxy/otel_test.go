@@ -1,0 +1,81 @@
+package proxy
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+)
+
+func TestSpansFollowGenAIConventions(t *testing.T) {
+	script := chunk("a") + chunk("b") + finishEvent + usageEvent + doneEvent
+	var seen string
+	b := newTestBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		seen = r.Header.Get("Traceparent")
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(200)
+		w.Write([]byte(script))
+	})
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	g, err := New(testConfig(b.URL), slog.New(slog.NewTextHandler(io.Discard, nil)), WithTracerProvider(tp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go g.Serve(ln)
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		g.Shutdown(ctx)
+	}()
+	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	post(t, "http://"+ln.Addr().String(), "/v1/chat/completions", streamBody, "Traceparent", "00-"+traceID+"-"+parentID+"-01")
+
+	spans := rec.Ended()
+	byName := map[string]sdktrace.ReadOnlySpan{}
+	for _, s := range spans {
+		byName[s.Name()] = s
+	}
+	root := byName["chat m"]
+	if root == nil {
+		t.Fatalf("no span %q among %d", "chat m", len(spans))
+	}
+	if root.SpanContext().TraceID().String() != traceID || root.Parent().SpanID().String() != parentID {
+		t.Errorf("root span trace %s parent %s: the client's traceparent was not continued", root.SpanContext().TraceID(), root.Parent().SpanID())
+	}
+	attrs := map[string]string{}
+	for _, a := range root.Attributes() {
+		attrs[string(a.Key)] = a.Value.Emit()
+	}
+	for k, v := range map[string]string{"gen_ai.operation.name": "chat", "gen_ai.request.model": "m", "gen_ai.usage.input_tokens": "3",
+		"gen_ai.usage.output_tokens": "2", "http.response.status_code": "200"} {
+		if attrs[k] != v {
+			t.Errorf("%s = %q, want %q", k, attrs[k], v)
+		}
+	}
+	if !strings.HasPrefix(attrs["server.address"], "127.0.0.1:") {
+		t.Errorf("server.address %q", attrs["server.address"])
+	}
+	up := byName["upstream"]
+	if up == nil || up.Parent().SpanID() != root.SpanContext().SpanID() {
+		t.Fatalf("no upstream child span under the root: %v", up)
+	}
+	if len(root.Events()) == 0 || root.Events()[0].Name != "gen_ai.first_token" {
+		t.Errorf("events %v, want gen_ai.first_token", root.Events())
+	}
+	// The backend got our span as its parent, in the client's trace.
+	if want := "00-" + traceID + "-" + root.SpanContext().SpanID().String() + "-01"; seen != want {
+		t.Errorf("backend traceparent %q, want %q", seen, want)
+	}
+}
