@@ -104,6 +104,8 @@ func (o *Overhead) runOne(ctx context.Context, dir, name string) error {
 		return o.shapingRedis(ctx)
 	case "shaping-knee":
 		return o.shapingKnee(ctx)
+	case "tracing-cost":
+		return o.tracingCost(ctx, dir)
 	}
 	i := slices.IndexFunc(Scenarios(), func(s Scenario) bool { return s.Name == name })
 	if i < 0 {

@@ -4,7 +4,12 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync/atomic"
 	"time"
 )
 
@@ -186,4 +191,98 @@ func p99s(p *Percentiles) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.1f ms", *p.P99)
+}
+
+// tracingCost compares a gateway with everything off against one with the
+// request log on and a span per request (100% sampled) exported by OTLP
+// over HTTP to a local sink, interleaved: events/s and TTFT.
+func (o *Overhead) tracingCost(ctx context.Context, dir string) error {
+	sink, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	var spansBytes atomic.Int64
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		spansBytes.Add(n)
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	})}
+	go srv.Serve(sink)
+	defer srv.Close()
+	sim, err := startInfergate(o.Binary, "sim", "sim", "--log-level", "warn", "--mode", "fixed", "--ttft", "0", "--itl", "0")
+	if err != nil {
+		return err
+	}
+	defer sim.stop()
+	conf := filepath.Join(dir, "traced.yaml")
+	if err := os.WriteFile(conf, fmt.Appendf(nil, `pools:
+  p:
+    backends:
+      - url: http://%s
+default_pool: p
+request_log:
+  path: %s
+tracing:
+  exporter: otlp-http
+  endpoint: %s
+  insecure: true
+  sample_ratio: 1
+`, sim.addr, filepath.Join(dir, "requests.jsonl"), sink.Addr()), 0o644); err != nil {
+		return err
+	}
+	plain, err := startInfergate(o.Binary, "gateway", "serve", "--upstream", "http://"+sim.addr, "--log-level", "warn")
+	if err != nil {
+		return err
+	}
+	defer plain.stop()
+	traced, err := startInfergate(o.Binary, "gateway", "serve", "--config", conf, "--log-level", "warn")
+	if err != nil {
+		return err
+	}
+	defer traced.stop()
+	body := requestBody(50, true)
+	targets := []struct{ name, addr string }{{"all off", plain.addr}, {"log + spans (100%, OTLP)", traced.addr}}
+	pooled := map[string]*Stats{}
+	rates := map[string][]float64{}
+	for _, t := range targets {
+		st := Stats{TTFT: NewDist(), Gap: NewDist()}
+		pooled[t.name] = &st
+	}
+	clients := map[string]*Client{}
+	for _, t := range targets {
+		c, err := NewClient("http://"+t.addr+"/v1/chat/completions", ClientOptions{})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		clients[t.name] = c
+		if _, err := Load(ctx, c, Target{Body: body, Stream: true}, Options{Concurrency: 64, Duration: o.RoundTime / 3}); err != nil {
+			return err
+		}
+	}
+	for r := range o.Rounds {
+		for k := range targets {
+			t := targets[(r+k)%len(targets)]
+			st, err := Load(ctx, clients[t.name], Target{Body: body, Stream: true}, Options{Concurrency: 64, Duration: o.RoundTime})
+			if err != nil {
+				return err
+			}
+			if st.Errors > 0 {
+				return fmt.Errorf("%s: %d errors, first %s", t.name, st.Errors, st.FirstErr)
+			}
+			pooled[t.name].Merge(st)
+			rates[t.name] = append(rates[t.name], st.EventsPerSecond())
+		}
+	}
+	fmt.Fprintf(o.Report, "### tracing-cost\n\n64 streams of 50 events, a sim that adds no delay (CPU-bound), %d interleaved rounds of %v.\n\n", o.Rounds, o.RoundTime)
+	fmt.Fprintln(o.Report, "| gateway | requests | events/s (median) | TTFT p50 | TTFT p99 |")
+	fmt.Fprintln(o.Report, "|---|---:|---:|---:|---:|")
+	for _, t := range targets {
+		s := pooled[t.name]
+		fmt.Fprintf(o.Report, "| %s | %d | %.0f | %s | %s |\n", t.name, s.Requests, Median(rates[t.name]), msf(s.TTFT.Quantile(50)), msf(s.TTFT.Quantile(99)))
+	}
+	a, b := targets[0].name, targets[1].name
+	fmt.Fprintf(o.Report, "\nWith log and spans: events/s %.2f× all off; TTFT p99 %+.3f ms. The sink received %d KiB of spans.\n\n",
+		Median(rates[b])/Median(rates[a]), float64(pooled[b].TTFT.Quantile(99)-pooled[a].TTFT.Quantile(99))/1e6, spansBytes.Load()>>10)
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
@@ -148,7 +149,9 @@ func EndSpans(tr trace.Tracer, span trace.Span, tl *Timeline, r RequestSpans) {
 		attribute.Float64("infergate.decode_ms", msOf(a.Decode)))
 	span.SetAttributes(attrs...)
 	ctx := trace.ContextWithSpan(context.Background(), span)
-	if !tl.Admitted.IsZero() && tl.Admitted.After(tl.Received) {
+	// A queue span only for a request that waited: a microsecond of
+	// admission is no queue, and a span costs what the request did.
+	if tl.QueueWait() >= 100*time.Microsecond {
 		_, q := tr.Start(ctx, "queue", trace.WithTimestamp(tl.Received), trace.WithSpanKind(trace.SpanKindInternal))
 		q.End(trace.WithTimestamp(tl.Admitted))
 	}

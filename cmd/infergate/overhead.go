@@ -28,7 +28,8 @@ sim's, memory per stream), bench-vs-hey (non-streaming request rate against
 hey, interleaved) and bench-timing (what the client adds to TTFT);
 shaping-redis (TTFT added by a cap shared through --redis, against one
 Redis round trip) and shaping-knee (a cap at the sim's knee against none,
-offered 1.5× the knee's rate).
+offered 1.5× the knee's rate); tracing-cost (request log and 100% spans
+over OTLP against all off).
 scripts/bench-overhead.sh installs nginx (Debian) when missing and runs all.`
 
 func runOverhead(ctx context.Context, args []string, stdout, stderr io.Writer) error {
