@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"github.com/infergate/infergate/shaping"
 	"github.com/infergate/infergate/tracing"
+	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	"log/slog"
@@ -104,6 +105,9 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Gateway, error) {
 		}
 		if g.tp != nil {
 			g.tracer = g.tp.Tracer("github.com/infergate/infergate/proxy")
+			// OpenTelemetry reports export failures through its own
+			// process-wide handler; route them to the gateway's log.
+			otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("opentelemetry", "err", err) }))
 		}
 	}
 	g.m = newGatewayMetrics(lim)
