@@ -11,6 +11,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -433,7 +434,14 @@ func loadReplay(s *WorkloadSpec, out Lengths, tok *tokens.Tokenizer) (Workload, 
 	w := &fixedSet{replay: true}
 	syn := &synthetic{spec: s, words: tok.Words()}
 	rng := rand.New(rand.NewPCG(s.Seed, 2))
-	var first time.Time
+	// A request log is written as requests end, so its times (when each
+	// arrived) are not in order: sort them, keeping the file's order for
+	// equal times.
+	type entry struct {
+		n int
+		e ReplayEntry
+	}
+	var es []entry
 	for n, it := range items {
 		var e ReplayEntry
 		if err := json.Unmarshal(it, &e); err != nil || e.Time.IsZero() {
@@ -442,13 +450,12 @@ func loadReplay(s *WorkloadSpec, out Lengths, tok *tokens.Tokenizer) (Workload, 
 		if e.Path != "" && !strings.HasSuffix(e.Path, "/completions") {
 			continue
 		}
-		if first.IsZero() {
-			first = e.Time
-		}
-		at := time.Duration(float64(e.Time.Sub(first)) / s.Speedup)
-		if at < 0 {
-			return nil, fmt.Errorf("bench: replay %s entry %d: time goes backwards", s.Replay, n+1)
-		}
+		es = append(es, entry{n, e})
+	}
+	slices.SortStableFunc(es, func(a, b entry) int { return a.e.Time.Compare(b.e.Time) })
+	for _, x := range es {
+		n, e := x.n, x.e
+		at := time.Duration(float64(e.Time.Sub(es[0].e.Time)) / s.Speedup)
 		var r Request
 		if len(e.Body) > 0 {
 			var obj map[string]json.RawMessage

@@ -158,7 +158,8 @@ func TestReplayKeepsTiming(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "log.jsonl")
 	var b strings.Builder
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	for i, off := range []time.Duration{0, 200 * time.Millisecond, 600 * time.Millisecond} {
+	// Out of order, as a request log written at each request's end is.
+	for i, off := range []time.Duration{0, 600 * time.Millisecond, 200 * time.Millisecond} {
 		e := ReplayEntry{Time: t0.Add(off), Model: "sim-model", InputTokens: 20 + i, OutputTokens: 5}
 		line, _ := json.Marshal(e)
 		b.Write(line)
