@@ -65,6 +65,8 @@ shaping:
     key_prefix: e2e-%d
     lease_ttl: 1s
     poll_interval: 100ms
+    op_timeout: 2s
+    expected_replicas: 3
 `, sim, capN, addr, time.Now().UnixNano()), 0o600); err != nil {
 		t.Fatal(err)
 	}
