@@ -74,10 +74,11 @@ func TestRunMatchesSimTimings(t *testing.T) {
 		lo, hi   float64
 		quantile func(*Percentiles) float64
 	}{
-		{"ttft", 49.5, 56, func(p *Percentiles) float64 { return p.P50 }},
-		{"tpot", 9.5, 11, func(p *Percentiles) float64 { return p.P50 }},
-		{"itl", 9.5, 11, func(p *Percentiles) float64 { return p.P50 }},
-		{"e2e", 49.5 + 19*9.5, 56 + 19*11, func(p *Percentiles) float64 { return p.P50 }},
+		// Upper bounds leave room for a CI machine busy with other tests.
+		{"ttft", 49.5, 62, func(p *Percentiles) float64 { return p.P50 }},
+		{"tpot", 9.5, 11.5, func(p *Percentiles) float64 { return p.P50 }},
+		{"itl", 9.5, 11.5, func(p *Percentiles) float64 { return p.P50 }},
+		{"e2e", 49.5 + 19*9.5, 62 + 19*11.5, func(p *Percentiles) float64 { return p.P50 }},
 		{"output_tokens", 20, 20, func(p *Percentiles) float64 { return p.Min }},
 		{"output_tokens", 20, 20, func(p *Percentiles) float64 { return p.Max }},
 	}

@@ -324,7 +324,8 @@ func waitFor(t *testing.T, cond func() bool) {
 // A tenant that floods the queue does not raise another tenant's wait
 // beyond its share: with two slots and each request holding one for 5 ms,
 // a steady tenant sending one request every 10 ms next to a flood of 200
-// waits, at p99, about one slot's turn, not the flood's backlog.
+// waits, at p99, about one slot's turn, not the flood's 500 ms backlog
+// (the bound leaves room for a busy CI machine).
 func TestFloodDoesNotRaiseOthersWait(t *testing.T) {
 	l := mustNew(t, Config{Global: Cap{MaxRequests: 2}, Queue: QueueConfig{MaxWaiting: 1000, Timeout: 30 * time.Second}})
 	hold := func(tenant string) (time.Duration, error) {
@@ -370,7 +371,7 @@ func TestFloodDoesNotRaiseOthersWait(t *testing.T) {
 	p99 := waits[len(waits)*99/100]
 	// The flood's backlog is 200 × 5 ms / 2 slots = 500 ms; the steady
 	// tenant's share is every other grant: a few ms of wait.
-	if p99 > 100*time.Millisecond {
+	if p99 > 200*time.Millisecond {
 		t.Errorf("steady tenant's p99 wait %v behind a flood (backlog ~500ms), want about one turn", p99)
 	}
 }
