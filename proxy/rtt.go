@@ -9,9 +9,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// tcpRTT is the kernel's smoothed round-trip time of the TCP connection
-// under c (TCP_INFO tcpi_rtt), or 0 when it cannot be read. It is one
-// getsockopt: the network share of a request's time is measured, not
+// tcpRTT is the round-trip time of the TCP connection under c as the
+// kernel measured it (TCP_INFO): the minimum seen on the connection
+// (tcpi_min_rtt), which delayed ACKs do not inflate as they do the
+// smoothed tcpi_rtt on a connection that idles between requests; the
+// smoothed one where the kernel gives no minimum; 0 when unreadable. It is
+// one getsockopt: the network share of a request's time is measured, not
 // guessed (DESIGN: the timeline).
 func tcpRTT(c net.Conn) time.Duration {
 	for {
@@ -36,7 +39,11 @@ func tcpRTT(c net.Conn) time.Duration {
 	var rtt time.Duration
 	_ = raw.Control(func(fd uintptr) {
 		if info, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO); err == nil {
-			rtt = time.Duration(info.Rtt) * time.Microsecond
+			us := info.Min_rtt
+			if us == 0 || us == ^uint32(0) {
+				us = info.Rtt
+			}
+			rtt = time.Duration(us) * time.Microsecond
 		}
 	})
 	return rtt

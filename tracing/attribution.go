@@ -16,8 +16,8 @@ type Attribution struct {
 	// Connect is getting a backend connection, new or pooled.
 	Connect time.Duration
 	// Network is the round trip to the backend as the kernel measured it
-	// on the connection (TCP_INFO smoothed RTT), at most the time from
-	// sending to the first answer.
+	// on the connection (TCP_INFO), at most the time from sending to the
+	// first answer.
 	Network time.Duration
 	// ModelTTFT is the backend's own time to the first token (or to the
 	// response headers of a plain answer): sent → first token in, less

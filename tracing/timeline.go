@@ -21,7 +21,7 @@ type Timeline struct {
 	// connection; TLSHandshake is that dial's handshake time.
 	NewConn      bool
 	TLSHandshake time.Duration
-	// UpstreamRTT is the kernel's smoothed round-trip time of the backend
+	// UpstreamRTT is the kernel's round-trip time of the backend
 	// connection (TCP_INFO) when the request was sent; 0 when unknown.
 	UpstreamRTT time.Duration
 	// Events counts relayed events; Relay sums, over them, the time from
