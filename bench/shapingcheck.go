@@ -64,40 +64,10 @@ func (o *Overhead) shapingRedis(ctx context.Context) error {
 		return err
 	}
 	defer shared.stop()
-	body := requestBody(5, true)
-	targets := []struct {
-		name string
-		addr string
-	}{{"no caps", plain.addr}, {"shared cap (Redis)", shared.addr}}
-	pooled := map[string]*Stats{}
-	for _, t := range targets {
-		st := Stats{TTFT: NewDist(), Gap: NewDist()}
-		pooled[t.name] = &st
-	}
-	clients := map[string]*Client{}
-	for _, t := range targets {
-		c, err := NewClient("http://"+t.addr+"/v1/chat/completions", ClientOptions{})
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		clients[t.name] = c
-		if _, err := Load(ctx, c, Target{Body: body, Stream: true}, Options{Concurrency: 8, Duration: o.RoundTime / 3}); err != nil {
-			return err
-		}
-	}
-	for r := range o.Rounds {
-		for k := range targets {
-			t := targets[(r+k)%len(targets)]
-			st, err := Load(ctx, clients[t.name], Target{Body: body, Stream: true}, Options{Concurrency: 8, Duration: o.RoundTime})
-			if err != nil {
-				return err
-			}
-			if st.Errors > 0 {
-				return fmt.Errorf("%s: %d errors, first %s", t.name, st.Errors, st.FirstErr)
-			}
-			pooled[t.name].Merge(st)
-		}
+	targets := []gateway{{"no caps", plain.addr}, {"shared cap (Redis)", shared.addr}}
+	pooled, _, err := o.interleave(ctx, targets, requestBody(5, true), 8)
+	if err != nil {
+		return err
 	}
 	rtt, err := redisRTT(o.Redis, 2000)
 	if err != nil {
@@ -240,39 +210,10 @@ tracing:
 		return err
 	}
 	defer traced.stop()
-	body := requestBody(50, true)
-	targets := []struct{ name, addr string }{{"all off", plain.addr}, {"log + spans (100%, OTLP)", traced.addr}}
-	pooled := map[string]*Stats{}
-	rates := map[string][]float64{}
-	for _, t := range targets {
-		st := Stats{TTFT: NewDist(), Gap: NewDist()}
-		pooled[t.name] = &st
-	}
-	clients := map[string]*Client{}
-	for _, t := range targets {
-		c, err := NewClient("http://"+t.addr+"/v1/chat/completions", ClientOptions{})
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		clients[t.name] = c
-		if _, err := Load(ctx, c, Target{Body: body, Stream: true}, Options{Concurrency: 64, Duration: o.RoundTime / 3}); err != nil {
-			return err
-		}
-	}
-	for r := range o.Rounds {
-		for k := range targets {
-			t := targets[(r+k)%len(targets)]
-			st, err := Load(ctx, clients[t.name], Target{Body: body, Stream: true}, Options{Concurrency: 64, Duration: o.RoundTime})
-			if err != nil {
-				return err
-			}
-			if st.Errors > 0 {
-				return fmt.Errorf("%s: %d errors, first %s", t.name, st.Errors, st.FirstErr)
-			}
-			pooled[t.name].Merge(st)
-			rates[t.name] = append(rates[t.name], st.EventsPerSecond())
-		}
+	targets := []gateway{{"all off", plain.addr}, {"log + spans (100%, OTLP)", traced.addr}}
+	pooled, rates, err := o.interleave(ctx, targets, requestBody(50, true), 64)
+	if err != nil {
+		return err
 	}
 	fmt.Fprintf(o.Report, "### tracing-cost\n\n64 streams of 50 events, a sim that adds no delay (CPU-bound), %d interleaved rounds of %v.\n\n", o.Rounds, o.RoundTime)
 	fmt.Fprintln(o.Report, "| gateway | requests | events/s (median) | TTFT p50 | TTFT p99 |")
@@ -285,4 +226,44 @@ tracing:
 	fmt.Fprintf(o.Report, "\nWith log and spans: events/s %.2f× all off; TTFT p99 %+.3f ms. The sink received %d KiB of spans.\n\n",
 		Median(rates[b])/Median(rates[a]), float64(pooled[b].TTFT.Quantile(99)-pooled[a].TTFT.Quantile(99))/1e6, spansBytes.Load()>>10)
 	return nil
+}
+
+// gateway is a named address the interleaved rounds run against.
+type gateway struct{ name, addr string }
+
+// interleave warms every gateway up, then runs o.Rounds rounds of a
+// closed loop of conc streams of body against each, the order rotating,
+// and returns each gateway's pooled figures and its per-round events/s.
+func (o *Overhead) interleave(ctx context.Context, gws []gateway, body []byte, conc int) (map[string]*Stats, map[string][]float64, error) {
+	pooled := map[string]*Stats{}
+	rates := map[string][]float64{}
+	clients := map[string]*Client{}
+	for _, g := range gws {
+		st := Stats{TTFT: NewDist(), Gap: NewDist()}
+		pooled[g.name] = &st
+		c, err := NewClient("http://"+g.addr+"/v1/chat/completions", ClientOptions{})
+		if err != nil {
+			return nil, nil, err
+		}
+		defer c.Close()
+		clients[g.name] = c
+		if _, err := Load(ctx, c, Target{Body: body, Stream: true}, Options{Concurrency: conc, Duration: o.RoundTime / 3}); err != nil {
+			return nil, nil, err
+		}
+	}
+	for r := range o.Rounds {
+		for k := range gws {
+			g := gws[(r+k)%len(gws)]
+			st, err := Load(ctx, clients[g.name], Target{Body: body, Stream: true}, Options{Concurrency: conc, Duration: o.RoundTime})
+			if err != nil {
+				return nil, nil, err
+			}
+			if st.Errors > 0 {
+				return nil, nil, fmt.Errorf("%s: %d errors, first %s", g.name, st.Errors, st.FirstErr)
+			}
+			pooled[g.name].Merge(st)
+			rates[g.name] = append(rates[g.name], st.EventsPerSecond())
+		}
+	}
+	return pooled, rates, nil
 }
