@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/openai"
+	"github.com/infergate/infergate/tracing"
 )
 
 // Result is one request as the client saw it. Durations are from Sent;
@@ -341,16 +342,7 @@ func leadingInt(b []byte) int64 {
 // GatewayTiming is what an infergate gateway reports of one request on
 // its usage chunk ("infergate_timing", milliseconds): its own TTFT and the
 // split of the request's time (tracing.Attribution).
-type GatewayTiming struct {
-	TTFT      float64 `json:"ttft_ms"`
-	Queue     float64 `json:"queue_ms"`
-	Gateway   float64 `json:"gateway_ms"`
-	Connect   float64 `json:"connect_ms"`
-	Network   float64 `json:"network_ms"`
-	ModelTTFT float64 `json:"model_ttft_ms"`
-	Decode    float64 `json:"decode_ms"`
-	Total     float64 `json:"total_ms"`
-}
+type GatewayTiming = tracing.Timing
 
 // parseGatewayTiming reads the object at the start of b.
 func parseGatewayTiming(b []byte) *GatewayTiming {

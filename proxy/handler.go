@@ -734,7 +734,7 @@ func (x *exchange) logEntry() {
 		e.Backend = x.backend.name
 	}
 	if !tl.Sent.IsZero() {
-		e.Timing = tracing.NewLogTiming(tl.Attribute(time.Now()))
+		e.Timing = tracing.NewTiming(tl.Attribute(time.Now()), tl.TTFT())
 	}
 	if x.err != nil {
 		e.Error = x.err.Error()

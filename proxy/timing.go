@@ -2,7 +2,7 @@ package proxy
 
 import (
 	"bytes"
-	"strconv"
+	"encoding/json"
 	"time"
 
 	"github.com/infergate/infergate/tracing"
@@ -21,24 +21,12 @@ var keyUsageObj = []byte(`"usage":{`)
 // appended unchanged.
 func appendTimed(dst, ev []byte, a tracing.Attribution, ttft time.Duration) []byte {
 	end := bytes.LastIndexByte(ev, '}')
-	if end < 0 {
+	timing, err := json.Marshal(tracing.NewTiming(a, ttft))
+	if end < 0 || err != nil {
 		return append(dst, ev...)
 	}
 	dst = append(dst, ev[:end]...)
-	dst = append(dst, `,"infergate_timing":{`...)
-	for i, f := range [...]struct {
-		name string
-		d    time.Duration
-	}{{"ttft_ms", ttft}, {"queue_ms", a.Queue}, {"gateway_ms", a.Gateway}, {"connect_ms", a.Connect},
-		{"network_ms", a.Network}, {"model_ttft_ms", a.ModelTTFT}, {"decode_ms", a.Decode}, {"total_ms", a.Total}} {
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		dst = append(dst, '"')
-		dst = append(dst, f.name...)
-		dst = append(dst, `":`...)
-		dst = strconv.AppendFloat(dst, float64(f.d)/1e6, 'f', 3, 64)
-	}
-	dst = append(dst, '}')
+	dst = append(dst, `,"infergate_timing":`...)
+	dst = append(dst, timing...)
 	return append(dst, ev[end:]...)
 }

@@ -79,13 +79,17 @@ type Entry struct {
 	Events       int             `json:"events,omitempty"`
 	Attempts     int             `json:"attempts,omitempty"`
 	TTFT         float64         `json:"ttft_ms,omitempty"`
-	Timing       *LogTiming      `json:"timing,omitempty"`
+	Timing       *Timing         `json:"timing,omitempty"`
 	Error        string          `json:"error,omitempty"`
 	Body         json.RawMessage `json:"body,omitempty"`
 }
 
-// LogTiming is the attribution of an Entry, in milliseconds.
-type LogTiming struct {
+// Timing is an attribution in milliseconds, as the gateway hands it to a
+// client that asks (the "infergate_timing" object of a stream's usage
+// chunk) and writes it in the request log; TTFT is the gateway's own time
+// to first token.
+type Timing struct {
+	TTFT      float64 `json:"ttft_ms"`
 	Queue     float64 `json:"queue_ms"`
 	Gateway   float64 `json:"gateway_ms"`
 	Connect   float64 `json:"connect_ms"`
@@ -97,9 +101,9 @@ type LogTiming struct {
 
 func msOf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// NewLogTiming converts an attribution.
-func NewLogTiming(a Attribution) *LogTiming {
-	return &LogTiming{Queue: msOf(a.Queue), Gateway: msOf(a.Gateway), Connect: msOf(a.Connect), Network: msOf(a.Network),
+// NewTiming converts an attribution and the gateway's TTFT.
+func NewTiming(a Attribution, ttft time.Duration) *Timing {
+	return &Timing{TTFT: msOf(ttft), Queue: msOf(a.Queue), Gateway: msOf(a.Gateway), Connect: msOf(a.Connect), Network: msOf(a.Network),
 		ModelTTFT: msOf(a.ModelTTFT), Decode: msOf(a.Decode), Total: msOf(a.Total)}
 }
 
