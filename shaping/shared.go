@@ -372,10 +372,8 @@ func (l *Limiter) subscriber() {
 	defer l.wg.Done()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var ps *redis.PubSub
-	for ps == nil {
-		ps = l.shared.c.Subscribe(ctx, l.shared.channel)
-	}
+	// go-redis keeps the subscription alive across reconnects.
+	ps := l.shared.c.Subscribe(ctx, l.shared.channel)
 	defer ps.Close()
 	ch := ps.Channel()
 	for {
