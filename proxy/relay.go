@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"bytes"
 	"sync"
 	"time"
 
@@ -92,19 +91,7 @@ func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByt
 				out.done = true
 				break
 			}
-			if u, ok := openai.UsageOf(data); ok {
-				tl.PromptTokens, tl.OutputTokens = u.PromptTokens, u.CompletionTokens
-			}
-			if timing && bytes.Contains(data, keyUsageObj) {
-				ttft := tl.TTFT()
-				if ttft == 0 && !tl.FirstTokenIn.IsZero() {
-					// The first token came in this same batch: not flushed
-					// yet, it leaves with this write.
-					ttft = tl.FirstTokenIn.Sub(tl.Received)
-				}
-				timed = appendTimed(timed[:0], ev, tl.Attribute(readAt), ttft)
-				ev = timed
-			}
+			ev = usage(ev, data, tl, timing, readAt, &timed)
 		case openai.IsDone(ev):
 			out.done = true
 		case openai.IsErrorChunk(data):
@@ -117,6 +104,8 @@ func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByt
 					tl.FirstTokenIn = readAt
 				}
 			}
+			// Some servers put the usage on the finishing chunk itself.
+			ev = usage(ev, data, tl, timing, readAt, &timed)
 		case !tl.FirstTokenIn.IsZero():
 			// After the first content event, every chunk until the finish
 			// carries output: no need to look inside.
@@ -131,4 +120,27 @@ func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByt
 		tl.Events++
 		pending++
 	}
+}
+
+// usage reads the token counts of a chunk that carries usage into tl and,
+// with timing, returns the chunk with the gateway's timing added (in
+// *timed, reused); any other chunk is returned as it is. It is called only
+// for chunks at or after the finish, never per token.
+func usage(ev, data []byte, tl *tracing.Timeline, timing bool, readAt time.Time, timed *[]byte) []byte {
+	u, ok := openai.UsageOf(data)
+	if !ok {
+		return ev
+	}
+	tl.PromptTokens, tl.OutputTokens = u.PromptTokens, u.CompletionTokens
+	if !timing {
+		return ev
+	}
+	ttft := tl.TTFT()
+	if ttft == 0 && !tl.FirstTokenIn.IsZero() {
+		// The first token came in this same batch: not flushed yet, it
+		// leaves with this write.
+		ttft = tl.FirstTokenIn.Sub(tl.Received)
+	}
+	*timed = appendTimed((*timed)[:0], ev, tl.Attribute(readAt), ttft)
+	return *timed
 }

@@ -14,8 +14,6 @@ import (
 // puts its per-request metrics there (typed SDKs keep unknown fields).
 // Nothing changes for a client that does not ask.
 
-var keyUsageObj = []byte(`"usage":{`)
-
 // appendTimed appends ev, a usage chunk, with the timing object inserted
 // before the data object's closing brace. An event it cannot read is
 // appended unchanged.

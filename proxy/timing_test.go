@@ -164,3 +164,19 @@ func TestRequestLog(t *testing.T) {
 		t.Errorf("the refused request's line: %s", lines[3])
 	}
 }
+
+func TestTimingOnAFinishChunkWithUsage(t *testing.T) {
+	// Some servers send the usage on the chunk that finishes.
+	last := `data: {"id":"c1","choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}` + "\n\n"
+	b := newTestBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(200)
+		w.Write([]byte(chunk("a") + last + doneEvent))
+	})
+	gw := startGateway(t, testConfig(b.URL))
+	_, _, body := post(t, gw.URL, "/v1/chat/completions", streamBody, "X-Infergate-Timing", "1")
+	evs := events(body)
+	if len(evs) != 3 || !strings.Contains(evs[1], `"infergate_timing":{"ttft_ms":`) || !json.Valid([]byte(evs[1])) {
+		t.Errorf("events %q: want the timing on the finishing chunk", evs)
+	}
+}
