@@ -160,15 +160,17 @@ func TestRedisRestartDuringLoad(t *testing.T) {
 			res := <-done
 			waitFor(t, func() bool { return lims[0].Stats().SharedUp && lims[1].Stats().SharedUp })
 			// Fail-closed never exceeds the cap. Fail-open gives each replica
-			// its share (2) while Redis is down, so at the moment it goes
-			// down a replica that held fewer than its share may add to
-			// one that held more: at most one share over.
+			// its share (2) while Redis is down, and the replicas go down
+			// and come back one by one: a replica below its share may add
+			// to one above it, and one already back counts against a
+			// restarted, empty Redis while another still holds local
+			// slots. It stays within twice the cap.
 			bound := int64(4)
 			if mode == "open" {
-				bound = 6
+				bound = 8
 			}
 			if res[0] > bound {
-				t.Errorf("%d held at once, want at most %d (cap 4, shares of 2 while down)", res[0], bound)
+				t.Errorf("%d held at once, want at most %d (cap 4, shares of 2 while down, %s)", res[0], bound, mode)
 			}
 			if res[1] == 0 {
 				t.Error("nothing admitted")

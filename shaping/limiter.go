@@ -106,8 +106,10 @@ func New(cfg Config, log *slog.Logger) (*Limiter, error) {
 	l := &Limiter{pools: map[string]*counter{}, models: map[string]*counter{}, tenants: map[string]*tenant{}, log: log}
 	l.apply(cfg)
 	if cfg.Redis.Addr != "" {
+		// No retries inside go-redis: a failed call counts Redis down at
+		// once and on_failure applies; the dispatcher's ping brings it back.
 		rc := redis.NewClient(&redis.Options{Addr: cfg.Redis.Addr, Username: cfg.Redis.Username, Password: os.Getenv(cfg.Redis.PasswordEnv),
-			DB: cfg.Redis.DB, DialTimeout: time.Second, ReadTimeout: cfg.Redis.OpTimeout, WriteTimeout: cfg.Redis.OpTimeout})
+			DB: cfg.Redis.DB, DialTimeout: cfg.Redis.OpTimeout, ReadTimeout: cfg.Redis.OpTimeout, WriteTimeout: cfg.Redis.OpTimeout, MaxRetries: -1})
 		l.startShared(rc, cfg.Redis)
 	}
 	return l, nil

@@ -197,9 +197,10 @@ func (s *sharedCaps) capKeys(level, name string) (string, string) {
 
 // lease is a slot held in Redis.
 type lease struct {
-	id   string
-	keys []string
-	caps []any // max requests and max tokens per cap, for the release
+	id     string
+	keys   []string
+	caps   []any // max requests and max tokens per cap, for the release
+	tokens int64
 }
 
 // sharedCap is one cap a request counts against in Redis.
@@ -212,14 +213,8 @@ type sharedCap struct {
 // acquire tries to take a lease in every cap at once (one round trip).
 // full is the cap that had no room when it did not work.
 func (s *sharedCaps) acquire(ctx context.Context, id string, caps []sharedCap, tokens int64) (l lease, full *sharedCap, err error) {
-	l = lease{id: id}
-	args := []any{id, s.cfg.LeaseTTL.Milliseconds(), tokens}
-	for _, c := range caps {
-		z, h := s.capKeys(c.level, c.name)
-		l.keys = append(l.keys, z, h)
-		l.caps = append(l.caps, c.maxReqs, c.maxToks)
-	}
-	args = append(args, l.caps...)
+	l = s.newLease(id, caps, tokens)
+	args := append([]any{id, s.cfg.LeaseTTL.Milliseconds(), tokens}, l.caps...)
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
 	defer cancel()
 	n, err := acquireScript.Run(ctx, s.c, l.keys, args...).Int()
@@ -285,6 +280,52 @@ func (s *sharedCaps) release(ctx context.Context, ls []lease) error {
 		if err != nil {
 			return fmt.Errorf("shaping: redis release: %w", err)
 		}
+	}
+	return nil
+}
+
+// reassertScript: ARGV lease, ttl ms, tokens, then per cap 1 when it has
+// a token limit. Puts the lease in every cap whatever the limits say.
+var reassertScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lease, ttl, tokens = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+for i = 1, #KEYS / 2 do
+  local z, h = KEYS[2*i-1], KEYS[2*i]
+  redis.call('ZADD', z, now + ttl, lease)
+  redis.call('PEXPIRE', z, ttl * 2)
+  if tonumber(ARGV[3+i]) > 0 and redis.call('HEXISTS', h, lease) == 0 then
+    redis.call('HSET', h, lease, tokens)
+    redis.call('HINCRBY', h, '_total', tokens)
+    redis.call('PEXPIRE', h, ttl * 2)
+  end
+end
+return 0
+`)
+
+// newLease names the keys of caps for a lease id.
+func (s *sharedCaps) newLease(id string, caps []sharedCap, tokens int64) lease {
+	l := lease{id: id, tokens: tokens}
+	for _, c := range caps {
+		z, h := s.capKeys(c.level, c.name)
+		l.keys = append(l.keys, z, h)
+		l.caps = append(l.caps, c.maxReqs, c.maxToks)
+	}
+	return l
+}
+
+// reassert puts a lease that Redis lost (it restarted, or the lease
+// expired while renewals could not reach it) back, whatever the caps say:
+// its request is still running and must be counted.
+func (s *sharedCaps) reassert(ctx context.Context, l lease) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
+	defer cancel()
+	args := []any{l.id, s.cfg.LeaseTTL.Milliseconds(), l.tokens}
+	for i := 1; i < len(l.caps); i += 2 {
+		args = append(args, l.caps[i]) // the cap's token limit
+	}
+	if err := reassertScript.Run(ctx, s.c, l.keys, args...).Err(); err != nil {
+		return fmt.Errorf("shaping: redis reassert: %w", err)
 	}
 	return nil
 }

@@ -136,28 +136,38 @@ func (l *Limiter) orphan(p *Permit) {
 	l.orphans[p.lease] = orphan{caps: l.sharedCaps(p), tokens: p.tokens}
 }
 
-// adopt registers in Redis the slots granted while it was down, before
-// shared admission resumes, so the shared count includes them. They are
-// taken whatever the caps say: they are already running.
+// adopt makes Redis count every slot held here before shared admission
+// resumes: those granted while it was down, and those it lost meanwhile
+// (a restarted Redis keeps nothing; a lease not renewed in time expires).
+// They are counted whatever the caps say: their requests are running.
 func (l *Limiter) adopt() error {
 	l.mu.Lock()
 	pending := make(map[*lease]orphan, len(l.orphans))
 	for ls, o := range l.orphans {
 		pending[ls] = o
 	}
+	held := make([]lease, 0, len(l.leases))
+	for _, ls := range l.leases {
+		held = append(held, ls)
+	}
 	l.mu.Unlock()
-	for ls, o := range pending {
-		forced := make([]sharedCap, len(o.caps))
-		for i, c := range o.caps {
-			forced[i] = sharedCap{level: c.level, name: c.name}
-		}
-		got, _, err := l.shared.acquire(context.Background(), l.shared.leaseID(l.leaseN.Add(1)), forced, o.tokens)
+	for len(held) > 0 {
+		n := min(len(held), 512)
+		lost, err := l.shared.renew(context.Background(), held[:n])
 		if err != nil {
 			return err
 		}
-		got.caps = got.caps[:0]
-		for _, c := range o.caps {
-			got.caps = append(got.caps, c.maxReqs, c.maxToks)
+		held = held[n:]
+		for _, ls := range lost {
+			if err := l.shared.reassert(context.Background(), ls); err != nil {
+				return err
+			}
+		}
+	}
+	for ls, o := range pending {
+		got := l.shared.newLease(l.shared.leaseID(l.leaseN.Add(1)), o.caps, o.tokens)
+		if err := l.shared.reassert(context.Background(), got); err != nil {
+			return err
 		}
 		l.mu.Lock()
 		if _, still := l.orphans[ls]; still {
@@ -319,7 +329,12 @@ func (l *Limiter) renewer() {
 				break
 			}
 			for _, ls := range lost {
-				l.log.Warn("shaping: a lease expired before it was renewed; its slot was counted free meanwhile", "lease", ls.id)
+				// Its request still runs: count it again.
+				l.log.Warn("shaping: a lease expired before it was renewed; put back", "lease", ls.id)
+				if err := l.shared.reassert(context.Background(), ls); err != nil {
+					l.down(err)
+					break
+				}
 			}
 		}
 	}
