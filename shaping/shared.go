@@ -146,23 +146,9 @@ func (l *Limiter) adopt() error {
 	for ls, o := range l.orphans {
 		pending[ls] = o
 	}
-	held := make([]lease, 0, len(l.leases))
-	for _, ls := range l.leases {
-		held = append(held, ls)
-	}
 	l.mu.Unlock()
-	for len(held) > 0 {
-		n := min(len(held), 512)
-		lost, err := l.shared.renew(context.Background(), held[:n])
-		if err != nil {
-			return err
-		}
-		held = held[n:]
-		for _, ls := range lost {
-			if err := l.shared.reassert(context.Background(), ls); err != nil {
-				return err
-			}
-		}
+	if err := l.renewHeld(); err != nil {
+		return err
 	}
 	for ls, o := range pending {
 		got := l.shared.newLease(l.shared.leaseID(l.leaseN.Add(1)), o.caps, o.tokens)
@@ -314,30 +300,43 @@ func (l *Limiter) renewer() {
 		if !l.sharedUp.Load() {
 			continue
 		}
-		l.mu.Lock()
-		held := make([]lease, 0, len(l.leases))
-		for _, ls := range l.leases {
-			held = append(held, ls)
-		}
-		l.mu.Unlock()
-		for len(held) > 0 {
-			n := min(len(held), 512)
-			lost, err := l.shared.renew(context.Background(), held[:n])
-			held = held[n:]
-			if err != nil {
-				l.down(err)
-				break
-			}
-			for _, ls := range lost {
-				// Its request still runs: count it again.
-				l.log.Warn("shaping: a lease expired before it was renewed; put back", "lease", ls.id)
-				if err := l.shared.reassert(context.Background(), ls); err != nil {
-					l.down(err)
-					break
-				}
-			}
+		if err := l.renewHeld(); err != nil {
+			l.down(err)
 		}
 	}
+}
+
+// renewHeld extends every lease held here, in pipelined batches, and puts
+// back those Redis lost (expired unrenewed, or a restarted Redis): their
+// requests still run and must be counted.
+func (l *Limiter) renewHeld() error {
+	l.mu.Lock()
+	held := make([]lease, 0, len(l.leases))
+	for _, ls := range l.leases {
+		held = append(held, ls)
+	}
+	l.mu.Unlock()
+	putBack := 0
+	defer func() {
+		if putBack > 0 {
+			l.log.Warn("shaping: leases Redis had lost were put back", "leases", putBack)
+		}
+	}()
+	for len(held) > 0 {
+		n := min(len(held), 512)
+		lost, err := l.shared.renew(context.Background(), held[:n])
+		if err != nil {
+			return err
+		}
+		held = held[n:]
+		for _, ls := range lost {
+			if err := l.shared.reassert(context.Background(), ls); err != nil {
+				return err
+			}
+			putBack++
+		}
+	}
+	return nil
 }
 
 // releaser gives leases back to Redis, off the request path, as many as
