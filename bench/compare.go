@@ -177,7 +177,7 @@ func compareSamples(stage int, metric string, a, b []float64, tol, floor float64
 	if metric == "speed" {
 		better = "higher"
 	}
-	ch := Change{Stage: stage, Metric: metric, Base: median(a), New: median(b), Better: better}
+	ch := Change{Stage: stage, Metric: metric, Base: Median(a), New: Median(b), Better: better}
 	ch.Delta = rel(ch.Base, ch.New)
 	ch.CILow, ch.CIHigh = bootstrapRatio(a, b, rng)
 	ch.P = mannWhitney(a, b)
@@ -359,8 +359,6 @@ func (c *Comparison) AppendJournal(path, change string) error {
 	}
 	return f.Close()
 }
-
-func median(xs []float64) float64 { return Median(xs) }
 
 // bootstrapRatio returns a 95% percentile-bootstrap interval of
 // median(b)/median(a) − 1, on at most 4000 values of each side.

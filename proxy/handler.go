@@ -237,7 +237,6 @@ func (x *exchange) reject(ctx *fasthttp.RequestCtx, status int, typ, code, msg s
 func (x *exchange) start(ctx *fasthttp.RequestCtx, body []byte) {
 	g, cfg := x.g, &x.st.cfg
 	g.inflight.Add(1)
-	x.tl.Admitted = x.tl.Received
 	c, cancel := context.WithCancelCause(g.base)
 	x.ctx, x.stopT = context.WithTimeoutCause(c, cfg.Timeouts.Total, errTotalTimeout)
 	x.cancel = cancel
