@@ -18,7 +18,9 @@ type proc struct {
 	name string
 	cmd  *exec.Cmd
 	addr string
-	done chan error
+	// admin is a serve's admin listener (/metrics, /admin/stats).
+	admin string
+	done  chan error
 }
 
 // freeAddr returns a 127.0.0.1 address with a port free a moment ago.
@@ -62,7 +64,16 @@ func startInfergateEnv(env []string, binary, name string, args ...string) (*proc
 	if err != nil {
 		return nil, err
 	}
-	p := &proc{name: name, cmd: exec.Command(binary, append(args, "--listen", addr)...), addr: addr, done: make(chan error, 1)}
+	args = append(args, "--listen", addr)
+	var admin string
+	if len(args) > 0 && args[0] == "serve" {
+		// Gateways run side by side: each its own admin port.
+		if admin, err = freeAddr(); err != nil {
+			return nil, err
+		}
+		args = append(args, "--admin-listen", admin)
+	}
+	p := &proc{name: name, cmd: exec.Command(binary, args...), addr: addr, admin: admin, done: make(chan error, 1)}
 	p.cmd.Stderr = os.Stderr
 	if len(env) > 0 {
 		p.cmd.Env = append(os.Environ(), env...)

@@ -85,6 +85,5 @@ func (x *exchange) admit(ctx *fasthttp.RequestCtx, body []byte) error {
 		return err
 	}
 	x.permit = p
-	g.m.queueWait.Observe(p.Waited.Seconds())
 	return nil
 }

@@ -124,7 +124,7 @@ func TestQueueHoldsTheCapAtTheBackend(t *testing.T) {
 		t.Errorf("limiter after the run: %+v", s)
 	}
 	// The queue shows on /metrics.
-	resp, err := http.Get(gw.URL + "/metrics")
+	resp, err := http.Get(gw.AdminURL + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

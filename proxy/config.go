@@ -32,12 +32,19 @@ type Config struct {
 	// Tracing sends a span per request to OpenTelemetry (package tracing).
 	// A reload cannot change it.
 	Tracing tracing.TraceConfig `yaml:"tracing"`
+	// Metrics are served at /metrics on server.admin_listen and may be
+	// pushed by OTLP (package tracing). A reload cannot change them.
+	Metrics tracing.MetricsConfig `yaml:"metrics"`
 }
 
 // ServerConfig is the listening side.
 type ServerConfig struct {
 	// Listen is host:port. Default 127.0.0.1:8080. A reload cannot change it.
 	Listen string `yaml:"listen"`
+	// AdminListen is host:port of the admin listener: /metrics,
+	// /admin/stats, /healthz, /readyz, in plain HTTP. Default
+	// 127.0.0.1:9464; "off" turns it off. A reload cannot change it.
+	AdminListen string `yaml:"admin_listen"`
 	// TLS, when CertFile is set, serves HTTPS; the files are re-read on reload.
 	TLS ServerTLS `yaml:"tls"`
 	// MaxBodyBytes bounds a request body, in bytes. Default 8 MiB.
@@ -201,6 +208,7 @@ type ModelConfig struct {
 func (c *Config) Defaults() {
 	s := &c.Server
 	setDefault(&s.Listen, "127.0.0.1:8080")
+	setDefault(&s.AdminListen, DefaultAdminListen)
 	setDefault(&s.MaxBodyBytes, 8<<20)
 	setDefault(&s.MaxResponseBytes, 64<<20)
 	setDefault(&s.ReadTimeout, 30*time.Second)
@@ -238,7 +246,12 @@ func (c *Config) Defaults() {
 	c.Shaping.Defaults()
 	c.RequestLog.Defaults()
 	c.Tracing.Defaults()
+	c.Metrics.Defaults()
 }
+
+// DefaultAdminListen is where the admin listener binds unless told
+// otherwise: loopback, on the port OpenTelemetry's Prometheus exporters use.
+const DefaultAdminListen = "127.0.0.1:9464"
 
 func setDefault[T comparable](p *T, v T) {
 	var zero T
@@ -321,6 +334,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.Tracing.Validate(); err != nil {
+		return err
+	}
+	if err := c.Metrics.Validate(); err != nil {
 		return err
 	}
 	return c.Shaping.Validate()

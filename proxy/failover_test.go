@@ -3,7 +3,6 @@ package proxy
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/infergate/infergate/shaping"
 	"io"
 	"net"
 	"net/http"
@@ -234,12 +233,12 @@ func TestActiveHealthCheck(t *testing.T) {
 }
 
 func TestModelLabelsAreBounded(t *testing.T) {
-	lim, _ := shaping.New(shaping.Config{}, nil)
-	m := newGatewayMetrics(lim)
+	gw := startGateway(t, testConfig("http://127.0.0.1:1"))
 	for i := range maxModelLabels + 10 {
-		m.record(fmt.Sprint("model-", i), outcomeOK, 0)
+		x := &exchange{g: gw.Gateway, model: fmt.Sprint("model-", i), outcome: outcomeOK}
+		x.record()
 	}
-	mfs, _ := m.reg.Gather()
+	mfs, _ := gw.Metrics().Gather()
 	series := 0
 	for _, mf := range mfs {
 		if mf.GetName() == "infergate_requests_total" {

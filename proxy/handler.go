@@ -15,7 +15,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/infergate/infergate/internal/fastsrv"
 	"github.com/infergate/infergate/internal/hangup"
 	"github.com/infergate/infergate/openai"
 	"github.com/infergate/infergate/shaping"
@@ -65,8 +64,6 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 			ctx.SetStatusCode(http.StatusServiceUnavailable)
 			ctx.SetBodyString("no healthy backend\n")
 		}
-	case string(path) == "/metrics":
-		fastsrv.WriteMetrics(ctx, g.m.reg, g.log)
 	default:
 		writeError(ctx, http.StatusNotFound, openai.TypeNotFound, "not_found", "no route for "+string(path))
 	}
@@ -339,7 +336,7 @@ func (x *exchange) canRetry(p *Pool, tried []*Backend, failed *Backend) bool {
 	if !other || !x.st.budget.retry(now) {
 		return false
 	}
-	x.g.m.retries.Inc()
+	x.g.m.Retry()
 	return true
 }
 
@@ -693,7 +690,7 @@ func (x *exchange) report() {
 		x.logEntry()
 	}
 	x.endSpan()
-	x.g.m.record(x.model, x.outcome, tl.TTFT())
+	x.record()
 	lvl := slog.LevelInfo
 	if x.outcome != outcomeOK && x.outcome != outcomeRejected && x.outcome != outcomeBackend4xx && x.outcome != outcomeClientGone && x.outcome != outcomeShed {
 		lvl = slog.LevelWarn

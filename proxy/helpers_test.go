@@ -135,9 +135,10 @@ func testConfig(urls ...string) Config {
 
 type testGateway struct {
 	*Gateway
-	URL  string
-	Addr string
-	logs *syncBuffer
+	URL      string
+	Addr     string
+	AdminURL string // /metrics, /admin/stats
+	logs     *syncBuffer
 }
 
 type syncBuffer struct {
@@ -169,12 +170,17 @@ func startGateway(t testing.TB, cfg Config) *testGateway {
 		t.Fatal(err)
 	}
 	go g.Serve(ln)
+	aln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go g.ServeAdmin(aln)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		g.Shutdown(ctx)
 	})
-	return &testGateway{Gateway: g, URL: "http://" + ln.Addr().String(), Addr: ln.Addr().String(), logs: logs}
+	return &testGateway{Gateway: g, URL: "http://" + ln.Addr().String(), Addr: ln.Addr().String(), AdminURL: "http://" + aln.Addr().String(), logs: logs}
 }
 
 const streamBody = `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`

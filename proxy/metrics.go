@@ -1,111 +1,136 @@
 package proxy
 
 import (
-	"github.com/infergate/infergate/shaping"
+	"context"
+	"errors"
+	"fmt"
 	"sync"
-	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/infergate/infergate/tracing"
+	"github.com/sony/gobreaker/v2"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 )
 
-// gatewayMetrics are the data path's own counters. The full set of
-// timeline metrics (OpenTelemetry, GenAI conventions) belongs to tracing.
+// gatewayMetrics are the gateway's OpenTelemetry metrics: the timeline's
+// (tracing.Metrics, recorded as each request ends) and gauges and
+// counters read at collection time (admission, backends, request log).
 type gatewayMetrics struct {
+	*tracing.Metrics
+	mp *tracing.MeterProvider
+
 	// models seen as labels; past maxModelLabels, new names count as
 	// "other", so clients cannot grow the series without bound (in the
 	// quick start any model name is routed).
 	mu     sync.Mutex
 	models map[string]struct{}
-
-	reg      *prometheus.Registry
-	requests *prometheus.CounterVec
-	retries  prometheus.Counter
-	ttft     prometheus.Observer
-
-	queueWait prometheus.Observer
-}
-
-func newGatewayMetrics(lim *shaping.Limiter) *gatewayMetrics {
-	m := &gatewayMetrics{reg: prometheus.NewRegistry(), models: map[string]struct{}{}}
-	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "infergate_requests_total",
-		Help: "Requests by model and outcome (ok, client_gone, timeout, upstream_error, no_backend, rejected, backend_4xx, backend_5xx, shutdown).",
-	}, []string{"model", "outcome"})
-	m.retries = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "infergate_retries_total", Help: "Upstream attempts beyond the first (failover before the first byte).",
-	})
-	ttft := prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name: "infergate_time_to_first_token_seconds", Help: "Gateway-side TTFT: request read to first content event flushed.",
-		Buckets: []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 10, 20, 40, 80},
-	})
-	m.ttft = ttft
-	m.reg.MustRegister(m.requests, m.retries, ttft)
-	wait := prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name: "infergate_queue_wait_seconds", Help: "Time admitted requests waited for a slot under the shaping caps.",
-		Buckets: []float64{0.0001, 0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300},
-	})
-	m.queueWait = wait
-	m.reg.MustRegister(wait, shapingCollector{lim})
-	return m
-}
-
-// shapingCollector reads the limiter's counters at scrape time.
-type shapingCollector struct{ lim *shaping.Limiter }
-
-var (
-	descQueued    = prometheus.NewDesc("infergate_queue_depth", "Requests waiting for a slot.", nil, nil)
-	descInFlight  = prometheus.NewDesc("infergate_shaping_in_flight", "Requests and tokens holding a slot, by cap.", []string{"level", "name", "unit"}, nil)
-	descRejected  = prometheus.NewDesc("infergate_shaping_rejections_total", "Requests refused by admission control, by reason.", []string{"reason"}, nil)
-	descAdmitted  = prometheus.NewDesc("infergate_shaping_admitted_total", "Requests given a slot.", nil, nil)
-	descCancelled = prometheus.NewDesc("infergate_shaping_queue_abandoned_total", "Requests whose client left while they waited.", nil, nil)
-	descRedisUp   = prometheus.NewDesc("infergate_shaping_redis_up", "1 while the shared caps' Redis answers (only with shaping.redis).", nil, nil)
-	descRedisDown = prometheus.NewDesc("infergate_shaping_redis_down_total", "Times Redis was found down and the caps fell back (on_failure).", nil, nil)
-)
-
-func (shapingCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descQueued, descInFlight, descRejected, descAdmitted, descCancelled, descRedisUp, descRedisDown} {
-		ch <- d
-	}
-}
-
-func (c shapingCollector) Collect(ch chan<- prometheus.Metric) {
-	s := c.lim.Stats()
-	ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(s.Waiting))
-	ch <- prometheus.MustNewConstMetric(descAdmitted, prometheus.CounterValue, float64(s.Admitted))
-	ch <- prometheus.MustNewConstMetric(descCancelled, prometheus.CounterValue, float64(s.Cancelled))
-	ch <- prometheus.MustNewConstMetric(descRejected, prometheus.CounterValue, float64(s.RejectedFull-s.RejectedFullTenant), "queue_full")
-	ch <- prometheus.MustNewConstMetric(descRejected, prometheus.CounterValue, float64(s.RejectedTimeout-s.RejectedTimeoutTenant), "queue_timeout")
-	ch <- prometheus.MustNewConstMetric(descRejected, prometheus.CounterValue, float64(s.RejectedFullTenant), "tenant_queue_full")
-	ch <- prometheus.MustNewConstMetric(descRejected, prometheus.CounterValue, float64(s.RejectedTimeoutTenant), "tenant_queue_timeout")
-	if s.Shared {
-		up := 0.0
-		if s.SharedUp {
-			up = 1
-		}
-		ch <- prometheus.MustNewConstMetric(descRedisUp, prometheus.GaugeValue, up)
-		ch <- prometheus.MustNewConstMetric(descRedisDown, prometheus.CounterValue, float64(s.SharedDownTransitions))
-		ch <- prometheus.MustNewConstMetric(descRejected, prometheus.CounterValue, float64(s.RejectedShared), "redis_down")
-	}
-	for _, cp := range c.lim.Caps() {
-		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(cp.Requests), cp.Level, cp.Name, "requests")
-		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(cp.Tokens), cp.Level, cp.Name, "tokens")
-	}
 }
 
 const maxModelLabels = 64
 
-func (m *gatewayMetrics) record(model, outcome string, ttft time.Duration) {
+func newGatewayMetrics(g *Gateway, mp *tracing.MeterProvider, cfg tracing.MetricsConfig) (*gatewayMetrics, error) {
+	meter := mp.Meter("github.com/infergate/infergate/proxy")
+	tm, err := tracing.NewMetrics(meter, cfg)
+	if err != nil {
+		return nil, err
+	}
+	m := &gatewayMetrics{Metrics: tm, mp: mp, models: map[string]struct{}{}}
+	if err := observe(meter, g); err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	return m, nil
+}
+
+// label returns model as a metrics label: "other" once the set is full.
+func (m *gatewayMetrics) label(model string) string {
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	if _, ok := m.models[model]; !ok {
-		if len(m.models) < maxModelLabels {
-			m.models[model] = struct{}{}
-		} else {
-			model = "other"
+		if len(m.models) >= maxModelLabels {
+			return "other"
 		}
+		m.models[model] = struct{}{}
 	}
-	m.mu.Unlock()
-	m.requests.WithLabelValues(model, outcome).Inc()
-	if ttft > 0 {
-		m.ttft.Observe(ttft.Seconds())
+	return model
+}
+
+// observe registers what is read when metrics are collected: the
+// limiter's counters, every backend's requests in flight and breaker
+// state, and the request log's drops.
+func observe(meter metric.Meter, g *Gateway) error {
+	var errs []error
+	gauge := func(name, unit, desc string) metric.Int64ObservableGauge {
+		i, err := meter.Int64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return i
 	}
+	counter := func(name, unit, desc string) metric.Int64ObservableCounter {
+		i, err := meter.Int64ObservableCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return i
+	}
+	queued := gauge("infergate.queue.depth", "{request}", "Requests waiting for a slot.")
+	inFlight := gauge("infergate.shaping.in_flight", "", "Requests and tokens holding a slot, by cap (level, name, unit).")
+	rejected := counter("infergate.shaping.rejections", "{request}", "Requests refused by admission control, by reason.")
+	admitted := counter("infergate.shaping.admitted", "{request}", "Requests given a slot.")
+	abandoned := counter("infergate.shaping.queue_abandoned", "{request}", "Requests whose client left while they waited.")
+	redisUp := gauge("infergate.shaping.redis_up", "", "1 while the shared caps' Redis answers (only with shaping.redis).")
+	redisDown := counter("infergate.shaping.redis_down", "", "Times Redis was found down and the caps fell back (on_failure).")
+	upstream := gauge("infergate.upstream.in_flight", "{request}", "Requests in flight to each backend.")
+	breaker := gauge("infergate.breaker.state", "", "Each backend's circuit breaker: 0 closed, 1 half-open, 2 open.")
+	dropped := counter("infergate.request_log.dropped", "{line}", "Request-log lines dropped because the writer was behind (the request path never waits).")
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	reason := func(r string) metric.ObserveOption {
+		return metric.WithAttributes(attribute.String("reason", r))
+	}
+	_, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		s := g.lim.Stats()
+		o.ObserveInt64(queued, int64(s.Waiting))
+		o.ObserveInt64(admitted, s.Admitted)
+		o.ObserveInt64(abandoned, s.Cancelled)
+		o.ObserveInt64(rejected, s.RejectedFull-s.RejectedFullTenant, reason("queue_full"))
+		o.ObserveInt64(rejected, s.RejectedTimeout-s.RejectedTimeoutTenant, reason("queue_timeout"))
+		o.ObserveInt64(rejected, s.RejectedFullTenant, reason("tenant_queue_full"))
+		o.ObserveInt64(rejected, s.RejectedTimeoutTenant, reason("tenant_queue_timeout"))
+		if s.Shared {
+			up := int64(0)
+			if s.SharedUp {
+				up = 1
+			}
+			o.ObserveInt64(redisUp, up)
+			o.ObserveInt64(redisDown, s.SharedDownTransitions)
+			o.ObserveInt64(rejected, s.RejectedShared, reason("redis_down"))
+		}
+		for _, cp := range g.lim.Caps() {
+			at := func(unit string) metric.ObserveOption {
+				return metric.WithAttributes(attribute.String("level", cp.Level), attribute.String("name", cp.Name), attribute.String("unit", unit))
+			}
+			o.ObserveInt64(inFlight, cp.Requests, at("requests"))
+			o.ObserveInt64(inFlight, cp.Tokens, at("tokens"))
+		}
+		for _, p := range g.state.Load().pools {
+			for _, b := range p.backends {
+				at := metric.WithAttributes(attribute.String("pool", p.name), attribute.String("backend", b.name))
+				o.ObserveInt64(upstream, b.Outstanding(), at)
+				o.ObserveInt64(breaker, breakerValue(b.BreakerState()), at)
+			}
+		}
+		if g.rlog != nil {
+			o.ObserveInt64(dropped, g.rlog.Dropped())
+		}
+		return nil
+	}, queued, inFlight, rejected, admitted, abandoned, redisUp, redisDown, upstream, breaker, dropped)
+	return err
+}
+
+func breakerValue(s gobreaker.State) int64 {
+	switch s {
+	case gobreaker.StateHalfOpen:
+		return 1
+	case gobreaker.StateOpen:
+		return 2
+	}
+	return 0
 }

@@ -58,7 +58,9 @@ func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByt
 					return out
 				}
 				now := time.Now()
-				tl.Relay += now.Sub(batchStart)
+				d := now.Sub(batchStart)
+				tl.Relay += d
+				tl.RelayMax = max(tl.RelayMax, d)
 				if !content && !tl.FirstTokenIn.IsZero() {
 					content = true
 					tl.FirstTokenOut = now
@@ -99,6 +101,7 @@ func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByt
 		case openai.HasFinishReason(data):
 			out.finish = true
 			if openai.HasContent(data) { // vLLM puts the last token here
+				tl.ContentEvents++
 				tl.LastTokenIn = readAt
 				if tl.FirstTokenIn.IsZero() {
 					tl.FirstTokenIn = readAt
@@ -110,8 +113,10 @@ func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByt
 			// After the first content event, every chunk until the finish
 			// carries output: no need to look inside.
 			tl.LastTokenIn = readAt
+			tl.ContentEvents++
 		case openai.HasContent(data):
 			tl.FirstTokenIn, tl.LastTokenIn = readAt, readAt
+			tl.ContentEvents++
 		}
 		if _, err := w.Write(ev); err != nil {
 			out.clientErr = true

@@ -35,6 +35,8 @@ type Gateway struct {
 	srv   *fasthttp.Server
 	watch *hangup.Watcher
 	m     *gatewayMetrics
+	admin *fasthttp.Server // the admin listener's server: /metrics, /admin/*
+	stats *tracing.Recent  // recent requests, for /admin/stats
 	lim   *shaping.Limiter
 	rlog  *tracing.RequestLog // nil when request_log.path is empty
 	// tracer is nil when no span is sent; tp is the provider the gateway
@@ -89,42 +91,20 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Gateway, error) {
 		return nil, err
 	}
 	g := &Gateway{log: log, watch: hangup.New(0), lim: lim, started: time.Now(), reserved: map[net.Conn]struct{}{}}
-	if cfg.RequestLog.Path != "" {
-		if g.rlog, err = tracing.OpenRequestLog(cfg.RequestLog); err != nil {
-			lim.Close()
-			return nil, err
-		}
-	}
-	for _, o := range opts {
-		o(g)
-	}
-	if g.tracer == nil {
-		if g.tp, err = tracing.NewTracerProvider(context.Background(), cfg.Tracing); err != nil {
-			lim.Close()
-			return nil, err
-		}
-		if g.tp != nil {
-			g.tracer = g.tp.Tracer("github.com/infergate/infergate/proxy")
-			// OpenTelemetry reports export failures through its own
-			// process-wide handler; route them to the gateway's log.
-			otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("opentelemetry", "err", err) }))
-		}
-	}
-	g.m = newGatewayMetrics(lim)
-	if rl := g.rlog; rl != nil {
-		g.m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "infergate_request_log_dropped_total",
-			Help: "Request-log lines dropped because the writer was behind (the request path never waits)."}, func() float64 { return float64(rl.Dropped()) }))
+	if err := g.open(cfg, opts); err != nil {
+		g.closeTelemetry()
+		return nil, err
 	}
 	g.setTenantKeys(cfg.Shaping)
 	g.base, g.cancelBase = context.WithCancelCause(context.Background())
 	st, err := g.build(cfg, nil)
-	if err != nil {
-		g.watch.Close()
-		return nil, err
+	if err == nil {
+		if err = g.loadCert(cfg.Server.TLS); err != nil {
+			st.close()
+		}
 	}
-	if err := g.loadCert(cfg.Server.TLS); err != nil {
-		st.close()
-		g.watch.Close()
+	if err != nil {
+		g.closeTelemetry()
 		return nil, err
 	}
 	g.state.Store(st)
@@ -144,7 +124,67 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Gateway, error) {
 		KeepHijackedConns:             true, // streamResponse closes or re-serves them
 		Logger:                        fastsrv.Logger{Log: log},
 	}
+	g.admin = &fasthttp.Server{
+		Handler:               g.handleAdmin,
+		Name:                  "infergate-admin",
+		NoDefaultServerHeader: true,
+		ReadTimeout:           s.ReadTimeout,
+		IdleTimeout:           s.IdleTimeout,
+		CloseOnShutdown:       true,
+		Logger:                fastsrv.Logger{Log: log},
+	}
 	return g, nil
+}
+
+// open starts the request log, the tracer and the metrics.
+func (g *Gateway) open(cfg Config, opts []Option) error {
+	var err error
+	if cfg.RequestLog.Path != "" {
+		if g.rlog, err = tracing.OpenRequestLog(cfg.RequestLog); err != nil {
+			return err
+		}
+	}
+	for _, o := range opts {
+		o(g)
+	}
+	if g.tracer == nil {
+		if g.tp, err = tracing.NewTracerProvider(context.Background(), cfg.Tracing); err != nil {
+			return err
+		}
+		if g.tp != nil {
+			g.tracer = g.tp.Tracer("github.com/infergate/infergate/proxy")
+			// OpenTelemetry reports export failures through its own
+			// process-wide handler; route them to the gateway's log.
+			log := g.log
+			otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("opentelemetry", "err", err) }))
+		}
+	}
+	mp, err := tracing.NewMeterProvider(context.Background(), cfg.Metrics, cfg.Tracing.ServiceName)
+	if err != nil {
+		return err
+	}
+	g.m, err = newGatewayMetrics(g, mp, cfg.Metrics)
+	if err != nil {
+		_ = mp.Shutdown(context.Background())
+		return err
+	}
+	g.stats = tracing.NewRecent(tracing.RecentWindow)
+	return nil
+}
+
+// closeTelemetry stops what New started, when New fails after starting it.
+func (g *Gateway) closeTelemetry() {
+	if g.m != nil {
+		_ = g.m.mp.Shutdown(context.Background())
+	}
+	if g.tp != nil {
+		_ = g.tp.Shutdown(context.Background())
+	}
+	if g.rlog != nil {
+		_ = g.rlog.Close()
+	}
+	g.lim.Close()
+	g.watch.Close()
 }
 
 // build makes a state from a validated config, taking over the unchanged
@@ -230,8 +270,15 @@ func (g *Gateway) loadCert(t ServerTLS) error {
 // Config returns the configuration in force, defaults filled in.
 func (g *Gateway) Config() Config { return g.state.Load().cfg }
 
-// Metrics returns the registry of the gateway's Prometheus metrics.
-func (g *Gateway) Metrics() *prometheus.Registry { return g.m.reg }
+// Metrics returns the registry of the gateway's Prometheus metrics (what
+// the admin listener's /metrics serves).
+func (g *Gateway) Metrics() *prometheus.Registry { return g.m.mp.Registry }
+
+// ServeAdmin serves the admin endpoints on ln until Shutdown: /metrics
+// (Prometheus text), /admin/stats (recent percentiles and attribution,
+// JSON), /healthz and /readyz. It is plain HTTP: bind it to a private
+// address.
+func (g *Gateway) ServeAdmin(ln net.Listener) error { return g.admin.Serve(ln) }
 
 // Serve accepts connections on ln until Shutdown; with TLS configured it
 // serves HTTPS, the certificate read afresh at each reload.
@@ -279,6 +326,10 @@ func (g *Gateway) Reload(cfg Config) error {
 		st.closeExcept(old)
 		return errors.New("tracing: changing it needs a restart")
 	}
+	if cfg.Metrics != old.cfg.Metrics || cfg.Server.AdminListen != old.cfg.Server.AdminListen {
+		st.closeExcept(old)
+		return errors.New("metrics, server.admin_listen: changing them needs a restart")
+	}
 	if cfg.RequestLog.Path != old.cfg.RequestLog.Path {
 		st.closeExcept(old)
 		return errors.New("request_log.path: changing it needs a restart")
@@ -313,6 +364,8 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	if g.tp != nil {
 		defer g.tp.Shutdown(context.Background())
 	}
+	defer g.m.mp.Shutdown(context.Background())
+	defer g.admin.Shutdown()
 	srvDone := make(chan error, 1)
 	go func() { srvDone <- g.srv.ShutdownWithContext(ctx) }()
 	// Streams run on hijacked connections the server no longer counts, so

@@ -24,10 +24,12 @@ type Timeline struct {
 	// UpstreamRTT is the kernel's round-trip time of the backend
 	// connection (TCP_INFO) when the request was sent; 0 when unknown.
 	UpstreamRTT time.Duration
-	// Events counts relayed events; Relay sums, over them, the time from
-	// reading an event off the backend to flushing it to the client.
-	Events int
-	Relay  time.Duration
+	// Events counts relayed events, ContentEvents those carrying output;
+	// Relay sums, over each read from the backend, the time from the read
+	// to flushing what it brought to the client, and RelayMax is the
+	// longest of those.
+	Events, ContentEvents int
+	Relay, RelayMax       time.Duration
 	// Attempts counts upstream calls, failovers included.
 	Attempts int
 	// PromptTokens and OutputTokens are the backend's usage, when it

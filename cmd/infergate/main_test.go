@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -35,18 +36,38 @@ func TestMain(m *testing.M) {
 
 // proc is a running infergate process whose stderr is collected.
 type proc struct {
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	logs strings.Builder
-	addr chan string
-	done chan error
+	cmd   *exec.Cmd
+	mu    sync.Mutex
+	logs  strings.Builder
+	addr  chan string
+	admin chan string // the admin listener's address, for serve
+	done  chan error
 }
 
-var listenRe = regexp.MustCompile(`msg="(?:infergate|sim) listening" addr=(\S+)`)
+// adminURL waits for the admin listener's address.
+func (p *proc) adminURL(t *testing.T) string {
+	t.Helper()
+	select {
+	case a := <-p.admin:
+		return "http://" + a
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no admin listener\n%s", p.log())
+	}
+	return ""
+}
+
+var (
+	listenRe = regexp.MustCompile(`msg="(?:infergate|sim) listening" addr=(\S+)`)
+	adminRe  = regexp.MustCompile(`msg="admin listening" addr=(\S+)`)
+)
 
 func start(t *testing.T, args ...string) *proc {
 	t.Helper()
-	p := &proc{cmd: exec.Command(binary, args...), addr: make(chan string, 1), done: make(chan error, 1)}
+	if len(args) > 0 && args[0] == "serve" && !slices.Contains(args, "--admin-listen") {
+		// Processes run side by side: none takes the default admin port.
+		args = append(args, "--admin-listen", "127.0.0.1:0")
+	}
+	p := &proc{cmd: exec.Command(binary, args...), addr: make(chan string, 1), admin: make(chan string, 1), done: make(chan error, 1)}
 	stderr, _ := p.cmd.StderrPipe()
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -58,6 +79,9 @@ func start(t *testing.T, args ...string) *proc {
 			p.mu.Lock()
 			p.logs.WriteString(line + "\n")
 			p.mu.Unlock()
+			if m := adminRe.FindStringSubmatch(line); m != nil {
+				p.admin <- m[1]
+			}
 			if m := listenRe.FindStringSubmatch(line); m != nil {
 				select {
 				case p.addr <- m[1]:

@@ -26,6 +26,9 @@ every model: try it with
 
   curl -N localhost:8080/v1/chat/completions -d '{"model":"sim-model","stream":true,"messages":[{"role":"user","content":"hi"}]}'
 
+Metrics (Prometheus text at /metrics) and the live view (/admin/stats,
+read by infergate top) are on the admin listener, --admin-listen.
+
 --max-concurrency caps the requests in flight; the rest wait in a queue
 (--max-queue, --queue-timeout) and, past it, get 503 with Retry-After. The
 flags override the file's shaping section, at start and at every reload.
@@ -38,6 +41,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := newFlagSet("serve", serveSynopsis, stderr)
 	file := fs.String("config", "", "YAML configuration file")
 	listen := fs.String("listen", "", "address to listen on (default 127.0.0.1:8080; overrides the file)")
+	adminListen := fs.String("admin-listen", "", "address of the admin listener: /metrics, /admin/stats (default "+proxy.DefaultAdminListen+"; off: none; overrides server.admin_listen)")
 	upstream := fs.String("upstream", "", "send every model to this backend URL (no config file needed)")
 	health := fs.String("health-path", "", "with --upstream: active health check path, e.g. /health (default off)")
 	level := fs.String("log-level", "info", "debug, info (one line per request), warn or error")
@@ -87,6 +91,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		cfg.Server.Listen = *listen
 	}
 	overrides := func(c *proxy.Config) {
+		if *adminListen != "" {
+			c.Server.AdminListen = *adminListen
+		}
 		if *maxConc != 0 {
 			c.Shaping.Global.MaxRequests = *maxConc
 		}
@@ -109,8 +116,17 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", g.Config().Server.Listen, err)
 	}
+	errc := make(chan error, 2)
+	if a := g.Config().Server.AdminListen; a != "off" {
+		aln, err := net.Listen("tcp", a)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("admin listen %s (server.admin_listen, --admin-listen; off turns it off): %w", a, err)
+		}
+		log.Info("admin listening", "addr", aln.Addr().String(), "paths", "/metrics /admin/stats")
+		go func() { errc <- g.ServeAdmin(aln) }()
+	}
 	log.Info("infergate listening", "addr", ln.Addr().String(), "tls", g.Config().Server.TLS.CertFile != "")
-	errc := make(chan error, 1)
 	go func() { errc <- g.Serve(ln) }()
 
 	hup := make(chan os.Signal, 1)

@@ -1,0 +1,69 @@
+package proxy
+
+import (
+	"cmp"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/infergate/infergate/internal/fastsrv"
+	"github.com/infergate/infergate/openai"
+	"github.com/infergate/infergate/tracing"
+	"github.com/valyala/fasthttp"
+)
+
+// handleAdmin serves the admin listener.
+func (g *Gateway) handleAdmin(ctx *fasthttp.RequestCtx) {
+	switch string(ctx.Path()) {
+	case "/metrics":
+		fastsrv.WriteMetrics(ctx, g.m.mp.Registry, g.log)
+	case "/admin/stats":
+		b, err := json.Marshal(g.Stats(time.Now()))
+		if err != nil {
+			writeError(ctx, http.StatusInternalServerError, openai.TypeServer, "internal_error", "cannot render the stats")
+			return
+		}
+		ctx.SetContentType("application/json")
+		ctx.SetBody(b)
+	case "/healthz", "/readyz":
+		g.handle(ctx)
+	default:
+		writeError(ctx, http.StatusNotFound, openai.TypeNotFound, "not_found", "no admin route for "+string(ctx.Path()))
+	}
+}
+
+// Stats is the live view: the recent window's percentiles and attribution
+// per model and backend, and what is in flight now.
+func (g *Gateway) Stats(now time.Time) tracing.Snapshot {
+	snap := g.stats.Snapshot(now)
+	ls := g.lim.Stats()
+	snap.Gateway.Queued = ls.Waiting
+	for _, p := range g.state.Load().pools {
+		for _, b := range p.backends {
+			n := b.Outstanding()
+			snap.Gateway.InFlight += n
+			snap.Gateway.Backends = append(snap.Gateway.Backends, tracing.BackendState{Pool: p.name, Name: b.name,
+				InFlight: n, Breaker: b.BreakerState().String(), Up: b.Available(now)})
+		}
+	}
+	slices.SortFunc(snap.Gateway.Backends, func(a, b tracing.BackendState) int {
+		return cmp.Or(cmp.Compare(a.Pool, b.Pool), cmp.Compare(a.Name, b.Name))
+	})
+	return snap
+}
+
+// record adds the finished request to the metrics and the live view.
+func (x *exchange) record() {
+	model := x.g.m.label(x.model)
+	backend := ""
+	if x.backend != nil {
+		backend = x.backend.host
+	}
+	x.g.m.Record(&x.tl, tracing.RequestMetrics{Operation: x.operation(), Model: model, Backend: backend, Outcome: x.outcome,
+		ClientGone: x.outcome == outcomeClientGone, Truncated: errors.Is(x.err, errEndedEarly)})
+	if x.outcome != outcomeRejected {
+		x.g.stats.Add(&x.tl, model, backend, x.outcome == outcomeOK)
+	}
+}
