@@ -176,6 +176,8 @@ func (s *Summary) writeAttribution(w io.Writer) {
 		{"gw_connect", "backend connect"},
 		{"gw_network", "gateway ↔ backend network"},
 		{"gw_model_ttft", "model: time to first token"},
+		{"gw_backend_queue", "  of which backend queue"},
+		{"gw_prefill", "  of which prefill"},
 		{"gw_decode", "model: decode (first → last token)"},
 	} {
 		p := s.Metrics[row.key]

@@ -303,6 +303,14 @@ func (c *Collector) Summarize(n int, l LoadSpec, win Window, slos []SLO) *Summar
 			add("gw_network", g.Network)
 			add("gw_model_ttft", g.ModelTTFT)
 			add("gw_decode", g.Decode)
+			if b := g.Backend; b != nil {
+				if b.Queue != nil {
+					add("gw_backend_queue", *b.Queue)
+				}
+				if b.Prefill != nil {
+					add("gw_prefill", *b.Prefill)
+				}
+			}
 		}
 		if w.server > 0 && w.ttft > 0 {
 			add("server_ttft", ms(w.server))

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+	"time"
 )
 
 func TestScanRequest(t *testing.T) {
@@ -271,4 +272,66 @@ func TestMaxOutputTokens(t *testing.T) {
 			t.Errorf("MaxOutputTokens(%s) = %d, want %d", tc.body, got, tc.want)
 		}
 	}
+}
+
+func TestServerTimingOf(t *testing.T) {
+	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+	tests := []struct {
+		name string
+		data string
+		want ServerTiming
+		ok   bool
+	}{
+		{"vLLM usage chunk", `{"choices":[],"usage":{"prompt_tokens":3},"metrics":{"time_to_first_token_ms":85.2,"generation_time_ms":1240.5,"queue_time_ms":12.3,"mean_itl_ms":9.1}}`,
+			ServerTiming{Source: "vllm", Queue: ms(12.3), Prefill: ms(85.2), Decode: ms(1240.5), Inference: -1}, true},
+		// A server that leaves a field out: it is absent, not zero.
+		{"vLLM, queue only", `{"metrics":{"queue_time_ms":0}}`, ServerTiming{Source: "vllm", Queue: 0, Prefill: -1, Decode: -1, Inference: -1}, true},
+		{"llama.cpp timings", `{"choices":[{"finish_reason":"stop"}],"timings":{"prompt_n":12,"prompt_ms":40.5,"predicted_n":20,"predicted_ms":300}}`,
+			ServerTiming{Source: "llama.cpp", Queue: -1, Prefill: ms(40.5), Decode: ms(300), Inference: -1}, true},
+		{"no timing", `{"choices":[],"usage":{"prompt_tokens":3}}`, NoServerTiming, false},
+		// The word inside content is no key.
+		{"key in content", `{"choices":[{"delta":{"content":"\"metrics\":{\"queue_time_ms\":5}"}}]}`, NoServerTiming, false},
+		{"metrics of another shape", `{"metrics":{"foo":1}}`, NoServerTiming, false},
+		{"negative", `{"metrics":{"queue_time_ms":-4,"time_to_first_token_ms":3}}`, ServerTiming{Source: "vllm", Queue: -1, Prefill: ms(3), Decode: -1, Inference: -1}, true},
+		{"truncated", `{"metrics":{"queue_time_ms":4`, NoServerTiming, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := ServerTimingOf([]byte(tc.data))
+			if got != tc.want || ok != tc.ok {
+				t.Errorf("ServerTimingOf(%s) = %+v, %v; want %+v, %v", tc.data, got, ok, tc.want, tc.ok)
+			}
+		})
+	}
+}
+
+func TestServerTimingOfHeaders(t *testing.T) {
+	h := map[string]string{"X-Queue-Time": "12", "X-Inference-Time": "250"}
+	peek := func(k string) []byte { return []byte(h[k]) }
+	got, ok := ServerTimingOfHeaders(peek)
+	want := ServerTiming{Source: "tgi", Queue: 12 * time.Millisecond, Prefill: -1, Decode: -1, Inference: 250 * time.Millisecond}
+	if !ok || got != want {
+		t.Errorf("got %+v %v, want %+v", got, ok, want)
+	}
+	h = map[string]string{"X-Queue-Time": "soon"}
+	if _, ok := ServerTimingOfHeaders(peek); ok {
+		t.Error("a non-number header was read")
+	}
+}
+
+func FuzzServerTimingOf(f *testing.F) {
+	f.Add([]byte(`{"metrics":{"time_to_first_token_ms":85.2,"generation_time_ms":1240.5,"queue_time_ms":12.3}}`))
+	f.Add([]byte(`{"timings":{"prompt_ms":40.5,"predicted_ms":300}}`))
+	f.Add([]byte(`{"metrics":{"queue_time_ms":1e400}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		st, ok := ServerTimingOf(data)
+		if !ok && st != NoServerTiming {
+			t.Errorf("nothing read, yet %+v", st)
+		}
+		for _, d := range []time.Duration{st.Queue, st.Prefill, st.Decode, st.Inference} {
+			if d < -1 {
+				t.Errorf("duration %v out of range in %+v", d, st)
+			}
+		}
+	})
 }

@@ -358,6 +358,9 @@ func (x *exchange) commit(ctx *fasthttp.RequestCtx) {
 	up := x.up
 	x.status = up.resp.StatusCode()
 	ctx.SetStatusCode(x.status)
+	if st, ok := openai.ServerTimingOfHeaders(up.resp.Header.Peek); ok {
+		x.tl.Server = st // TGI; a body's own account replaces it
+	}
 	copyResponseHeaders(&ctx.Response.Header, &up.resp.Header)
 	if bytes.HasPrefix(up.resp.Header.ContentType(), eventStream) && x.status < 300 {
 		ctx.Response.Header.Set("X-Accel-Buffering", "no")
@@ -419,6 +422,9 @@ func (x *exchange) readWhole() ([]byte, error) {
 				x.tl.Done = time.Now()
 				if u, ok := openai.UsageOf(buf); ok {
 					x.tl.PromptTokens, x.tl.OutputTokens = u.PromptTokens, u.CompletionTokens
+				}
+				if st, ok := openai.ServerTimingOf(buf); ok {
+					x.tl.Server = st
 				}
 				return buf, nil
 			}

@@ -132,6 +132,11 @@ func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByt
 // *timed, reused); any other chunk is returned as it is. It is called only
 // for chunks at or after the finish, never per token.
 func usage(ev, data []byte, tl *tracing.Timeline, timing bool, readAt time.Time, timed *[]byte) []byte {
+	// vLLM's per-request metrics ride on the usage chunk, llama.cpp's
+	// timings on the finishing one: read before the timing is added.
+	if st, ok := openai.ServerTimingOf(data); ok {
+		tl.Server = st
+	}
 	u, ok := openai.UsageOf(data)
 	if !ok {
 		return ev

@@ -35,6 +35,13 @@ type Config struct {
 	TTFT time.Duration `yaml:"ttft"`
 	ITL  time.Duration `yaml:"itl"`
 
+	// PerRequestMetrics adds vLLM's per-request "metrics" object
+	// (queue_time_ms, time_to_first_token_ms from scheduling, and
+	// generation_time_ms) to the usage chunk, or to the finishing chunk
+	// without usage, and to plain bodies, as vllm serve
+	// --enable-per-request-metrics does.
+	PerRequestMetrics bool `yaml:"per_request_metrics"`
+
 	Engine  EngineConfig  `yaml:"engine"`
 	Output  OutputConfig  `yaml:"output"`
 	Quality QualityConfig `yaml:"quality"`
@@ -289,6 +296,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Mode, "mode", c.Mode, "engine (continuous batching) or fixed (constant TTFT and ITL); --ttft or --itl imply fixed")
 	fs.DurationVar(&c.TTFT, "ttft", c.TTFT, "fixed mode: time to first token (duration, e.g. 50ms)")
 	fs.DurationVar(&c.ITL, "itl", c.ITL, "fixed mode: time between tokens (duration, e.g. 10ms)")
+	fs.BoolVar(&c.PerRequestMetrics, "enable-per-request-metrics", c.PerRequestMetrics, "report each request's queue, prefill and decode times in a vLLM-style metrics object")
 	e := &c.Engine
 	fs.IntVar(&e.MaxNumSeqs, "max-num-seqs", e.MaxNumSeqs, "most sequences in the running batch")
 	fs.IntVar(&e.KVCacheTokens, "kv-cache-tokens", e.KVCacheTokens, "KV cache size (tokens)")

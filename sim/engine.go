@@ -18,12 +18,15 @@ type seq struct {
 	blocks    int // KV blocks held
 	running   bool
 
-	arrival, scheduled, lastToken time.Time
+	arrival, scheduled, firstToken, lastToken time.Time
 
-	emitted atomic.Int32  // tokens the handler may send
-	done    atomic.Bool   // generation finished or aborted
-	aborted atomic.Bool   // the client went away; set by the handler
-	notify  chan struct{} // capacity 1: wakes the handler
+	emitted atomic.Int32 // tokens the handler may send
+	// The engine's own split, for per-request metrics: scheduler queue,
+	// scheduling → first token, first → latest token (nanoseconds).
+	queueNs, prefillNs, decodeNs atomic.Int64
+	done                         atomic.Bool   // generation finished or aborted
+	aborted                      atomic.Bool   // the client went away; set by the handler
+	notify                       chan struct{} // capacity 1: wakes the handler
 }
 
 func newSeq(prompt, target int) *seq {
@@ -352,6 +355,12 @@ func (e *engine) finishStep(p stepPlan, now time.Time, touched []*seq) []*seq {
 				}
 				e.metrics.generation.Inc()
 			}
+			if first {
+				s.firstToken = now
+				s.queueNs.Store(int64(s.scheduled.Sub(s.arrival)))
+				s.prefillNs.Store(int64(now.Sub(s.scheduled)))
+			}
+			s.decodeNs.Store(int64(now.Sub(s.firstToken)))
 			s.lastToken = now
 			s.emitted.Store(int32(s.generated))
 			touched = append(touched, s)

@@ -270,6 +270,9 @@ func (s *Server) respondWhole(ctx *fasthttp.RequestCtx, r *request) {
 		body, _ = json.Marshal(openai.CompletionResponse{ID: r.id, Object: "text_completion", Created: r.created, Model: r.model,
 			Choices: []openai.CompletionChoice{{Text: text, FinishReason: &finish}}, Usage: usage})
 	}
+	if s.cfg.PerRequestMetrics && len(body) > 0 {
+		body = append(r.appendMetrics(body[:len(body)-1]), '}')
+	}
 	if d := r.faults.netDelay(); d > 0 {
 		time.Sleep(d)
 	}
@@ -344,7 +347,11 @@ func (s *Server) stream(w *bufio.Writer, r *request) {
 		buf = append(buf, `"","logprobs":null,"finish_reason":"`...)
 	}
 	buf = append(buf, r.ans.finish...)
-	buf = append(buf, "\"}]}\n\n"...)
+	buf = append(buf, "\"}]"...)
+	if s.cfg.PerRequestMetrics && !r.usage {
+		buf = r.appendMetrics(buf)
+	}
+	buf = append(buf, "}\n\n"...)
 	if r.usage {
 		buf = r.appendChunkHead(buf)
 		buf = append(buf, `,"choices":[],"usage":{"prompt_tokens":`...)
@@ -359,10 +366,30 @@ func (s *Server) stream(w *bufio.Writer, r *request) {
 			buf = strconv.AppendInt(buf, r.firstOut.Sub(r.received).Microseconds(), 10)
 			buf = append(buf, '}')
 		}
+		if s.cfg.PerRequestMetrics {
+			buf = r.appendMetrics(buf)
+		}
 		buf = append(buf, "}\n\n"...)
 	}
 	buf = append(buf, "data: [DONE]\n\n"...)
 	write(buf)
+}
+
+// appendMetrics appends vLLM's per-request metrics object as a member of
+// the object being written: ,"metrics":{...}.
+func (r *request) appendMetrics(b []byte) []byte {
+	queue, prefill, decode := r.src.split()
+	ms := func(b []byte, key string, d time.Duration) []byte {
+		b = append(b, key...)
+		return strconv.AppendFloat(b, float64(d.Microseconds())/1000, 'f', 3, 64)
+	}
+	b = ms(b, `,"metrics":{"time_to_first_token_ms":`, prefill)
+	b = ms(b, `,"generation_time_ms":`, decode)
+	b = ms(b, `,"queue_time_ms":`, queue)
+	if r.ans.tokens > 1 && decode > 0 {
+		b = ms(b, `,"mean_itl_ms":`, decode/time.Duration(r.ans.tokens-1))
+	}
+	return append(b, '}')
 }
 
 func (r *request) object() string {
@@ -445,6 +472,8 @@ type tokenSource interface {
 	// sleep pauses for d unless the request is aborted first.
 	sleep(d time.Duration) bool
 	abort()
+	// split is the engine's queue, prefill and decode time so far.
+	split() (queue, prefill, decode time.Duration)
 }
 
 type engineSource struct{ s *seq }
@@ -480,6 +509,10 @@ func (e *engineSource) sleep(d time.Duration) bool {
 }
 
 func (e *engineSource) abort() { e.s.abort() }
+
+func (e *engineSource) split() (queue, prefill, decode time.Duration) {
+	return time.Duration(e.s.queueNs.Load()), time.Duration(e.s.prefillNs.Load()), time.Duration(e.s.decodeNs.Load())
+}
 
 // fixedSource releases token i at start+ttft+i*itl, with no load effects.
 type fixedSource struct {
@@ -518,6 +551,10 @@ func (f *fixedSource) sleepUntil(t time.Time) bool {
 }
 
 func (f *fixedSource) sleep(d time.Duration) bool { return f.sleepUntil(time.Now().Add(d)) }
+
+func (f *fixedSource) split() (queue, prefill, decode time.Duration) {
+	return 0, f.ttft, time.Duration(max(f.total-1, 0)) * f.itl
+}
 
 func (f *fixedSource) abort() {
 	if f.once.CompareAndSwap(false, true) {

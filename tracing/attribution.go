@@ -3,6 +3,8 @@ package tracing
 import (
 	"strconv"
 	"time"
+
+	"github.com/infergate/infergate/openai"
 )
 
 // Attribution splits one request's time at the gateway into where it
@@ -28,6 +30,11 @@ type Attribution struct {
 	Decode time.Duration
 	// Gateway is the rest: the gateway's own processing.
 	Gateway time.Duration
+	// Backend is the backend's own split, when it reports one: Queue and
+	// Prefill are parts of ModelTTFT (each at most what is left of it;
+	// what remains is the backend's HTTP and tokenizing work), Decode and
+	// Inference are as reported. Source is empty when there is none.
+	Backend openai.ServerTiming
 	// Total is received → done.
 	Total time.Duration
 }
@@ -50,6 +57,17 @@ func (t *Timeline) Attribute(done time.Time) Attribution {
 	if d := since(t.FirstTokenIn, t.LastTokenIn) - t.Relay; d > 0 {
 		a.Decode = d
 	}
+	if st := t.Server; st.Source != "" {
+		a.Backend = st
+		left := a.ModelTTFT
+		if st.Queue >= 0 {
+			a.Backend.Queue = min(st.Queue, left)
+			left -= a.Backend.Queue
+		}
+		if st.Prefill >= 0 {
+			a.Backend.Prefill = min(st.Prefill, left)
+		}
+	}
 	a.Gateway = a.Total - a.Queue - a.Connect - a.Network - a.ModelTTFT - a.Decode
 	if a.Gateway < 0 {
 		// Stamps of an unfinished request: nothing is left for it.
@@ -65,7 +83,12 @@ func (a Attribution) AppendServerTiming(dst []byte) []byte {
 		name string
 		d    time.Duration
 	}{{"queue", a.Queue}, {"gateway", a.Gateway}, {"connect", a.Connect}, {"network", a.Network},
-		{"model", a.ModelTTFT}, {"decode", a.Decode}, {"total", a.Total}} {
+		{"model", a.ModelTTFT}, {"decode", a.Decode}, {"total", a.Total},
+		// The backend's own split of model, when it gave one.
+		{"backend-queue", a.Backend.Queue}, {"prefill", a.Backend.Prefill}} {
+		if i >= 7 && (a.Backend.Source == "" || m.d < 0) {
+			continue
+		}
 		if i > 0 {
 			dst = append(dst, ", "...)
 		}

@@ -141,6 +141,7 @@ type Metrics struct {
 	opDuration, ttfc, tpoc, srvDuration, srvTTFT, srvTPOT metric.Float64Histogram
 	tokens                                                metric.Int64Histogram
 	queue, gateway, relayMax, connect, rtt, model, decode metric.Float64Histogram
+	backendQueue, prefill                                 metric.Float64Histogram
 	requests, disconnects, truncated, retries             metric.Int64Counter
 
 	phases [3][]metric.AddOption // client disconnects by phase
@@ -192,6 +193,8 @@ func NewMetrics(m metric.Meter, cfg MetricsConfig) (*Metrics, error) {
 	x.rtt = hist("infergate.upstream.rtt", "s", "Round trip to the backend: the kernel's minimum RTT of the connection (TCP_INFO).", tokenTimeBuckets)
 	x.model = hist("infergate.model.time_to_first_token", "s", "The backend's own time to the first token: sent → first token in, less the round trip.", latencyBuckets)
 	x.decode = hist("infergate.model.decode", "s", "The backend's decode: first to last token, less the gateway's relay time.", latencyBuckets)
+	x.backendQueue = hist("infergate.backend.queue", "s", "The backend's own scheduler queue, as it reports it (vLLM per-request metrics, TGI x-queue-time).", latencyBuckets)
+	x.prefill = hist("infergate.backend.prefill", "s", "The backend's own scheduling → first token, as it reports it (vLLM per-request metrics, llama.cpp timings).", latencyBuckets)
 	x.requests = count("infergate.requests", "{request}", "Requests by model and outcome (ok, client_gone, timeout, upstream_error, no_backend, rejected, shed, backend_4xx, backend_5xx, shutdown).")
 	x.disconnects = count("infergate.client.disconnects", "{request}", "Clients that left before their response was complete, by infergate.phase (queued, before_first_token, streaming).")
 	x.truncated = count("infergate.upstream.truncated", "{stream}", "Backend streams that ended without finish_reason and [DONE], or were reset.")
@@ -267,6 +270,14 @@ func (m *Metrics) Record(tl *Timeline, r RequestMetrics) {
 		}
 		if tl.OutputTokens > 1 {
 			m.srvTPOT.Record(ctx, span.Seconds()/float64(tl.OutputTokens-1), s.base...)
+		}
+	}
+	if b := a.Backend; b.Source != "" {
+		if b.Queue >= 0 {
+			m.backendQueue.Record(ctx, b.Queue.Seconds(), s.base...)
+		}
+		if b.Prefill >= 0 {
+			m.prefill.Record(ctx, b.Prefill.Seconds(), s.base...)
 		}
 	}
 	if tl.PromptTokens > 0 || tl.OutputTokens > 0 {

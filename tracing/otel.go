@@ -147,6 +147,17 @@ func EndSpans(tr trace.Tracer, span trace.Span, tl *Timeline, r RequestSpans) {
 	attrs = append(attrs, attribute.Float64("infergate.queue_ms", msOf(a.Queue)), attribute.Float64("infergate.gateway_ms", msOf(a.Gateway)),
 		attribute.Float64("infergate.network_ms", msOf(a.Network)), attribute.Float64("infergate.model_ttft_ms", msOf(a.ModelTTFT)),
 		attribute.Float64("infergate.decode_ms", msOf(a.Decode)))
+	if b := a.Backend; b.Source != "" {
+		attrs = append(attrs, attribute.String("infergate.backend.source", b.Source))
+		for _, f := range [...]struct {
+			key string
+			d   time.Duration
+		}{{"infergate.backend.queue_ms", b.Queue}, {"infergate.backend.prefill_ms", b.Prefill}, {"infergate.backend.decode_ms", b.Decode}} {
+			if f.d >= 0 {
+				attrs = append(attrs, attribute.Float64(f.key, msOf(f.d)))
+			}
+		}
+	}
 	span.SetAttributes(attrs...)
 	ctx := trace.ContextWithSpan(context.Background(), span)
 	// A queue span only for a request that waited: a microsecond of

@@ -97,14 +97,38 @@ type Timing struct {
 	ModelTTFT float64 `json:"model_ttft_ms"`
 	Decode    float64 `json:"decode_ms"`
 	Total     float64 `json:"total_ms"`
+	// Backend is the backend's own split, when it reported one.
+	Backend *BackendTiming `json:"backend,omitempty"`
+}
+
+// BackendTiming is a backend's own account of its time, in milliseconds;
+// a field it did not report is absent. Queue and Prefill are parts of
+// Timing.ModelTTFT.
+type BackendTiming struct {
+	Source    string   `json:"source"`
+	Queue     *float64 `json:"queue_ms,omitempty"`
+	Prefill   *float64 `json:"prefill_ms,omitempty"`
+	Decode    *float64 `json:"decode_ms,omitempty"`
+	Inference *float64 `json:"inference_ms,omitempty"`
 }
 
 func msOf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // NewTiming converts an attribution and the gateway's TTFT.
 func NewTiming(a Attribution, ttft time.Duration) *Timing {
-	return &Timing{TTFT: msOf(ttft), Queue: msOf(a.Queue), Gateway: msOf(a.Gateway), Connect: msOf(a.Connect), Network: msOf(a.Network),
+	t := &Timing{TTFT: msOf(ttft), Queue: msOf(a.Queue), Gateway: msOf(a.Gateway), Connect: msOf(a.Connect), Network: msOf(a.Network),
 		ModelTTFT: msOf(a.ModelTTFT), Decode: msOf(a.Decode), Total: msOf(a.Total)}
+	if b := a.Backend; b.Source != "" {
+		opt := func(d time.Duration) *float64 {
+			if d < 0 {
+				return nil
+			}
+			v := msOf(d)
+			return &v
+		}
+		t.Backend = &BackendTiming{Source: b.Source, Queue: opt(b.Queue), Prefill: opt(b.Prefill), Decode: opt(b.Decode), Inference: opt(b.Inference)}
+	}
+	return t
 }
 
 // RequestLog writes entries from one goroutine of its own, so the request

@@ -1,6 +1,10 @@
 package tracing
 
-import "time"
+import (
+	"time"
+
+	"github.com/infergate/infergate/openai"
+)
 
 // Timeline is one request's monotonic stamps (see DESIGN.md, "The
 // timeline"). A zero stamp means the request never got there. It is owned
@@ -35,6 +39,10 @@ type Timeline struct {
 	// PromptTokens and OutputTokens are the backend's usage, when it
 	// reported one.
 	PromptTokens, OutputTokens int
+	// Server is the backend's own account of its time (vLLM's
+	// per-request metrics, llama.cpp's timings, TGI's headers); Source is
+	// empty when it gave none.
+	Server openai.ServerTiming
 }
 
 // Reset clears t for reuse.
