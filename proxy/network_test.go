@@ -1,0 +1,64 @@
+//go:build linux
+
+package proxy
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/infergate/infergate/internal/netem"
+	"github.com/infergate/infergate/sim"
+)
+
+// A backend 30 ms of round trip away (a real delay on the wire, through
+// a network namespace): the round trip lands in network, the dial in
+// connect, and the sim's own 20 ms TTFT in model.
+func TestNetworkDelayLandsInNetwork(t *testing.T) {
+	if err := netem.Available(); err != nil {
+		t.Skip(err)
+	}
+	link, err := netem.New(30 * time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { link.Close() })
+	ln, err := link.Listen("0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := sim.DefaultConfig()
+	cfg.Model, cfg.Mode, cfg.TTFT, cfg.ITL = "m", "fixed", 20*time.Millisecond, time.Millisecond
+	s, err := sim.New(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(ln)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		s.Shutdown(ctx)
+	})
+	gw := startGateway(t, testConfig("http://"+ln.Addr().String()))
+	body := `{"model":"m","stream":true,"stream_options":{"include_usage":true},"max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`
+	for i, name := range []string{"new connection", "pooled connection"} {
+		tm := timedStream(t, gw.URL, body)
+		addsUp(t, tm)
+		if tm.Network < 29 || tm.Network > 60 {
+			t.Errorf("%s: network %.1f ms, want the link's 30 ms (%+v)", name, tm.Network, tm)
+		}
+		if tm.ModelTTFT < 19 || tm.ModelTTFT > 45 {
+			t.Errorf("%s: model TTFT %.1f ms, want the sim's 20 ms (%+v)", name, tm.ModelTTFT, tm)
+		}
+		if i == 0 && (tm.Connect < 29 || tm.Connect > 60) {
+			t.Errorf("new connection: connect %.1f ms, want one round trip (30 ms) for the handshake", tm.Connect)
+		}
+		if i == 1 && tm.Connect > 5 {
+			t.Errorf("pooled connection: connect %.1f ms, want ~0", tm.Connect)
+		}
+		if tm.Gateway > 10 {
+			t.Errorf("%s: gateway %.1f ms: the delay leaked into the gateway's share", name, tm.Gateway)
+		}
+	}
+}
