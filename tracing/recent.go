@@ -66,9 +66,15 @@ func (r *Recent) Add(tl *Timeline, model, backend string, ok bool) {
 	}
 	if ttft := tl.TTFT(); ttft > 0 {
 		s.ttft, s.hasTTFT = ttft, true
-		if span := since(tl.FirstTokenIn, tl.LastTokenIn); span > 0 && tl.OutputTokens > 1 {
-			s.tpot = span / time.Duration(tl.OutputTokens-1)
-			s.speed = float64(tl.OutputTokens-1) / span.Seconds()
+		// Without the backend's usage, content events stand in for tokens
+		// (one each on vLLM, SGLang and TGI streams).
+		out := tl.OutputTokens
+		if out == 0 {
+			out = tl.ContentEvents
+		}
+		if span := since(tl.FirstTokenIn, tl.LastTokenIn); span > 0 && out > 1 {
+			s.tpot = span / time.Duration(out-1)
+			s.speed = float64(out-1) / span.Seconds()
 		}
 	}
 	if s.at.IsZero() {

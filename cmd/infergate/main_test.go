@@ -140,7 +140,7 @@ func chat(t *testing.T, url, model string) (int, string) {
 }
 
 func TestHelpOnEveryCommand(t *testing.T) {
-	for _, args := range [][]string{{"--help"}, {"serve", "--help"}, {"sim", "--help"}, {"overhead", "--help"}, {"bench", "--help"}, {"compare", "--help"}, {"probe", "--help"}, {"demo", "--help"}} {
+	for _, args := range [][]string{{"--help"}, {"serve", "--help"}, {"sim", "--help"}, {"overhead", "--help"}, {"bench", "--help"}, {"compare", "--help"}, {"probe", "--help"}, {"demo", "--help"}, {"top", "--help"}} {
 		out, err := exec.Command(binary, args...).CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "Usage: infergate") {
 			t.Errorf("infergate %v: err %v, output %q", args, err, out)
@@ -258,5 +258,37 @@ func TestExampleConfigIsValid(t *testing.T) {
 	os.Setenv("VLLM_API_KEY", "example")
 	if _, err := loadConfig("../../infergate.example.yaml"); err != nil {
 		t.Fatalf("infergate.example.yaml: %v", err)
+	}
+}
+
+// top reads a running gateway's admin listener and shows what went
+// through it.
+func TestTopShowsTheLiveView(t *testing.T) {
+	p := start(t, "serve", "--listen", "127.0.0.1:0")
+	url := p.url(t)
+	for range 3 {
+		if code, body := chat(t, url, "sim-model"); code != 200 {
+			t.Fatalf("status %d body %q", code, body)
+		}
+	}
+	admin := p.adminURL(t)
+	out, err := exec.Command(binary, "top", "--admin", admin, "--count", "2", "--interval", "100ms").CombinedOutput()
+	if err != nil {
+		t.Fatalf("top: %v\n%s", err, out)
+	}
+	text := string(out)
+	if n := strings.Count(text, "infergate top"); n != 2 {
+		t.Errorf("%d frames, want 2:\n%s", n, text)
+	}
+	for _, want := range []string{"requests 3 ", "sim-model", "where the time went", "closed"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("top lacks %q:\n%s", want, text)
+		}
+	}
+	if strings.Contains(text, "\x1b[2J") {
+		t.Error("top cleared the screen of a pipe")
+	}
+	if out, err := exec.Command(binary, "top", "--admin", "127.0.0.1:1", "--count", "1").CombinedOutput(); err == nil {
+		t.Errorf("top against nothing exited 0: %s", out)
 	}
 }

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/infergate/infergate/proxy"
+	"github.com/infergate/infergate/tracing"
+	"golang.org/x/term"
+)
+
+const topSynopsis = `top [--admin URL] [--interval 2s] [--count N]
+
+Shows a running gateway's live view in the terminal, read from its admin
+listener's /admin/stats: requests in flight and queued, then per model and
+backend over the last minute the request rate, errors, TTFT, TPOT, output
+speed and end-to-end percentiles, and where the time went (the mean of each
+part of the gateway's attribution; the means add up to the mean total).
+On a terminal the screen is redrawn; otherwise one frame is printed per
+interval. Ctrl-C stops it.`
+
+func runTop(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("top", topSynopsis, stderr)
+	admin := fs.String("admin", "http://"+proxy.DefaultAdminListen, "the gateway's admin listener (serve --admin-listen)")
+	interval := fs.Duration("interval", 2*time.Second, "time between refreshes")
+	count := fs.Int("count", 0, "stop after this many frames (0: until Ctrl-C)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if *interval <= 0 {
+		return fmt.Errorf("--interval must be positive")
+	}
+	base := strings.TrimSuffix(*admin, "/")
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	f, isFile := stdout.(*os.File)
+	redraw := isFile && term.IsTerminal(int(f.Fd()))
+	client := &http.Client{Timeout: 5 * time.Second}
+	tick := time.NewTicker(*interval)
+	defer tick.Stop()
+	for frame := 1; ; frame++ {
+		snap, err := fetchStats(ctx, client, base+"/admin/stats")
+		if err != nil {
+			return err
+		}
+		if redraw {
+			fmt.Fprint(stdout, "\x1b[H\x1b[2J")
+		}
+		renderStats(stdout, base, snap)
+		if *count > 0 && frame >= *count {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+func fetchStats(ctx context.Context, c *http.Client, url string) (tracing.Snapshot, error) {
+	var snap tracing.Snapshot
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return snap, err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return snap, fmt.Errorf("admin %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return snap, fmt.Errorf("admin %s: status %d", url, resp.StatusCode)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&snap); err != nil {
+		return snap, fmt.Errorf("admin %s: %w", url, err)
+	}
+	return snap, nil
+}
+
+// renderStats writes one frame of the live view.
+func renderStats(w io.Writer, from string, s tracing.Snapshot) {
+	g := s.Gateway
+	fmt.Fprintf(w, "infergate top — %s — %s — last %.0f s\n", from, s.Time.Local().Format("15:04:05"), s.Window)
+	errPct := 0.0
+	if s.All.Requests > 0 {
+		errPct = 100 * float64(s.All.Errors) / float64(s.All.Requests)
+	}
+	fmt.Fprintf(w, "in flight %d   queued %d   requests %d (%.1f/s)   errors %.1f%%\n\n", g.InFlight, g.Queued, s.All.Requests, s.All.RPS, errPct)
+
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "model\tbackend\treq/s\terr%\tTTFT p50\tp90\tp99\tTPOT p50\ttok/s p50\te2e p50\tp99\t")
+	rows := append([]tracing.GroupStats{}, s.Groups...)
+	if len(rows) > 1 {
+		all := s.All
+		all.Model, all.Backend = "all", ""
+		rows = append(rows, all)
+	}
+	for _, r := range rows {
+		ep := 0.0
+		if r.Requests > 0 {
+			ep = 100 * float64(r.Errors) / float64(r.Requests)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.Model, r.Backend, r.RPS, ep,
+			q(r.TTFT, 50), q(r.TTFT, 90), q(r.TTFT, 99), q(r.TPOT, 50), q(r.Speed, 50), q(r.Total, 50), q(r.Total, 99))
+	}
+	tw.Flush()
+
+	fmt.Fprintln(w, "\nwhere the time went (mean ms per request):")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "model\tbackend\tqueue\tgateway\tconnect\tnetwork\tmodel TTFT\tdecode\ttotal\t")
+	for _, r := range rows {
+		a := r.Attribution
+		if a == nil {
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.2f\t%.3f\t%.3f\t%.3f\t%.1f\t%.1f\t%.1f\t\n", r.Model, r.Backend, a.Queue, a.Gateway, a.Connect, a.Network, a.ModelTTFT, a.Decode, a.Total)
+	}
+	tw.Flush()
+
+	if len(g.Backends) > 0 {
+		fmt.Fprintln(w, "\nbackends:")
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "pool\tbackend\tin flight\tbreaker\tavailable\t")
+		for _, b := range g.Backends {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%v\t\n", b.Pool, b.Name, b.InFlight, b.Breaker, b.Up)
+		}
+		tw.Flush()
+	}
+}
+
+// q formats one percentile of a figure, or "-" when there is none.
+func q(v *tracing.Quantiles, p int) string {
+	if v == nil {
+		return "-"
+	}
+	x := map[int]float64{50: v.P50, 90: v.P90, 99: v.P99}[p]
+	switch {
+	case x >= 100:
+		return fmt.Sprintf("%.0f", x)
+	case x >= 10:
+		return fmt.Sprintf("%.1f", x)
+	}
+	return fmt.Sprintf("%.2f", x)
+}
