@@ -39,6 +39,11 @@ type Config struct {
 	Progress io.Writer
 	// InsecureSkipVerify accepts any TLS certificate.
 	InsecureSkipVerify bool
+	// DirectURL, when set, is the backend behind the gateway at URL:
+	// after the stages, Pairs requests go through the gateway and
+	// straight to it, paired (Paired). Pairs defaults to 50.
+	DirectURL string
+	Pairs     int
 }
 
 // Endpoint resolves the request URL and sets the workload's endpoint
@@ -156,6 +161,30 @@ func Run(ctx context.Context, cfg Config) (*Record, error) {
 			rec.Interrupted = true
 			break
 		}
+	}
+	if cfg.DirectURL != "" && runErr == nil {
+		dc := cfg
+		dc.URL = cfg.DirectURL
+		dEndpoint, err := dc.Endpoint()
+		if err != nil {
+			return rec, fmt.Errorf("--direct-url: %w", err)
+		}
+		var hdr [][2]string
+		for _, h := range cfg.Headers {
+			if !strings.EqualFold(h[0], "X-Infergate-Timing") {
+				hdr = append(hdr, h)
+			}
+		}
+		direct, err := NewClient(dEndpoint, ClientOptions{Headers: hdr, InsecureSkipVerify: cfg.InsecureSkipVerify})
+		if err != nil {
+			return rec, fmt.Errorf("--direct-url: %w", err)
+		}
+		defer direct.Close()
+		n := cfg.Pairs
+		if n <= 0 {
+			n = 50
+		}
+		rec.Paired = runPaired(ctx, client, direct, wl, cfg.Workload.Stream, tok.Count, q, n, dEndpoint)
 	}
 	rec.Knee = Knee(rec.Stages)
 	if n := offLength.Load(); n > 0 {

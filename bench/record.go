@@ -21,10 +21,13 @@ type Record struct {
 	Conditions Conditions `json:"conditions"`
 	Stages     []*Summary `json:"stages"`
 	// Knee is the index of the sweep's knee (see Knee), -1 when none.
-	Knee        int               `json:"knee"`
-	Interrupted bool              `json:"interrupted,omitempty"`
-	Warnings    []string          `json:"warnings,omitempty"`
-	Formulas    map[string]string `json:"formulas"`
+	Knee        int  `json:"knee"`
+	Interrupted bool `json:"interrupted,omitempty"`
+	// Paired is the gateway's added latency against its backend, with
+	// Config.DirectURL.
+	Paired   *Paired           `json:"paired,omitempty"`
+	Warnings []string          `json:"warnings,omitempty"`
+	Formulas map[string]string `json:"formulas"`
 }
 
 // Conditions are what must agree for two runs to be compared.

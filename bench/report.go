@@ -60,6 +60,9 @@ func (r *Record) WriteText(w io.Writer) {
 	if len(r.Stages) > 1 {
 		r.writeSweep(w)
 	}
+	if r.Paired != nil {
+		r.Paired.writeText(w)
+	}
 	for _, warn := range r.Warnings {
 		fmt.Fprintf(w, "\nwarning: %s\n", warn)
 	}

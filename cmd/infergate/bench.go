@@ -69,6 +69,8 @@ type benchFlags struct {
 	insecure, quiet, gwTiming *bool
 	out, html, csv, events    *string
 	cpuprofile, memprofile    *string
+	directURL                 *string
+	pairs                     *int
 }
 
 func registerBenchFlags(fs *flag.FlagSet) *benchFlags {
@@ -104,6 +106,8 @@ func registerBenchFlags(fs *flag.FlagSet) *benchFlags {
 	f.apiKey = fs.String("api-key", "", "bearer token (default $OPENAI_API_KEY)")
 	f.insecure = fs.Bool("insecure", false, "accept any TLS certificate")
 	f.quiet = fs.Bool("quiet", false, "no progress bar (it is off anyway when stderr is not a terminal)")
+	f.directURL = fs.String("direct-url", "", "the backend behind the gateway at --url: after the run, send --pairs requests through both, paired, and print the gateway's added TTFT and end-to-end time")
+	f.pairs = fs.Int("pairs", 50, "with --direct-url: request pairs, one at a time")
 	f.gwTiming = fs.Bool("gateway-timing", false, "ask an infergate gateway for its timeline (X-Infergate-Timing) and print where the TTFT went")
 	f.out = fs.String("out", "", "write the run record (JSON) here")
 	f.html = fs.String("html", "", "write an HTML report with charts here")
@@ -189,6 +193,7 @@ func (f *benchFlags) config(set map[string]bool) (bench.Config, error) {
 		}
 		cfg.Headers = append(cfg.Headers, [2]string{strings.TrimSpace(k), strings.TrimSpace(v)})
 	}
+	cfg.DirectURL, cfg.Pairs = *f.directURL, *f.pairs
 	if *f.gwTiming {
 		cfg.Headers = append(cfg.Headers, [2]string{"X-Infergate-Timing", "1"})
 	}

@@ -172,3 +172,32 @@ func TestRequestLogReplays(t *testing.T) {
 		t.Fatalf("replay record: %v", err)
 	}
 }
+
+// bench --direct-url pairs each request through the gateway with the same
+// one straight to the backend: a backend 50 ms from its first token shows
+// through both, and what the gateway adds is small and recorded.
+func TestBenchPairedAgainstTheBackend(t *testing.T) {
+	sim := start(t, "sim", "--listen", "127.0.0.1:0", "--ttft", "50ms", "--itl", "1ms").url(t)
+	gw := start(t, "serve", "--listen", "127.0.0.1:0", "--upstream", sim).url(t)
+	dir := t.TempDir()
+	code, out := exitCode(t, "bench", "--url", gw, "--direct-url", sim, "--pairs", "12", "--requests", "4", "--input-tokens", "8", "--output-tokens", "4",
+		"--out", filepath.Join(dir, "r.json"))
+	if code != 0 || !strings.Contains(out, "added by the gateway, paired against") {
+		t.Fatalf("bench --direct-url: exit %d\n%s", code, out)
+	}
+	rec, err := bench.LoadRecord(filepath.Join(dir, "r.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := rec.Paired
+	if p == nil || p.Pairs != 12 || p.Failed != 0 || p.TTFT == nil {
+		t.Fatalf("paired: %+v", p)
+	}
+	if p.DirectTTFT < 49 || p.GatewayTTFT < 49 {
+		t.Errorf("TTFT p50 direct %.1f ms, gateway %.1f ms: want the sim's 50 ms on both", p.DirectTTFT, p.GatewayTTFT)
+	}
+	// Loopback on a busy CI machine: the gateway adds well under 15 ms.
+	if p.TTFT.P50 < -5 || p.TTFT.P50 > 15 {
+		t.Errorf("added TTFT p50 %.3f ms", p.TTFT.P50)
+	}
+}
