@@ -163,8 +163,9 @@ func p99s(p *Percentiles) string {
 	return fmt.Sprintf("%.1f ms", *p.P99)
 }
 
-// tracingCost compares a gateway with everything off against one with the
-// request log on and a span per request (100% sampled) exported by OTLP
+// tracingCost compares a gateway with everything off (no request log, no
+// spans, metrics.off) against one with the request log on, the metrics'
+// histograms on, and a span per request (100% sampled) exported by OTLP
 // over HTTP to a local sink, interleaved: events/s and TTFT.
 func (o *Overhead) tracingCost(ctx context.Context, dir string) error {
 	sink, err := net.Listen("tcp", "127.0.0.1:0")
@@ -200,7 +201,18 @@ tracing:
 `, sim.addr, filepath.Join(dir, "requests.jsonl"), sink.Addr()), 0o644); err != nil {
 		return err
 	}
-	plain, err := startInfergate(o.Binary, "gateway", "serve", "--upstream", "http://"+sim.addr, "--log-level", "warn")
+	off := filepath.Join(dir, "off.yaml")
+	if err := os.WriteFile(off, fmt.Appendf(nil, `pools:
+  p:
+    backends:
+      - url: http://%s
+default_pool: p
+metrics:
+  off: true
+`, sim.addr), 0o644); err != nil {
+		return err
+	}
+	plain, err := startInfergate(o.Binary, "gateway", "serve", "--config", off, "--log-level", "warn")
 	if err != nil {
 		return err
 	}
@@ -210,7 +222,7 @@ tracing:
 		return err
 	}
 	defer traced.stop()
-	targets := []gateway{{"all off", plain.addr}, {"log + spans (100%, OTLP)", traced.addr}}
+	targets := []gateway{{"all off", plain.addr}, {"log + metrics + spans (100%, OTLP)", traced.addr}}
 	pooled, rates, err := o.interleave(ctx, targets, requestBody(50, true), 64)
 	if err != nil {
 		return err
@@ -223,7 +235,7 @@ tracing:
 		fmt.Fprintf(o.Report, "| %s | %d | %.0f | %s | %s |\n", t.name, s.Requests, Median(rates[t.name]), msf(s.TTFT.Quantile(50)), msf(s.TTFT.Quantile(99)))
 	}
 	a, b := targets[0].name, targets[1].name
-	fmt.Fprintf(o.Report, "\nWith log and spans: events/s %.2f× all off; TTFT p99 %+.3f ms. The sink received %d KiB of spans.\n\n",
+	fmt.Fprintf(o.Report, "\nWith log, metrics and spans: events/s %.2f× all off; TTFT p99 %+.3f ms. The sink received %d KiB of spans.\n\n",
 		Median(rates[b])/Median(rates[a]), float64(pooled[b].TTFT.Quantile(99)-pooled[a].TTFT.Quantile(99))/1e6, spansBytes.Load()>>10)
 	return nil
 }

@@ -17,6 +17,11 @@ import (
 // handleAdmin serves the admin listener.
 func (g *Gateway) handleAdmin(ctx *fasthttp.RequestCtx) {
 	switch string(ctx.Path()) {
+	case "/metrics", "/admin/stats":
+		// Every request that ended before the scrape is in it.
+		g.syncTelemetry()
+	}
+	switch string(ctx.Path()) {
 	case "/metrics":
 		fastsrv.WriteMetrics(ctx, g.m.mp.Registry, g.log)
 	case "/admin/stats":

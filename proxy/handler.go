@@ -688,15 +688,16 @@ func (x *exchange) finishWith(status int, outcome string) {
 	x.g.inflight.Done()
 }
 
-// report writes the request's log line and metrics, and its request-log
-// entry when sampled.
+// report writes the request's log line and hands the request to the
+// telemetry goroutine (metrics, span, live view, request-log entry).
 func (x *exchange) report() {
+	x.logLine()
+	x.g.submit(x)
+}
+
+// logLine writes the request's line to the gateway's log.
+func (x *exchange) logLine() {
 	tl := &x.tl
-	if x.logged {
-		x.logEntry()
-	}
-	x.endSpan()
-	x.record()
 	lvl := slog.LevelInfo
 	if x.outcome != outcomeOK && x.outcome != outcomeRejected && x.outcome != outcomeBackend4xx && x.outcome != outcomeClientGone && x.outcome != outcomeShed {
 		lvl = slog.LevelWarn

@@ -42,6 +42,7 @@ func TestSpansFollowGenAIConventions(t *testing.T) {
 	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 	post(t, "http://"+ln.Addr().String(), "/v1/chat/completions", streamBody, "Traceparent", "00-"+traceID+"-"+parentID+"-01")
 
+	g.syncTelemetry() // spans are built off the request path
 	spans := rec.Ended()
 	byName := map[string]sdktrace.ReadOnlySpan{}
 	for _, s := range spans {

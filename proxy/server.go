@@ -36,9 +36,14 @@ type Gateway struct {
 	watch *hangup.Watcher
 	m     *gatewayMetrics
 	admin *fasthttp.Server // the admin listener's server: /metrics, /admin/*
-	stats *tracing.Recent  // recent requests, for /admin/stats
-	lim   *shaping.Limiter
-	rlog  *tracing.RequestLog // nil when request_log.path is empty
+	// telem feeds the telemetry goroutine (telemetry.go).
+	telem       chan telemetryItem
+	telemDone   chan struct{}
+	telemMu     sync.RWMutex
+	telemClosed bool
+	stats       *tracing.Recent // recent requests, for /admin/stats
+	lim         *shaping.Limiter
+	rlog        *tracing.RequestLog // nil when request_log.path is empty
 	// tracer is nil when no span is sent; tp is the provider the gateway
 	// made from its configuration (shut down with it).
 	tracer trace.Tracer
@@ -95,6 +100,7 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Gateway, error) {
 		g.closeTelemetry()
 		return nil, err
 	}
+	g.startTelemetry()
 	g.setTenantKeys(cfg.Shaping)
 	g.base, g.cancelBase = context.WithCancelCause(context.Background())
 	st, err := g.build(cfg, nil)
@@ -104,6 +110,7 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Gateway, error) {
 		}
 	}
 	if err != nil {
+		g.stopTelemetry()
 		g.closeTelemetry()
 		return nil, err
 	}
@@ -365,7 +372,6 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		defer g.tp.Shutdown(context.Background())
 	}
 	defer g.m.mp.Shutdown(context.Background())
-	defer g.admin.Shutdown()
 	srvDone := make(chan error, 1)
 	go func() { srvDone <- g.srv.ShutdownWithContext(ctx) }()
 	// Streams run on hijacked connections the server no longer counts, so
@@ -392,6 +398,10 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	case <-time.After(5 * time.Second):
 		err = errors.Join(err, errors.New("proxy: server did not stop 5s after the drain"))
 	}
+	// The admin listener goes before the telemetry it reads; the
+	// telemetry before the exporters and the request log (deferred).
+	_ = g.admin.Shutdown()
+	g.stopTelemetry()
 	g.state.Load().close()
 	g.watch.Close()
 	return err

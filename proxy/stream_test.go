@@ -138,6 +138,7 @@ func TestStreamEndingEarlyIsAFailure(t *testing.T) {
 
 func counterValue(t testing.TB, g *Gateway, name, label, value string) float64 {
 	t.Helper()
+	g.syncTelemetry() // what ended before now is recorded
 	mfs, err := g.Metrics().Gather()
 	if err != nil {
 		t.Fatal(err)

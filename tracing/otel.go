@@ -125,12 +125,14 @@ func EndSpans(tr trace.Tracer, span trace.Span, tl *Timeline, r RequestSpans) {
 	if r.Model != "" {
 		span.SetName(r.Operation + " " + r.Model)
 	}
-	attrs := []attribute.KeyValue{
+	// Room for every attribute below: the slice never grows.
+	attrs := make([]attribute.KeyValue, 0, 24)
+	attrs = append(attrs,
 		attribute.String("gen_ai.operation.name", r.Operation),
 		attribute.String("gen_ai.request.model", r.Model),
 		attribute.Int("http.response.status_code", r.Status),
 		attribute.Bool("infergate.stream", r.Stream),
-	}
+	)
 	if r.UpstreamModel != "" {
 		attrs = append(attrs, attribute.String("gen_ai.response.model", r.UpstreamModel))
 	}
