@@ -122,7 +122,9 @@ type exchange struct {
 	tenant  string              // as admission named it
 	logged  bool                // this request goes to the request log
 	logBody []byte              // its body, copied, when the log keeps bodies
-	span    trace.Span          // the request's span, with a tracer
+	// parent is the client's span (from its traceparent), sc the
+	// request's own, decided at receipt; both invalid without a tracer.
+	parent, sc trace.SpanContext
 
 	status  int
 	outcome string
@@ -192,7 +194,7 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, strict bool) {
 		x.reject(ctx, http.StatusNotFound, openai.TypeInvalidRequest, "model_not_found", msg)
 		return
 	}
-	x.startSpan(ctx)
+	x.beginSpan(ctx)
 	if x.route.upstreamModel != "" && err == nil && env.Model != "" {
 		body = openai.RewriteModel(body, env, x.route.upstreamModel)
 	}

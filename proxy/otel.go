@@ -7,17 +7,18 @@ import (
 	"github.com/infergate/infergate/tracing"
 	"github.com/valyala/fasthttp"
 	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 )
 
 // Option changes how New builds a gateway.
 type Option func(*Gateway)
 
-// WithTracerProvider sends the gateway's spans to tp instead of the
-// provider tracing: in the configuration describes (tests use an
-// in-memory one). The caller shuts tp down.
-func WithTracerProvider(tp trace.TracerProvider) Option {
-	return func(g *Gateway) { g.tracer = tp.Tracer("github.com/infergate/infergate/proxy") }
+// WithSpanProcessor hands the gateway's spans to sp too, besides the
+// exporter tracing: in the configuration names (tests record spans with
+// an in-memory one). The gateway shuts it down with its tracer.
+func WithSpanProcessor(sp sdktrace.SpanProcessor) Option {
+	return func(g *Gateway) { g.spanProcessors = append(g.spanProcessors, sp) }
 }
 
 var traceContext = propagation.TraceContext{}
@@ -35,21 +36,26 @@ func (c headerCarrier) Keys() []string {
 	return keys
 }
 
-// startSpan opens the request's span at its receipt, continuing the
-// client's traceparent. Only with a tracer.
-func (x *exchange) startSpan(ctx *fasthttp.RequestCtx) {
+// beginSpan decides the request's span context at its receipt,
+// continuing the client's traceparent; the span itself is built when the
+// request has ended (endSpan). Only with a tracer.
+func (x *exchange) beginSpan(ctx *fasthttp.RequestCtx) {
 	tr := x.g.tracer
 	if tr == nil {
 		return
 	}
-	parent := traceContext.Extract(context.Background(), headerCarrier{&ctx.Request.Header})
-	_, x.span = tr.Start(parent, x.operation(), trace.WithTimestamp(x.tl.Received), trace.WithSpanKind(trace.SpanKindServer))
+	// Most requests carry no traceparent: the propagator runs only for
+	// those that do.
+	if len(ctx.Request.Header.Peek("Traceparent")) > 0 {
+		x.parent = trace.SpanContextFromContext(traceContext.Extract(context.Background(), headerCarrier{&ctx.Request.Header}))
+	}
+	x.sc = tr.Begin(x.parent, x.operation())
 }
 
 // injectSpan puts the request's span into the upstream request's
 // traceparent, so the backend's spans nest under it.
 func (x *exchange) injectSpan(h *fasthttp.RequestHeader) {
-	if x.span == nil || !x.span.SpanContext().IsValid() {
+	if !x.sc.IsValid() {
 		return
 	}
 	// The client's own traceparent (in whatever case it came) gives way
@@ -63,7 +69,7 @@ func (x *exchange) injectSpan(h *fasthttp.RequestHeader) {
 	for _, k := range drop {
 		h.Del(k)
 	}
-	traceContext.Inject(trace.ContextWithSpan(context.Background(), x.span), headerCarrier{h})
+	traceContext.Inject(trace.ContextWithSpanContext(context.Background(), x.sc), headerCarrier{h})
 }
 
 // operation is gen_ai.operation.name of the request.
@@ -74,9 +80,9 @@ func (x *exchange) operation() string {
 	return "chat"
 }
 
-// endSpan closes the request's span from its timeline.
+// endSpan builds the request's spans from its timeline.
 func (x *exchange) endSpan() {
-	if x.span == nil {
+	if !x.sc.IsValid() {
 		return
 	}
 	r := tracing.RequestSpans{Operation: x.operation(), Model: x.model, Status: x.status, Outcome: x.outcome, Stream: x.stream}
@@ -86,6 +92,5 @@ func (x *exchange) endSpan() {
 	if x.backend != nil {
 		r.Backend = x.backend.host
 	}
-	tracing.EndSpans(x.g.tracer, x.span, &x.tl, r)
-	x.span = nil
+	x.g.tracer.End(x.parent, x.sc, &x.tl, r)
 }

@@ -24,8 +24,7 @@ func TestSpansFollowGenAIConventions(t *testing.T) {
 		w.Write([]byte(script))
 	})
 	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	g, err := New(testConfig(b.URL), slog.New(slog.NewTextHandler(io.Discard, nil)), WithTracerProvider(tp))
+	g, err := New(testConfig(b.URL), slog.New(slog.NewTextHandler(io.Discard, nil)), WithSpanProcessor(rec))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,6 @@ import (
 	"github.com/infergate/infergate/tracing"
 	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"net"
 	"sync"
@@ -44,10 +43,10 @@ type Gateway struct {
 	stats       *tracing.Recent // recent requests, for /admin/stats
 	lim         *shaping.Limiter
 	rlog        *tracing.RequestLog // nil when request_log.path is empty
-	// tracer is nil when no span is sent; tp is the provider the gateway
-	// made from its configuration (shut down with it).
-	tracer trace.Tracer
-	tp     *sdktrace.TracerProvider
+	// tracer is nil when no span is sent; spanProcessors are added to it
+	// (WithSpanProcessor).
+	tracer         *tracing.Tracer
+	spanProcessors []sdktrace.SpanProcessor
 	// tenantKeys maps a configured API key to its tenant; swapped on reload.
 	tenantKeys atomic.Pointer[map[string]string]
 
@@ -154,17 +153,14 @@ func (g *Gateway) open(cfg Config, opts []Option) error {
 	for _, o := range opts {
 		o(g)
 	}
-	if g.tracer == nil {
-		if g.tp, err = tracing.NewTracerProvider(context.Background(), cfg.Tracing); err != nil {
-			return err
-		}
-		if g.tp != nil {
-			g.tracer = g.tp.Tracer("github.com/infergate/infergate/proxy")
-			// OpenTelemetry reports export failures through its own
-			// process-wide handler; route them to the gateway's log.
-			log := g.log
-			otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("opentelemetry", "err", err) }))
-		}
+	if g.tracer, err = tracing.NewTracer(context.Background(), cfg.Tracing, g.spanProcessors...); err != nil {
+		return err
+	}
+	if g.tracer != nil {
+		// OpenTelemetry reports export failures through its own
+		// process-wide handler; route them to the gateway's log.
+		log := g.log
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("opentelemetry", "err", err) }))
 	}
 	mp, err := tracing.NewMeterProvider(context.Background(), cfg.Metrics, cfg.Tracing.ServiceName)
 	if err != nil {
@@ -184,8 +180,8 @@ func (g *Gateway) closeTelemetry() {
 	if g.m != nil {
 		_ = g.m.mp.Shutdown(context.Background())
 	}
-	if g.tp != nil {
-		_ = g.tp.Shutdown(context.Background())
+	if g.tracer != nil {
+		_ = g.tracer.Shutdown(context.Background())
 	}
 	if g.rlog != nil {
 		_ = g.rlog.Close()
@@ -368,8 +364,8 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	if g.rlog != nil {
 		defer g.rlog.Close()
 	}
-	if g.tp != nil {
-		defer g.tp.Shutdown(context.Background())
+	if g.tracer != nil {
+		defer g.tracer.Shutdown(context.Background())
 	}
 	defer g.m.mp.Shutdown(context.Background())
 	srvDone := make(chan error, 1)

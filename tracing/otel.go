@@ -2,8 +2,10 @@ package tracing
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"time"
 
@@ -60,9 +62,21 @@ func (c *TraceConfig) Validate() error {
 	return nil
 }
 
-// NewTracerProvider builds the provider cfg describes, exporting in
-// batches; nil (and no error) for "none". Shut it down to flush.
-func NewTracerProvider(ctx context.Context, cfg TraceConfig) (*sdktrace.TracerProvider, error) {
+// Tracer sends a span per request. The request path only decides the
+// request's span context (Begin: new IDs, the sampling decision) and
+// passes it upstream; the spans are built when the request has ended
+// (End), off the request path, with the IDs decided at its start. Safe
+// for concurrent use.
+type Tracer struct {
+	tp      *sdktrace.TracerProvider
+	tr      trace.Tracer
+	sampler sdktrace.Sampler
+}
+
+// NewTracer builds the tracer cfg describes, exporting in batches, with
+// extra span processors besides (tests record spans so). It returns nil,
+// and no error, when there is nothing to send to. Shutdown flushes.
+func NewTracer(ctx context.Context, cfg TraceConfig, extra ...sdktrace.SpanProcessor) (*Tracer, error) {
 	cfg.Defaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -71,7 +85,9 @@ func NewTracerProvider(ctx context.Context, cfg TraceConfig) (*sdktrace.TracerPr
 	var err error
 	switch cfg.Exporter {
 	case "none":
-		return nil, nil
+		if len(extra) == 0 {
+			return nil, nil
+		}
 	case "stdout":
 		exp, err = stdouttrace.New(stdouttrace.WithWriter(os.Stderr))
 	case "otlp-http":
@@ -96,12 +112,72 @@ func NewTracerProvider(ctx context.Context, cfg TraceConfig) (*sdktrace.TracerPr
 	if err != nil {
 		return nil, fmt.Errorf("tracing: %s exporter: %w", cfg.Exporter, err)
 	}
-	res := resource.NewSchemaless(attribute.String("service.name", cfg.ServiceName))
-	return sdktrace.NewTracerProvider(
-		sdktrace.WithBatcher(exp),
-		sdktrace.WithResource(res),
-		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(cfg.SampleRatio))),
-	), nil
+	sampler := sdktrace.ParentBased(sdktrace.TraceIDRatioBased(cfg.SampleRatio))
+	opts := []sdktrace.TracerProviderOption{
+		sdktrace.WithResource(resource.NewSchemaless(attribute.String("service.name", cfg.ServiceName))),
+		sdktrace.WithSampler(sampler),
+		sdktrace.WithIDGenerator(idGenerator{}),
+	}
+	if exp != nil {
+		opts = append(opts, sdktrace.WithBatcher(exp))
+	}
+	for _, sp := range extra {
+		opts = append(opts, sdktrace.WithSpanProcessor(sp))
+	}
+	tp := sdktrace.NewTracerProvider(opts...)
+	return &Tracer{tp: tp, tr: tp.Tracer("github.com/infergate/infergate/proxy"), sampler: sampler}, nil
+}
+
+// Shutdown flushes the spans still batched and stops the exporter.
+func (t *Tracer) Shutdown(ctx context.Context) error { return t.tp.Shutdown(ctx) }
+
+// Begin decides a request's span context at its receipt: a child of
+// parent (the client's traceparent; invalid for none) or a new trace, with
+// the sampler's decision, which End's real span will repeat. name is the
+// span's name as the sampler sees it.
+func (t *Tracer) Begin(parent trace.SpanContext, name string) trace.SpanContext {
+	tid := parent.TraceID()
+	if !parent.IsValid() {
+		tid = randomTraceID()
+	}
+	res := t.sampler.ShouldSample(sdktrace.SamplingParameters{ParentContext: trace.ContextWithRemoteSpanContext(context.Background(), parent),
+		TraceID: tid, Name: name, Kind: trace.SpanKindServer})
+	var flags trace.TraceFlags
+	if res.Decision == sdktrace.RecordAndSample {
+		flags = trace.FlagsSampled
+	}
+	return trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: randomSpanID(), TraceFlags: flags, TraceState: parent.TraceState()})
+}
+
+// idGenerator hands the root span of a request the IDs Begin chose (in
+// the context, see End) and random ones to every other span.
+type idGenerator struct{}
+
+type chosenIDs struct{}
+
+func (idGenerator) NewIDs(ctx context.Context) (trace.TraceID, trace.SpanID) {
+	if sc, ok := ctx.Value(chosenIDs{}).(trace.SpanContext); ok {
+		return sc.TraceID(), sc.SpanID()
+	}
+	return randomTraceID(), randomSpanID()
+}
+
+func (idGenerator) NewSpanID(ctx context.Context, _ trace.TraceID) trace.SpanID {
+	if sc, ok := ctx.Value(chosenIDs{}).(trace.SpanContext); ok {
+		return sc.SpanID()
+	}
+	return randomSpanID()
+}
+
+func randomTraceID() (id trace.TraceID) {
+	binary.BigEndian.PutUint64(id[:8], rand.Uint64())
+	binary.BigEndian.PutUint64(id[8:], rand.Uint64()|1) // never all zero
+	return id
+}
+
+func randomSpanID() (id trace.SpanID) {
+	binary.BigEndian.PutUint64(id[:], rand.Uint64()|1)
+	return id
 }
 
 // RequestSpans are what a request's span reports, beyond its timeline.
@@ -113,17 +189,26 @@ type RequestSpans struct {
 	Stream                          bool
 }
 
-// EndSpans finishes span, a request's root span started at its receipt,
-// from the timeline: the GenAI attributes, a child span for the queue and
-// one for the upstream call, an event at the first token. Nothing is built
-// when the span is not recording.
-func EndSpans(tr trace.Tracer, span trace.Span, tl *Timeline, r RequestSpans) {
+// End builds the spans of a finished request begun as sc under parent:
+// the root span from receipt to done with the GenAI attributes, a child
+// span for the queue and one for the upstream call, an event at the first
+// token. Nothing is built for a request that is not sampled.
+func (t *Tracer) End(parent, sc trace.SpanContext, tl *Timeline, r RequestSpans) {
+	if !sc.IsSampled() {
+		return
+	}
+	name := r.Operation
+	if r.Model != "" {
+		name += " " + r.Model
+	}
+	ctx := context.WithValue(trace.ContextWithRemoteSpanContext(context.Background(), parent), chosenIDs{}, sc)
+	if !parent.IsValid() {
+		ctx = context.WithValue(context.Background(), chosenIDs{}, sc)
+	}
+	_, span := t.tr.Start(ctx, name, trace.WithTimestamp(tl.Received), trace.WithSpanKind(trace.SpanKindServer))
 	if !span.IsRecording() {
 		span.End(trace.WithTimestamp(tl.Done))
 		return
-	}
-	if r.Model != "" {
-		span.SetName(r.Operation + " " + r.Model)
 	}
 	// Room for every attribute below: the slice never grows.
 	attrs := make([]attribute.KeyValue, 0, 24)
@@ -161,7 +246,8 @@ func EndSpans(tr trace.Tracer, span trace.Span, tl *Timeline, r RequestSpans) {
 		}
 	}
 	span.SetAttributes(attrs...)
-	ctx := trace.ContextWithSpan(context.Background(), span)
+	ctx = trace.ContextWithSpan(context.Background(), span)
+	tr := t.tr
 	// A queue span only for a request that waited: a microsecond of
 	// admission is no queue, and a span costs what the request did.
 	if tl.QueueWait() >= 100*time.Microsecond {
