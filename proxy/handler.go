@@ -428,6 +428,9 @@ func (x *exchange) readWhole() ([]byte, error) {
 				if st, ok := openai.ServerTimingOf(buf); ok {
 					x.tl.Server = st
 				}
+				if f := openai.FinishReason(buf); f != nil {
+					x.tl.FinishReason = tracing.FinishReasonOf(f)
+				}
 				return buf, nil
 			}
 			return nil, x.readErr(err)
@@ -734,7 +737,7 @@ func (x *exchange) logEntry() {
 	tl := &x.tl
 	e := tracing.Entry{Time: tl.Received, ID: x.id, Path: x.path, Tenant: x.tenant, Model: x.model, Stream: x.stream, Status: x.status,
 		Outcome: x.outcome, InputTokens: tl.PromptTokens, OutputTokens: tl.OutputTokens, Events: tl.Events, Attempts: tl.Attempts,
-		TTFT: ms(tl.TTFT()), Body: x.logBody}
+		TTFT: ms(tl.TTFT()), FinishReason: tl.FinishReason, Body: x.logBody}
 	if x.backend != nil {
 		e.Backend = x.backend.name
 	}

@@ -59,7 +59,8 @@ func TestSpansFollowGenAIConventions(t *testing.T) {
 		attrs[string(a.Key)] = a.Value.Emit()
 	}
 	for k, v := range map[string]string{"gen_ai.operation.name": "chat", "gen_ai.request.model": "m", "gen_ai.usage.input_tokens": "3",
-		"gen_ai.usage.output_tokens": "2", "http.response.status_code": "200"} {
+		"gen_ai.usage.output_tokens": "2", "http.response.status_code": "200",
+		"gen_ai.response.finish_reasons": `["stop"]`} {
 		if attrs[k] != v {
 			t.Errorf("%s = %q, want %q", k, attrs[k], v)
 		}

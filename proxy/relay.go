@@ -100,6 +100,7 @@ func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByt
 			out.backendError = true
 		case openai.HasFinishReason(data):
 			out.finish = true
+			tl.FinishReason = tracing.FinishReasonOf(openai.FinishReason(data))
 			if openai.HasContent(data) { // vLLM puts the last token here
 				tl.ContentEvents++
 				tl.LastTokenIn = readAt

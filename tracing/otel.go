@@ -227,6 +227,9 @@ func (t *Tracer) End(parent, sc trace.SpanContext, tl *Timeline, r RequestSpans)
 	if tl.PromptTokens > 0 || tl.OutputTokens > 0 {
 		attrs = append(attrs, attribute.Int("gen_ai.usage.input_tokens", tl.PromptTokens), attribute.Int("gen_ai.usage.output_tokens", tl.OutputTokens))
 	}
+	if tl.FinishReason != "" {
+		attrs = append(attrs, attribute.StringSlice("gen_ai.response.finish_reasons", []string{tl.FinishReason}))
+	}
 	if r.Outcome != "" && r.Outcome != "ok" {
 		attrs = append(attrs, attribute.String("error.type", r.Outcome))
 	}

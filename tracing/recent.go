@@ -162,7 +162,7 @@ type BackendState struct {
 // Snapshot computes the figures of the window ending at now; the
 // gateway's state is the caller's to fill in.
 func (r *Recent) Snapshot(now time.Time) Snapshot {
-	snap := Snapshot{Time: now, Window: r.window.Seconds()}
+	snap := Snapshot{Time: now, Window: r.window.Seconds(), Groups: []GroupStats{}}
 	from := now.Add(-r.window)
 	var all []sample
 	allCounts := GroupStats{}

@@ -79,6 +79,7 @@ type Entry struct {
 	Events       int             `json:"events,omitempty"`
 	Attempts     int             `json:"attempts,omitempty"`
 	TTFT         float64         `json:"ttft_ms,omitempty"`
+	FinishReason string          `json:"finish_reason,omitempty"`
 	Timing       *Timing         `json:"timing,omitempty"`
 	Error        string          `json:"error,omitempty"`
 	Body         json.RawMessage `json:"body,omitempty"`

@@ -39,6 +39,8 @@ type Timeline struct {
 	// PromptTokens and OutputTokens are the backend's usage, when it
 	// reported one.
 	PromptTokens, OutputTokens int
+	// FinishReason is the backend's finish_reason, when it sent one.
+	FinishReason string
 	// Server is the backend's own account of its time (vLLM's
 	// per-request metrics, llama.cpp's timings, TGI's headers); Source is
 	// empty when it gave none.
@@ -72,3 +74,14 @@ func (t *Timeline) ModelTTFT() time.Duration { return since(t.Sent, t.FirstToken
 
 // QueueWait is the time the request waited for an admission slot.
 func (t *Timeline) QueueWait() time.Duration { return since(t.Received, t.Admitted) }
+
+// FinishReasonOf returns b, a finish_reason read off the wire, as a
+// string: the common ones without allocating.
+func FinishReasonOf(b []byte) string {
+	for _, r := range [...]string{"stop", "length", "tool_calls", "content_filter", "function_call", "abort"} {
+		if string(b) == r {
+			return r
+		}
+	}
+	return string(b)
+}
