@@ -176,6 +176,8 @@ func (s *Summary) writeAttribution(w io.Writer) {
 		{"client_network", "client ↔ gateway network"},
 		{"gw_queue", "gateway queue"},
 		{"gw_processing", "gateway processing (whole request)"},
+		{"gw_relay", "  of which relaying events"},
+		{"gw_relay_max", "  slowest event read → flush"},
 		{"gw_connect", "backend connect"},
 		{"gw_network", "gateway ↔ backend network"},
 		{"gw_model_ttft", "model: time to first token"},

@@ -299,6 +299,8 @@ func (c *Collector) Summarize(n int, l LoadSpec, win Window, slos []SLO) *Summar
 			add("client_network", max(0, ms(w.ttft)-g.TTFT))
 			add("gw_queue", g.Queue)
 			add("gw_processing", g.Gateway)
+			add("gw_relay", g.Relay)
+			add("gw_relay_max", g.RelayMax)
 			add("gw_connect", g.Connect)
 			add("gw_network", g.Network)
 			add("gw_model_ttft", g.ModelTTFT)

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"encoding/json"
 	"time"
 
 	"github.com/infergate/infergate/tracing"
@@ -19,12 +18,11 @@ import (
 // appended unchanged.
 func appendTimed(dst, ev []byte, a tracing.Attribution, ttft time.Duration) []byte {
 	end := bytes.LastIndexByte(ev, '}')
-	timing, err := json.Marshal(tracing.NewTiming(a, ttft))
-	if end < 0 || err != nil {
+	if end < 0 {
 		return append(dst, ev...)
 	}
 	dst = append(dst, ev[:end]...)
 	dst = append(dst, `,"infergate_timing":`...)
-	dst = append(dst, timing...)
+	dst = tracing.NewTiming(a, ttft).AppendJSON(dst)
 	return append(dst, ev[end:]...)
 }

@@ -28,8 +28,11 @@ type Attribution struct {
 	// Decode is the backend's time from the first to the last token, less
 	// the gateway's relay time in between.
 	Decode time.Duration
-	// Gateway is the rest: the gateway's own processing.
-	Gateway time.Duration
+	// Gateway is the rest: the gateway's own processing. Of it, Relay is
+	// the time from reading events off the backend to flushing them to
+	// the client, summed over the stream, and RelayMax the longest one
+	// read took.
+	Gateway, Relay, RelayMax time.Duration
 	// Backend is the backend's own split, when it reports one: Queue and
 	// Prefill are parts of ModelTTFT (each at most what is left of it;
 	// what remains is the backend's HTTP and tokenizing work), Decode and
@@ -45,7 +48,7 @@ func (t *Timeline) Attribute(done time.Time) Attribution {
 	if !t.Done.IsZero() {
 		done = t.Done
 	}
-	a := Attribution{Total: since(t.Received, done), Queue: t.QueueWait(), Connect: t.Connect()}
+	a := Attribution{Total: since(t.Received, done), Queue: t.QueueWait(), Connect: t.Connect(), Relay: t.Relay, RelayMax: t.RelayMax}
 	first := t.FirstTokenIn
 	if first.IsZero() {
 		first = t.Headers

@@ -98,6 +98,10 @@ type Timing struct {
 	ModelTTFT float64 `json:"model_ttft_ms"`
 	Decode    float64 `json:"decode_ms"`
 	Total     float64 `json:"total_ms"`
+	// Relay and RelayMax are the gateway's relay time, of Gateway: summed
+	// over the stream, and its longest single read → flush.
+	Relay    float64 `json:"relay_ms,omitempty"`
+	RelayMax float64 `json:"relay_max_ms,omitempty"`
 	// Backend is the backend's own split, when it reported one.
 	Backend *BackendTiming `json:"backend,omitempty"`
 }
@@ -118,7 +122,7 @@ func msOf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // NewTiming converts an attribution and the gateway's TTFT.
 func NewTiming(a Attribution, ttft time.Duration) *Timing {
 	t := &Timing{TTFT: msOf(ttft), Queue: msOf(a.Queue), Gateway: msOf(a.Gateway), Connect: msOf(a.Connect), Network: msOf(a.Network),
-		ModelTTFT: msOf(a.ModelTTFT), Decode: msOf(a.Decode), Total: msOf(a.Total)}
+		ModelTTFT: msOf(a.ModelTTFT), Decode: msOf(a.Decode), Total: msOf(a.Total), Relay: msOf(a.Relay), RelayMax: msOf(a.RelayMax)}
 	if b := a.Backend; b.Source != "" {
 		opt := func(d time.Duration) *float64 {
 			if d < 0 {
@@ -145,6 +149,7 @@ type RequestLog struct {
 	f    *os.File
 	w    *bufio.Writer
 	size int64
+	line []byte // the writer's buffer for one line
 
 	mu     sync.RWMutex // Log against Close
 	closed bool
@@ -237,11 +242,8 @@ func (l *RequestLog) write(e Entry) {
 	if l.err != nil {
 		return
 	}
-	line, err := json.Marshal(e)
-	if err != nil {
-		return
-	}
-	line = append(line, '\n')
+	l.line = append(e.AppendJSON(l.line[:0]), '\n')
+	line := l.line
 	if l.size+int64(len(line)) > l.cfg.MaxBytes && l.size > 0 {
 		l.err = l.rotate()
 		if l.err != nil {
