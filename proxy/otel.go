@@ -49,7 +49,7 @@ func (x *exchange) beginSpan(ctx *fasthttp.RequestCtx) {
 	if len(ctx.Request.Header.Peek("Traceparent")) > 0 {
 		x.parent = trace.SpanContextFromContext(traceContext.Extract(context.Background(), headerCarrier{&ctx.Request.Header}))
 	}
-	x.sc = tr.Begin(x.parent, x.operation())
+	x.sc = tr.Begin(x.parent)
 }
 
 // injectSpan puts the request's span into the upstream request's

@@ -68,9 +68,9 @@ func (c *TraceConfig) Validate() error {
 // (End), off the request path, with the IDs decided at its start. Safe
 // for concurrent use.
 type Tracer struct {
-	tp      *sdktrace.TracerProvider
-	tr      trace.Tracer
-	sampler sdktrace.Sampler
+	tp    *sdktrace.TracerProvider
+	tr    trace.Tracer
+	ratio float64 // of new traces sampled
 }
 
 // NewTracer builds the tracer cfg describes, exporting in batches, with
@@ -125,7 +125,7 @@ func NewTracer(ctx context.Context, cfg TraceConfig, extra ...sdktrace.SpanProce
 		opts = append(opts, sdktrace.WithSpanProcessor(sp))
 	}
 	tp := sdktrace.NewTracerProvider(opts...)
-	return &Tracer{tp: tp, tr: tp.Tracer("github.com/infergate/infergate/proxy"), sampler: sampler}, nil
+	return &Tracer{tp: tp, tr: tp.Tracer("github.com/infergate/infergate/proxy"), ratio: cfg.SampleRatio}, nil
 }
 
 // Shutdown flushes the spans still batched and stops the exporter.
@@ -133,17 +133,21 @@ func (t *Tracer) Shutdown(ctx context.Context) error { return t.tp.Shutdown(ctx)
 
 // Begin decides a request's span context at its receipt: a child of
 // parent (the client's traceparent; invalid for none) or a new trace, with
-// the sampler's decision, which End's real span will repeat. name is the
-// span's name as the sampler sees it.
-func (t *Tracer) Begin(parent trace.SpanContext, name string) trace.SpanContext {
+// the sampler's decision, which End's real span will repeat.
+func (t *Tracer) Begin(parent trace.SpanContext) trace.SpanContext {
 	tid := parent.TraceID()
 	if !parent.IsValid() {
 		tid = randomTraceID()
 	}
-	res := t.sampler.ShouldSample(sdktrace.SamplingParameters{ParentContext: trace.ContextWithRemoteSpanContext(context.Background(), parent),
-		TraceID: tid, Name: name, Kind: trace.SpanKindServer})
+	// The provider's sampler, ParentBased(TraceIDRatioBased(ratio)),
+	// decided here as it decides (sdk/trace/sampling.go), without its
+	// call chain on the request path; TestBeginDecidesWhatEndBuilds holds
+	// the two together.
 	var flags trace.TraceFlags
-	if res.Decision == sdktrace.RecordAndSample {
+	switch {
+	case parent.IsValid():
+		flags = parent.TraceFlags() & trace.FlagsSampled
+	case t.ratio >= 1 || t.ratio > 0 && binary.BigEndian.Uint64(tid[8:16])>>1 < uint64(t.ratio*(1<<63)):
 		flags = trace.FlagsSampled
 	}
 	return trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: randomSpanID(), TraceFlags: flags, TraceState: parent.TraceState()})

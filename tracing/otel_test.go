@@ -30,7 +30,7 @@ func TestBeginDecidesWhatEndBuilds(t *testing.T) {
 		case 2:
 			parent = unsampledClient
 		}
-		sc := tr.Begin(parent, "chat")
+		sc := tr.Begin(parent)
 		before := len(rec.Ended())
 		tr.End(parent, sc, &tl, RequestSpans{Operation: "chat", Model: "m", Status: 200, Outcome: "ok"})
 		ended := rec.Ended()[before:]
