@@ -222,7 +222,24 @@ metrics:
 		return err
 	}
 	defer traced.stop()
-	targets := []gateway{{"all off", plain.addr}, {"log + metrics + spans (100%, OTLP)", traced.addr}}
+	// The same without spans: what the spans cost, apart.
+	noSpans := filepath.Join(dir, "nospans.yaml")
+	if err := os.WriteFile(noSpans, fmt.Appendf(nil, `pools:
+  p:
+    backends:
+      - url: http://%s
+default_pool: p
+request_log:
+  path: %s
+`, sim.addr, filepath.Join(dir, "requests-nospans.jsonl")), 0o644); err != nil {
+		return err
+	}
+	logged, err := startInfergate(o.Binary, "gateway", "serve", "--config", noSpans, "--log-level", "warn")
+	if err != nil {
+		return err
+	}
+	defer logged.stop()
+	targets := []gateway{{"all off", plain.addr}, {"log + metrics + spans (100%, OTLP)", traced.addr}, {"log + metrics, no spans", logged.addr}}
 	pooled, rates, err := o.interleave(ctx, targets, requestBody(50, true), 64)
 	if err != nil {
 		return err
@@ -234,16 +251,20 @@ metrics:
 		s := pooled[t.name]
 		fmt.Fprintf(o.Report, "| %s | %d | %.0f | %s | %s |\n", t.name, s.Requests, Median(rates[t.name]), msf(s.TTFT.Quantile(50)), msf(s.TTFT.Quantile(99)))
 	}
-	a, b := targets[0].name, targets[1].name
-	// Each round ran both back to back: the ratio within a round cancels
+	// Each round ran all back to back: the ratio within a round cancels
 	// the machine's drift between rounds.
-	var paired []float64
-	for k := range rates[a] {
-		paired = append(paired, rates[b][k]/rates[a][k])
+	a := targets[0].name
+	fmt.Fprintln(o.Report)
+	for _, b := range []string{targets[1].name, targets[2].name} {
+		var paired []float64
+		for k := range rates[a] {
+			paired = append(paired, rates[b][k]/rates[a][k])
+		}
+		fmt.Fprintf(o.Report, "%s: events/s %.2f× all off (median of the per-round ratios; %.2f× of the medians); requests %.2f×; TTFT p99 %+.3f ms (%.2f×).\n",
+			b, Median(paired), Median(rates[b])/Median(rates[a]), float64(pooled[b].Requests)/float64(pooled[a].Requests),
+			float64(pooled[b].TTFT.Quantile(99)-pooled[a].TTFT.Quantile(99))/1e6, float64(pooled[b].TTFT.Quantile(99))/float64(pooled[a].TTFT.Quantile(99)))
 	}
-	fmt.Fprintf(o.Report, "\nWith log, metrics and spans: events/s %.2f× all off (median of the per-round ratios; %.2f× of the medians); requests %.2f×; TTFT p99 %+.3f ms (%.2f×). The sink received %d KiB of spans.\n\n",
-		Median(paired), Median(rates[b])/Median(rates[a]), float64(pooled[b].Requests)/float64(pooled[a].Requests),
-		float64(pooled[b].TTFT.Quantile(99)-pooled[a].TTFT.Quantile(99))/1e6, float64(pooled[b].TTFT.Quantile(99))/float64(pooled[a].TTFT.Quantile(99)), spansBytes.Load()>>10)
+	fmt.Fprintf(o.Report, "The sink received %d KiB of spans.\n\n", spansBytes.Load()>>10)
 	return nil
 }
 

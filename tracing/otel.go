@@ -10,11 +10,14 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
+	"go.opentelemetry.io/otel/sdk/instrumentation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -65,12 +68,16 @@ func (c *TraceConfig) Validate() error {
 // Tracer sends a span per request. The request path only decides the
 // request's span context (Begin: new IDs, the sampling decision) and
 // passes it upstream; the spans are built when the request has ended
-// (End), off the request path, with the IDs decided at its start. Safe
-// for concurrent use.
+// (End), off the request path, with the IDs decided at its start,
+// straight from the timeline as finished spans (no live span is kept for
+// a request, so none of the SDK's span machinery runs), and exported in
+// batches through the SDK's exporters. Safe for concurrent use.
 type Tracer struct {
-	tp    *sdktrace.TracerProvider
-	tr    trace.Tracer
 	ratio float64 // of new traces sampled
+	res   *resource.Resource
+	scope instrumentation.Scope
+	batch *spanBatcher // nil without an exporter
+	extra []sdktrace.SpanProcessor
 }
 
 // NewTracer builds the tracer cfg describes, exporting in batches, with
@@ -112,24 +119,35 @@ func NewTracer(ctx context.Context, cfg TraceConfig, extra ...sdktrace.SpanProce
 	if err != nil {
 		return nil, fmt.Errorf("tracing: %s exporter: %w", cfg.Exporter, err)
 	}
-	sampler := sdktrace.ParentBased(sdktrace.TraceIDRatioBased(cfg.SampleRatio))
-	opts := []sdktrace.TracerProviderOption{
-		sdktrace.WithResource(resource.NewSchemaless(attribute.String("service.name", cfg.ServiceName))),
-		sdktrace.WithSampler(sampler),
-		sdktrace.WithIDGenerator(idGenerator{}),
-	}
+	res := resource.NewSchemaless(attribute.String("service.name", cfg.ServiceName))
+	t := &Tracer{ratio: cfg.SampleRatio, res: res, extra: extra,
+		scope: instrumentation.Scope{Name: "github.com/infergate/infergate/proxy"}}
 	if exp != nil {
-		opts = append(opts, sdktrace.WithBatcher(exp))
+		t.batch = newSpanBatcher(exp)
 	}
-	for _, sp := range extra {
-		opts = append(opts, sdktrace.WithSpanProcessor(sp))
-	}
-	tp := sdktrace.NewTracerProvider(opts...)
-	return &Tracer{tp: tp, tr: tp.Tracer("github.com/infergate/infergate/proxy"), ratio: cfg.SampleRatio}, nil
+	return t, nil
 }
 
-// Shutdown flushes the spans still batched and stops the exporter.
-func (t *Tracer) Shutdown(ctx context.Context) error { return t.tp.Shutdown(ctx) }
+// Shutdown flushes the spans still batched and stops the exporter and the
+// extra processors.
+func (t *Tracer) Shutdown(ctx context.Context) error {
+	var errs []error
+	if t.batch != nil {
+		errs = append(errs, t.batch.shutdown(ctx))
+	}
+	for _, sp := range t.extra {
+		errs = append(errs, sp.Shutdown(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// Dropped counts spans dropped because the exporter was behind.
+func (t *Tracer) Dropped() int64 {
+	if t.batch == nil {
+		return 0
+	}
+	return t.batch.dropped.Load()
+}
 
 // Begin decides a request's span context at its receipt: a child of
 // parent (the client's traceparent; invalid for none) or a new trace, with
@@ -151,26 +169,6 @@ func (t *Tracer) Begin(parent trace.SpanContext) trace.SpanContext {
 		flags = trace.FlagsSampled
 	}
 	return trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: randomSpanID(), TraceFlags: flags, TraceState: parent.TraceState()})
-}
-
-// idGenerator hands the root span of a request the IDs Begin chose (in
-// the context, see End) and random ones to every other span.
-type idGenerator struct{}
-
-type chosenIDs struct{}
-
-func (idGenerator) NewIDs(ctx context.Context) (trace.TraceID, trace.SpanID) {
-	if sc, ok := ctx.Value(chosenIDs{}).(trace.SpanContext); ok {
-		return sc.TraceID(), sc.SpanID()
-	}
-	return randomTraceID(), randomSpanID()
-}
-
-func (idGenerator) NewSpanID(ctx context.Context, _ trace.TraceID) trace.SpanID {
-	if sc, ok := ctx.Value(chosenIDs{}).(trace.SpanContext); ok {
-		return sc.SpanID()
-	}
-	return randomSpanID()
 }
 
 func randomTraceID() (id trace.TraceID) {
@@ -205,15 +203,6 @@ func (t *Tracer) End(parent, sc trace.SpanContext, tl *Timeline, r RequestSpans)
 	if r.Model != "" {
 		name += " " + r.Model
 	}
-	ctx := context.WithValue(trace.ContextWithRemoteSpanContext(context.Background(), parent), chosenIDs{}, sc)
-	if !parent.IsValid() {
-		ctx = context.WithValue(context.Background(), chosenIDs{}, sc)
-	}
-	_, span := t.tr.Start(ctx, name, trace.WithTimestamp(tl.Received), trace.WithSpanKind(trace.SpanKindServer))
-	if !span.IsRecording() {
-		span.End(trace.WithTimestamp(tl.Done))
-		return
-	}
 	// Room for every attribute below: the slice never grows.
 	attrs := make([]attribute.KeyValue, 0, 24)
 	attrs = append(attrs,
@@ -234,8 +223,10 @@ func (t *Tracer) End(parent, sc trace.SpanContext, tl *Timeline, r RequestSpans)
 	if tl.FinishReason != "" {
 		attrs = append(attrs, attribute.StringSlice("gen_ai.response.finish_reasons", []string{tl.FinishReason}))
 	}
+	var status sdktrace.Status
 	if r.Outcome != "" && r.Outcome != "ok" {
 		attrs = append(attrs, attribute.String("error.type", r.Outcome))
+		status = sdktrace.Status{Code: codes.Error, Description: r.Outcome}
 	}
 	a := tl.Attribute(tl.Done)
 	attrs = append(attrs, attribute.Float64("infergate.queue_ms", msOf(a.Queue)), attribute.Float64("infergate.gateway_ms", msOf(a.Gateway)),
@@ -252,26 +243,39 @@ func (t *Tracer) End(parent, sc trace.SpanContext, tl *Timeline, r RequestSpans)
 			}
 		}
 	}
-	span.SetAttributes(attrs...)
-	ctx = trace.ContextWithSpan(context.Background(), span)
-	tr := t.tr
+	root := tracetest.SpanStub{Name: name, SpanContext: sc, Parent: parent, SpanKind: trace.SpanKindServer,
+		StartTime: tl.Received, EndTime: tl.Done, Attributes: attrs, Status: status, Resource: t.res, InstrumentationScope: t.scope}
+	if !tl.FirstTokenOut.IsZero() {
+		root.Events = []sdktrace.Event{{Name: "gen_ai.first_token", Time: tl.FirstTokenOut}}
+	}
+	child := func(name string, kind trace.SpanKind, start, end time.Time, attrs []attribute.KeyValue) {
+		root.ChildSpanCount++
+		t.emit(tracetest.SpanStub{Name: name, SpanContext: sc.WithSpanID(randomSpanID()).WithRemote(false), Parent: sc, SpanKind: kind,
+			StartTime: start, EndTime: end, Attributes: attrs, Resource: t.res, InstrumentationScope: t.scope})
+	}
 	// A queue span only for a request that waited: a microsecond of
 	// admission is no queue, and a span costs what the request did.
 	if tl.QueueWait() >= 100*time.Microsecond {
-		_, q := tr.Start(ctx, "queue", trace.WithTimestamp(tl.Received), trace.WithSpanKind(trace.SpanKindInternal))
-		q.End(trace.WithTimestamp(tl.Admitted))
+		child("queue", trace.SpanKindInternal, tl.Received, tl.Admitted, nil)
 	}
 	if !tl.UpstreamStart.IsZero() {
-		_, u := tr.Start(ctx, "upstream", trace.WithTimestamp(tl.UpstreamStart), trace.WithSpanKind(trace.SpanKindClient),
-			trace.WithAttributes(attribute.String("server.address", r.Backend), attribute.Int("infergate.attempts", tl.Attempts)))
 		end := tl.LastTokenIn
 		if end.IsZero() {
 			end = tl.Done
 		}
-		u.End(trace.WithTimestamp(end))
+		child("upstream", trace.SpanKindClient, tl.UpstreamStart, end,
+			[]attribute.KeyValue{attribute.String("server.address", r.Backend), attribute.Int("infergate.attempts", tl.Attempts)})
 	}
-	if !tl.FirstTokenOut.IsZero() {
-		span.AddEvent("gen_ai.first_token", trace.WithTimestamp(tl.FirstTokenOut))
+	t.emit(root)
+}
+
+// emit hands a finished span to the exporter's batch and the processors.
+func (t *Tracer) emit(s tracetest.SpanStub) {
+	ro := s.Snapshot()
+	for _, sp := range t.extra {
+		sp.OnEnd(ro)
 	}
-	span.End(trace.WithTimestamp(tl.Done))
+	if t.batch != nil {
+		t.batch.add(ro)
+	}
 }
