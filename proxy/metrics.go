@@ -79,6 +79,7 @@ func observe(meter metric.Meter, g *Gateway) error {
 	upstream := gauge("infergate.upstream.in_flight", "{request}", "Requests in flight to each backend.")
 	breaker := gauge("infergate.breaker.state", "", "Each backend's circuit breaker: 0 closed, 1 half-open, 2 open.")
 	dropped := counter("infergate.request_log.dropped", "{line}", "Request-log lines dropped because the writer was behind (the request path never waits).")
+	spansDropped := counter("infergate.spans.dropped", "{span}", "Spans dropped because the exporter was behind.")
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
@@ -120,8 +121,11 @@ func observe(meter metric.Meter, g *Gateway) error {
 		if g.rlog != nil {
 			o.ObserveInt64(dropped, g.rlog.Dropped())
 		}
+		if g.tracer != nil {
+			o.ObserveInt64(spansDropped, g.tracer.Dropped())
+		}
 		return nil
-	}, queued, inFlight, rejected, admitted, abandoned, redisUp, redisDown, upstream, breaker, dropped)
+	}, queued, inFlight, rejected, admitted, abandoned, redisUp, redisDown, upstream, breaker, dropped, spansDropped)
 	return err
 }
 
