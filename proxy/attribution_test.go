@@ -20,11 +20,17 @@ import (
 // startSim runs the simulator in this process on a loopback port.
 func startSim(t *testing.T, cfg sim.Config) string {
 	t.Helper()
-	s, err := sim.New(cfg, slog.New(slog.DiscardHandler))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return serveSim(t, cfg, ln)
+}
+
+// serveSim runs the simulator in this process on ln.
+func serveSim(t *testing.T, cfg sim.Config, ln net.Listener) string {
+	t.Helper()
+	s, err := sim.New(cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

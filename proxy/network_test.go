@@ -3,8 +3,6 @@
 package proxy
 
 import (
-	"context"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -30,17 +28,7 @@ func TestNetworkDelayLandsInNetwork(t *testing.T) {
 	}
 	cfg := sim.DefaultConfig()
 	cfg.Model, cfg.Mode, cfg.TTFT, cfg.ITL = "m", "fixed", 20*time.Millisecond, time.Millisecond
-	s, err := sim.New(cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve(ln)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		s.Shutdown(ctx)
-	})
-	gw := startGateway(t, testConfig("http://"+ln.Addr().String()))
+	gw := startGateway(t, testConfig(serveSim(t, cfg, ln)))
 	body := `{"model":"m","stream":true,"stream_options":{"include_usage":true},"max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`
 	for i, name := range []string{"new connection", "pooled connection"} {
 		tm := timedStream(t, gw.URL, body)

@@ -89,23 +89,9 @@ func NewMeterProvider(ctx context.Context, cfg MetricsConfig, service string) (*
 	var exp sdkmetric.Exporter
 	switch cfg.Exporter {
 	case "otlp-http":
-		var o []otlpmetrichttp.Option
-		if cfg.Endpoint != "" {
-			o = append(o, otlpmetrichttp.WithEndpoint(cfg.Endpoint))
-		}
-		if cfg.Insecure {
-			o = append(o, otlpmetrichttp.WithInsecure())
-		}
-		exp, err = otlpmetrichttp.New(ctx, o...)
+		exp, err = otlpmetrichttp.New(ctx, otlpOptions(cfg.Endpoint, cfg.Insecure, otlpmetrichttp.WithEndpoint, otlpmetrichttp.WithInsecure)...)
 	case "otlp-grpc":
-		var o []otlpmetricgrpc.Option
-		if cfg.Endpoint != "" {
-			o = append(o, otlpmetricgrpc.WithEndpoint(cfg.Endpoint))
-		}
-		if cfg.Insecure {
-			o = append(o, otlpmetricgrpc.WithInsecure())
-		}
-		exp, err = otlpmetricgrpc.New(ctx, o...)
+		exp, err = otlpmetricgrpc.New(ctx, otlpOptions(cfg.Endpoint, cfg.Insecure, otlpmetricgrpc.WithEndpoint, otlpmetricgrpc.WithInsecure)...)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %s exporter: %w", cfg.Exporter, err)
@@ -114,6 +100,19 @@ func NewMeterProvider(ctx context.Context, cfg MetricsConfig, service string) (*
 		opts = append(opts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(exp, sdkmetric.WithInterval(cfg.Interval))))
 	}
 	return &MeterProvider{MeterProvider: sdkmetric.NewMeterProvider(opts...), Registry: reg}, nil
+}
+
+// otlpOptions are an OTLP exporter's endpoint and TLS options, for any of
+// the four exporters (traces and metrics, over HTTP and gRPC).
+func otlpOptions[O any](endpoint string, insecure bool, withEndpoint func(string) O, withInsecure func() O) []O {
+	var o []O
+	if endpoint != "" {
+		o = append(o, withEndpoint(endpoint))
+	}
+	if insecure {
+		o = append(o, withInsecure())
+	}
+	return o
 }
 
 // Bucket boundaries for LLM latencies, in seconds. The GenAI conventions

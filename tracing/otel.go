@@ -98,23 +98,9 @@ func NewTracer(ctx context.Context, cfg TraceConfig, extra ...sdktrace.SpanProce
 	case "stdout":
 		exp, err = stdouttrace.New(stdouttrace.WithWriter(os.Stderr))
 	case "otlp-http":
-		var opts []otlptracehttp.Option
-		if cfg.Endpoint != "" {
-			opts = append(opts, otlptracehttp.WithEndpoint(cfg.Endpoint))
-		}
-		if cfg.Insecure {
-			opts = append(opts, otlptracehttp.WithInsecure())
-		}
-		exp, err = otlptracehttp.New(ctx, opts...)
+		exp, err = otlptracehttp.New(ctx, otlpOptions(cfg.Endpoint, cfg.Insecure, otlptracehttp.WithEndpoint, otlptracehttp.WithInsecure)...)
 	case "otlp-grpc":
-		var opts []otlptracegrpc.Option
-		if cfg.Endpoint != "" {
-			opts = append(opts, otlptracegrpc.WithEndpoint(cfg.Endpoint))
-		}
-		if cfg.Insecure {
-			opts = append(opts, otlptracegrpc.WithInsecure())
-		}
-		exp, err = otlptracegrpc.New(ctx, opts...)
+		exp, err = otlptracegrpc.New(ctx, otlpOptions(cfg.Endpoint, cfg.Insecure, otlptracegrpc.WithEndpoint, otlptracegrpc.WithInsecure)...)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("tracing: %s exporter: %w", cfg.Exporter, err)
