@@ -27,8 +27,8 @@ import (
 // the listener's address from here.
 type Link struct {
 	// Local and Remote are the two ends' addresses: this process's and
-	// the namespace's (10.213.N.1 and .2, N from the process id, so tests
-	// of several packages can run at once).
+	// the namespace's (10.213.N.1 and .2, N a subnet no other link here
+	// uses, so tests of several packages can run at once).
 	Local, Remote string
 
 	ns       string
@@ -60,7 +60,16 @@ func New(delay time.Duration) (*Link, error) {
 		return nil, err
 	}
 	id := fmt.Sprintf("ig%d", os.Getpid()%100000)
+	// A subnet no other link of this machine uses (tests of several
+	// packages run at once), starting from one the process id picks.
+	used, _ := exec.Command("ip", "-o", "addr", "show").Output()
 	net := os.Getpid() % 250
+	for range 250 {
+		if !strings.Contains(string(used), fmt.Sprintf(" 10.213.%d.1 ", net)) {
+			break
+		}
+		net = (net + 1) % 250
+	}
 	l := &Link{ns: id, delay: delay, stop: make(chan struct{}),
 		Local: fmt.Sprintf("10.213.%d.1", net), Remote: fmt.Sprintf("10.213.%d.2", net)}
 	fail := func(err error) (*Link, error) {
