@@ -158,10 +158,10 @@ func (s *syncBuffer) String() string {
 	return s.sb.String()
 }
 
-func startGateway(t testing.TB, cfg Config) *testGateway {
+func startGateway(t testing.TB, cfg Config, opts ...Option) *testGateway {
 	t.Helper()
 	logs := &syncBuffer{}
-	g, err := New(cfg, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	g, err := New(cfg, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

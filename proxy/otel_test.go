@@ -1,14 +1,9 @@
 package proxy
 
 import (
-	"context"
-	"io"
-	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -24,22 +19,10 @@ func TestSpansFollowGenAIConventions(t *testing.T) {
 		w.Write([]byte(script))
 	})
 	rec := tracetest.NewSpanRecorder()
-	g, err := New(testConfig(b.URL), slog.New(slog.NewTextHandler(io.Discard, nil)), WithSpanProcessor(rec))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go g.Serve(ln)
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		g.Shutdown(ctx)
-	}()
+	gw := startGateway(t, testConfig(b.URL), WithSpanProcessor(rec))
+	g := gw.Gateway
 	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
-	post(t, "http://"+ln.Addr().String(), "/v1/chat/completions", streamBody, "Traceparent", "00-"+traceID+"-"+parentID+"-01")
+	post(t, gw.URL, "/v1/chat/completions", streamBody, "Traceparent", "00-"+traceID+"-"+parentID+"-01")
 
 	g.syncTelemetry() // spans are built off the request path
 	spans := rec.Ended()
