@@ -185,56 +185,35 @@ func (o *Overhead) tracingCost(ctx context.Context, dir string) error {
 		return err
 	}
 	defer sim.stop()
-	conf := filepath.Join(dir, "traced.yaml")
-	if err := os.WriteFile(conf, fmt.Appendf(nil, `pools:
-  p:
-    backends:
-      - url: http://%s
-default_pool: p
-request_log:
+	// gatewayWith starts a gateway in front of the sim with the
+	// configuration sections extra, written to dir/name.
+	gatewayWith := func(name, extra string) (*proc, error) {
+		conf := filepath.Join(dir, name)
+		body := fmt.Sprintf("pools:\n  p:\n    backends:\n      - url: http://%s\ndefault_pool: p\n%s", sim.addr, extra)
+		if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
+			return nil, err
+		}
+		return startInfergate(o.Binary, "gateway", "serve", "--config", conf, "--log-level", "warn")
+	}
+	plain, err := gatewayWith("off.yaml", "metrics:\n  off: true\n")
+	if err != nil {
+		return err
+	}
+	defer plain.stop()
+	traced, err := gatewayWith("traced.yaml", fmt.Sprintf(`request_log:
   path: %s
 tracing:
   exporter: otlp-http
   endpoint: %s
   insecure: true
   sample_ratio: 1
-`, sim.addr, filepath.Join(dir, "requests.jsonl"), sink.Addr()), 0o644); err != nil {
-		return err
-	}
-	off := filepath.Join(dir, "off.yaml")
-	if err := os.WriteFile(off, fmt.Appendf(nil, `pools:
-  p:
-    backends:
-      - url: http://%s
-default_pool: p
-metrics:
-  off: true
-`, sim.addr), 0o644); err != nil {
-		return err
-	}
-	plain, err := startInfergate(o.Binary, "gateway", "serve", "--config", off, "--log-level", "warn")
-	if err != nil {
-		return err
-	}
-	defer plain.stop()
-	traced, err := startInfergate(o.Binary, "gateway", "serve", "--config", conf, "--log-level", "warn")
+`, filepath.Join(dir, "requests.jsonl"), sink.Addr()))
 	if err != nil {
 		return err
 	}
 	defer traced.stop()
 	// The same without spans: what the spans cost, apart.
-	noSpans := filepath.Join(dir, "nospans.yaml")
-	if err := os.WriteFile(noSpans, fmt.Appendf(nil, `pools:
-  p:
-    backends:
-      - url: http://%s
-default_pool: p
-request_log:
-  path: %s
-`, sim.addr, filepath.Join(dir, "requests-nospans.jsonl")), 0o644); err != nil {
-		return err
-	}
-	logged, err := startInfergate(o.Binary, "gateway", "serve", "--config", noSpans, "--log-level", "warn")
+	logged, err := gatewayWith("nospans.yaml", fmt.Sprintf("request_log:\n  path: %s\n", filepath.Join(dir, "requests-nospans.jsonl")))
 	if err != nil {
 		return err
 	}
