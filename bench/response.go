@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/openai"
-	"github.com/infergate/infergate/tracing"
 )
 
 // Result is one request as the client saw it. Durations are from Sent;
@@ -342,7 +341,7 @@ func leadingInt(b []byte) int64 {
 // GatewayTiming is what an infergate gateway reports of one request on
 // its usage chunk ("infergate_timing", milliseconds): its own TTFT and the
 // split of the request's time (tracing.Attribution).
-type GatewayTiming = tracing.Timing
+type GatewayTiming = openai.Timing
 
 // parseGatewayTiming reads the object at the start of b.
 func parseGatewayTiming(b []byte) *GatewayTiming {

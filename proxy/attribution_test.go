@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/infergate/infergate/openai"
 	"github.com/infergate/infergate/sim"
-	"github.com/infergate/infergate/tracing"
 )
 
 // startSim runs the simulator in this process on a loopback port.
@@ -45,7 +45,7 @@ func serveSim(t *testing.T, cfg sim.Config, ln net.Listener) string {
 
 // timedStream sends a streaming request that asks for the gateway's
 // timing and returns the infergate_timing object of its usage chunk.
-func timedStream(t *testing.T, url, body string) tracing.Timing {
+func timedStream(t *testing.T, url, body string) openai.Timing {
 	t.Helper()
 	code, _, out := send(url, body, "X-Infergate-Timing", "1")
 	if code != 200 {
@@ -53,17 +53,17 @@ func timedStream(t *testing.T, url, body string) tracing.Timing {
 	}
 	for _, ev := range events(out) {
 		var c struct {
-			Timing *tracing.Timing `json:"infergate_timing"`
+			Timing *openai.Timing `json:"infergate_timing"`
 		}
 		if json.Unmarshal([]byte(ev), &c) == nil && c.Timing != nil {
 			return *c.Timing
 		}
 	}
 	t.Fatalf("no infergate_timing in %s", out)
-	return tracing.Timing{}
+	return openai.Timing{}
 }
 
-func addsUp(t *testing.T, tm tracing.Timing) {
+func addsUp(t *testing.T, tm openai.Timing) {
 	t.Helper()
 	sum := tm.Queue + tm.Gateway + tm.Connect + tm.Network + tm.ModelTTFT + tm.Decode
 	// Each part is rounded to the microsecond.

@@ -3,12 +3,13 @@ package proxy
 import (
 	"errors"
 	"fmt"
-	"github.com/infergate/infergate/shaping"
-	"github.com/infergate/infergate/tracing"
 	"net/url"
 	"os"
 	"sort"
 	"time"
+
+	"github.com/infergate/infergate/shaping"
+	"github.com/infergate/infergate/tracing"
 )
 
 // Config is the gateway's part of the configuration file: the server, the

@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/infergate/infergate/openai"
 )
 
 // The hand encoder says what encoding/json would: both decode to the
@@ -33,7 +35,7 @@ func TestEntryAppendJSON(t *testing.T) {
 	full := Entry{Time: time.Date(2026, 12, 2, 10, 0, 0, 123456789, time.UTC), ID: "r1", Path: "/v1/chat/completions", Tenant: "t",
 		Model: "m", Backend: "http://b:1", Stream: true, Status: 200, Outcome: "ok", InputTokens: 3, OutputTokens: 5, Events: 7, Attempts: 1,
 		TTFT: 12.345, FinishReason: "stop", Error: "x", Body: json.RawMessage("{\n  \"model\": \"m\"\n}"),
-		Timing: &Timing{TTFT: 1, Queue: 0.001, Gateway: 2, Total: 10, Relay: 0.5, RelayMax: 0.1, Backend: &BackendTiming{Source: "vllm", Queue: &q, Prefill: &p}}}
+		Timing: &openai.Timing{TTFT: 1, Queue: 0.001, Gateway: 2, Total: 10, Relay: 0.5, RelayMax: 0.1, Backend: &openai.BackendTiming{Source: "vllm", Queue: &q, Prefill: &p}}}
 	tests := []struct {
 		name string
 		e    Entry
@@ -41,7 +43,7 @@ func TestEntryAppendJSON(t *testing.T) {
 		{"every field", full},
 		{"empty", Entry{}},
 		{"escapes", Entry{ID: "a\"b\\c\n\t\x01é€", Error: "bad \xff utf-8 \u2028"}},
-		{"timing without backend", Entry{Timing: &Timing{TTFT: 3}}},
+		{"timing without backend", Entry{Timing: &openai.Timing{TTFT: 3}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { sameAsMarshal(t, tc.e) })
@@ -65,7 +67,7 @@ func FuzzEntryAppendJSON(f *testing.F) {
 	f.Add("r1", "m", "boom", 12.5)
 	f.Add("\x00\"\\", "\xff\xfe", "\u2028", -0.0)
 	f.Fuzz(func(t *testing.T, id, model, errText string, ttft float64) {
-		sameAsMarshal(t, Entry{ID: id, Model: model, Error: errText, TTFT: ttft, Timing: &Timing{Total: ttft}})
+		sameAsMarshal(t, Entry{ID: id, Model: model, Error: errText, TTFT: ttft, Timing: &openai.Timing{Total: ttft}})
 	})
 }
 

@@ -6,6 +6,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/infergate/infergate/openai"
 )
 
 // RecentWindow is how far back the live view looks.
@@ -131,7 +133,7 @@ type GroupStats struct {
 	// Attribution is the mean of each part over requests that reached a
 	// backend: means add up to the mean total, as the parts of each
 	// request add up to its total.
-	Attribution *Timing `json:"attribution_ms,omitempty"`
+	Attribution *openai.Timing `json:"attribution_ms,omitempty"`
 }
 
 // Snapshot is what GET /admin/stats returns.

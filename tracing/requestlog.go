@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/infergate/infergate/openai"
 )
 
 // LogConfig is the request log: one JSON line per request, which
@@ -80,48 +82,16 @@ type Entry struct {
 	Attempts     int             `json:"attempts,omitempty"`
 	TTFT         float64         `json:"ttft_ms,omitempty"`
 	FinishReason string          `json:"finish_reason,omitempty"`
-	Timing       *Timing         `json:"timing,omitempty"`
+	Timing       *openai.Timing  `json:"timing,omitempty"`
 	Error        string          `json:"error,omitempty"`
 	Body         json.RawMessage `json:"body,omitempty"`
 }
 
-// Timing is an attribution in milliseconds, as the gateway hands it to a
-// client that asks (the "infergate_timing" object of a stream's usage
-// chunk) and writes it in the request log; TTFT is the gateway's own time
-// to first token.
-type Timing struct {
-	TTFT      float64 `json:"ttft_ms"`
-	Queue     float64 `json:"queue_ms"`
-	Gateway   float64 `json:"gateway_ms"`
-	Connect   float64 `json:"connect_ms"`
-	Network   float64 `json:"network_ms"`
-	ModelTTFT float64 `json:"model_ttft_ms"`
-	Decode    float64 `json:"decode_ms"`
-	Total     float64 `json:"total_ms"`
-	// Relay and RelayMax are the gateway's relay time, of Gateway: summed
-	// over the stream, and its longest single read → flush.
-	Relay    float64 `json:"relay_ms,omitempty"`
-	RelayMax float64 `json:"relay_max_ms,omitempty"`
-	// Backend is the backend's own split, when it reported one.
-	Backend *BackendTiming `json:"backend,omitempty"`
-}
-
-// BackendTiming is a backend's own account of its time, in milliseconds;
-// a field it did not report is absent. Queue and Prefill are parts of
-// Timing.ModelTTFT.
-type BackendTiming struct {
-	Source    string   `json:"source"`
-	Queue     *float64 `json:"queue_ms,omitempty"`
-	Prefill   *float64 `json:"prefill_ms,omitempty"`
-	Decode    *float64 `json:"decode_ms,omitempty"`
-	Inference *float64 `json:"inference_ms,omitempty"`
-}
-
 func msOf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// NewTiming converts an attribution and the gateway's TTFT.
-func NewTiming(a Attribution, ttft time.Duration) *Timing {
-	t := &Timing{TTFT: msOf(ttft), Queue: msOf(a.Queue), Gateway: msOf(a.Gateway), Connect: msOf(a.Connect), Network: msOf(a.Network),
+// NewTiming converts an attribution and the gateway's TTFT to the wire form.
+func NewTiming(a Attribution, ttft time.Duration) *openai.Timing {
+	t := &openai.Timing{TTFT: msOf(ttft), Queue: msOf(a.Queue), Gateway: msOf(a.Gateway), Connect: msOf(a.Connect), Network: msOf(a.Network),
 		ModelTTFT: msOf(a.ModelTTFT), Decode: msOf(a.Decode), Total: msOf(a.Total), Relay: msOf(a.Relay), RelayMax: msOf(a.RelayMax)}
 	if b := a.Backend; b.Source != "" {
 		opt := func(d time.Duration) *float64 {
@@ -131,7 +101,7 @@ func NewTiming(a Attribution, ttft time.Duration) *Timing {
 			v := msOf(d)
 			return &v
 		}
-		t.Backend = &BackendTiming{Source: b.Source, Queue: opt(b.Queue), Prefill: opt(b.Prefill), Decode: opt(b.Decode), Inference: opt(b.Inference)}
+		t.Backend = &openai.BackendTiming{Source: b.Source, Queue: opt(b.Queue), Prefill: opt(b.Prefill), Decode: opt(b.Decode), Inference: opt(b.Inference)}
 	}
 	return t
 }
