@@ -24,6 +24,9 @@ func (d *Dist) Add(v time.Duration) {
 	}
 }
 
+// Merge adds every value of o to d.
+func (d *Dist) Merge(o *Dist) { d.h.Merge(o.h) }
+
 // Count is the number of values recorded.
 func (d *Dist) Count() int64 { return d.h.TotalCount() }
 

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/infergate/infergate/bench"
+	"github.com/infergate/infergate/internal/overhead"
 )
 
 const overheadSynopsis = `overhead [--scenarios LIST] [--rounds N] [--round-time D] [--nginx PATH]
@@ -61,7 +61,7 @@ func runOverhead(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			fmt.Fprintln(stderr, "nginx not found: measuring direct and infergate only")
 		}
 	}
-	o := &bench.Overhead{Binary: self, Nginx: ng, Rounds: *rounds, RoundTime: *roundTime, IdleStreams: *idle, Report: stdout, Progress: stderr, Redis: *redisAddr}
+	o := &overhead.Overhead{Binary: self, Nginx: ng, Rounds: *rounds, RoundTime: *roundTime, IdleStreams: *idle, Report: stdout, Progress: stderr, Redis: *redisAddr}
 	if *gwEnv != "" {
 		o.GatewayEnv = strings.Split(*gwEnv, ",")
 	}

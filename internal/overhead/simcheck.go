@@ -1,4 +1,4 @@
-package bench
+package overhead
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/infergate/infergate/bench"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
@@ -35,7 +36,7 @@ func (o *Overhead) simFidelity(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		cl, err := NewClient("http://"+p.addr+"/v1/chat/completions", ClientOptions{})
+		cl, err := bench.NewClient("http://"+p.addr+"/v1/chat/completions", bench.ClientOptions{})
 		if err != nil {
 			return err
 		}

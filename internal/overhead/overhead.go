@@ -1,4 +1,4 @@
-package bench
+package overhead
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"os"
 	"slices"
 	"time"
+
+	"github.com/infergate/infergate/bench"
 )
 
 // Overhead measures what a proxy adds to a backend: the same load against
@@ -43,7 +45,9 @@ type Scenario struct {
 	Concurrency int
 }
 
-// Scenarios are those of issue 2's performance targets.
+// Scenarios are the gateway's load shapes: paced streams as a model sends
+// them, one stream alone, CPU-bound streams at two concurrencies and small
+// plain responses.
 func Scenarios() []Scenario {
 	return []Scenario{
 		{"paced", "realistic pacing: TTFT 50ms, 10ms between events, 100 events, concurrency 64", 50 * time.Millisecond, 10 * time.Millisecond, 100, true, 64},
@@ -159,9 +163,9 @@ func (o *Overhead) scenario(ctx context.Context, dir string, sc Scenario) error 
 		return err
 	}
 	body := requestBody(sc.Tokens, sc.Stream)
-	clients := map[string]*Client{}
+	clients := map[string]*bench.Client{}
 	for _, t := range targets {
-		c, err := NewClient(t.url+"/v1/chat/completions", ClientOptions{})
+		c, err := bench.NewClient(t.url+"/v1/chat/completions", bench.ClientOptions{})
 		if err != nil {
 			return err
 		}
@@ -207,14 +211,14 @@ func (o *Overhead) report(sc Scenario, targets []target, runs map[string][]Stats
 	eps := map[string]float64{}
 	rps := map[string]float64{}
 	for _, t := range targets {
-		st := Stats{TTFT: NewDist(), Gap: NewDist()}
+		st := Stats{TTFT: bench.NewDist(), Gap: bench.NewDist()}
 		var e, q []float64
 		for _, r := range runs[t.name] {
 			st.Merge(r)
 			e = append(e, r.EventsPerSecond())
 			q = append(q, r.RequestsPerSecond())
 		}
-		pooled[t.name], eps[t.name], rps[t.name] = st, Median(e), Median(q)
+		pooled[t.name], eps[t.name], rps[t.name] = st, bench.Median(e), bench.Median(q)
 		fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s | %.0f | %.0f |\n", t.name, st.Requests,
 			msf(st.TTFT.Quantile(50)), msf(st.TTFT.Quantile(99)), msf(st.Gap.Quantile(50)), msf(st.Gap.Quantile(99)), eps[t.name], rps[t.name])
 	}

@@ -1,4 +1,4 @@
-package bench
+package overhead
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/infergate/infergate/bench"
 )
 
 // sseServer streams n content events 5ms apart after a 20ms first token.
@@ -80,7 +82,7 @@ func TestRampUpSpreadsStarts(t *testing.T) {
 	defer s.Close()
 	var mu sync.Mutex
 	var first, last time.Time
-	rn := &Runner{Client: testClient(t, s.URL), Workload: fixedWorkload(`{}`), Sink: func(r *Result) {
+	rn := &bench.Runner{Client: testClient(t, s.URL), Workload: fixedWorkload(`{}`), Sink: func(r *bench.Result) {
 		mu.Lock()
 		defer mu.Unlock()
 		if first.IsZero() || r.Sent.Before(first) {
@@ -90,7 +92,7 @@ func TestRampUpSpreadsStarts(t *testing.T) {
 			last = r.Sent
 		}
 	}}
-	if _, err := rn.Run(context.Background(), 0, LoadSpec{Mode: "closed", Concurrency: 8, Requests: 8, RampUp: 400 * time.Millisecond}); err != nil {
+	if _, err := rn.Run(context.Background(), 0, bench.LoadSpec{Mode: "closed", Concurrency: 8, Requests: 8, RampUp: 400 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	if d := last.Sub(first); d < 300*time.Millisecond {
@@ -103,15 +105,15 @@ func TestMedian(t *testing.T) {
 		in   []float64
 		want float64
 	}{{nil, 0}, {[]float64{3}, 3}, {[]float64{5, 1, 3}, 3}, {[]float64{4, 1, 3, 2}, 2.5}} {
-		if got := Median(tc.in); got != tc.want {
+		if got := bench.Median(tc.in); got != tc.want {
 			t.Errorf("Median(%v) = %v, want %v", tc.in, got, tc.want)
 		}
 	}
 }
 
-func testClient(t *testing.T, url string) *Client {
+func testClient(t *testing.T, url string) *bench.Client {
 	t.Helper()
-	c, err := NewClient(url+"/v1/chat/completions", ClientOptions{})
+	c, err := bench.NewClient(url+"/v1/chat/completions", bench.ClientOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

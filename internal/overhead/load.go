@@ -1,10 +1,12 @@
-package bench
+package overhead
 
 import (
 	"context"
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/infergate/infergate/bench"
 )
 
 // Target is one fixed request sent again and again, as the overhead
@@ -32,7 +34,7 @@ type Options struct {
 type Stats struct {
 	Requests, Errors int
 	Events           int // content events
-	TTFT, Gap        *Dist
+	TTFT, Gap        *bench.Dist
 	Elapsed          time.Duration
 	FirstErr         string
 }
@@ -40,20 +42,20 @@ type Stats struct {
 // fixedWorkload sends the same body every time.
 type fixedWorkload []byte
 
-func (w fixedWorkload) Request(int) Request { return Request{Body: w, At: -1} }
-func (w fixedWorkload) Len() int            { return 0 }
+func (w fixedWorkload) Request(int) bench.Request { return bench.Request{Body: w, At: -1} }
+func (w fixedWorkload) Len() int                  { return 0 }
 
 // Load runs a closed-loop round of t against c. A request in flight when
 // the round ends is finished, not cut: its figures are as valid as any
 // other's.
-func Load(ctx context.Context, c *Client, t Target, o Options) (Stats, error) {
-	st := Stats{TTFT: NewDist(), Gap: NewDist()}
+func Load(ctx context.Context, c *bench.Client, t Target, o Options) (Stats, error) {
+	st := Stats{TTFT: bench.NewDist(), Gap: bench.NewDist()}
 	if o.Concurrency < 1 || (o.Duration <= 0 && o.MaxRequests <= 0) {
-		return st, errors.New("bench: need concurrency ≥ 1 and a duration or a request count")
+		return st, errors.New("overhead: need concurrency ≥ 1 and a duration or a request count")
 	}
 	var mu sync.Mutex
-	rn := &Runner{Client: c, Workload: fixedWorkload(t.Body), Stream: t.Stream,
-		Sink: func(r *Result) {
+	rn := &bench.Runner{Client: c, Workload: fixedWorkload(t.Body), Stream: t.Stream,
+		Sink: func(r *bench.Result) {
 			mu.Lock()
 			defer mu.Unlock()
 			st.Requests++
@@ -76,7 +78,7 @@ func Load(ctx context.Context, c *Client, t Target, o Options) (Stats, error) {
 		},
 	}
 	start := time.Now()
-	_, err := rn.Run(ctx, 0, LoadSpec{Mode: "closed", Concurrency: o.Concurrency, Duration: o.Duration, Requests: o.MaxRequests, RampUp: o.RampUp})
+	_, err := rn.Run(ctx, 0, bench.LoadSpec{Mode: "closed", Concurrency: o.Concurrency, Duration: o.Duration, Requests: o.MaxRequests, RampUp: o.RampUp})
 	st.Elapsed = time.Since(start)
 	return st, err
 }
@@ -87,8 +89,8 @@ func (s *Stats) Merge(o Stats) {
 	s.Errors += o.Errors
 	s.Events += o.Events
 	s.Elapsed += o.Elapsed
-	s.TTFT.h.Merge(o.TTFT.h)
-	s.Gap.h.Merge(o.Gap.h)
+	s.TTFT.Merge(o.TTFT)
+	s.Gap.Merge(o.Gap)
 	if s.FirstErr == "" {
 		s.FirstErr = o.FirstErr
 	}

@@ -1,4 +1,4 @@
-package bench
+package overhead
 
 import (
 	"bytes"
@@ -12,16 +12,18 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/infergate/infergate/bench"
 )
 
-// The load generator's own checks (issue 4's performance targets): how
+// The load generator's own checks, the figures BENCHMARKS.md promises: how
 // many streams one bench process drives and at what CPU and memory, how
 // its plain request rate compares with hey's, and how much it adds to a
 // measured TTFT.
 
 // benchProc runs `infergate bench` with args as a child process and
 // returns its record, CPU seconds and peak RSS.
-func (o *Overhead) benchProc(ctx context.Context, dir string, args ...string) (*Record, float64, int64, error) {
+func (o *Overhead) benchProc(ctx context.Context, dir string, args ...string) (*bench.Record, float64, int64, error) {
 	out := filepath.Join(dir, fmt.Sprintf("run-%d.json", time.Now().UnixNano()))
 	cmd := exec.CommandContext(ctx, o.Binary, append([]string{"bench", "--quiet", "--out", out}, args...)...)
 	var stderr bytes.Buffer
@@ -29,7 +31,7 @@ func (o *Overhead) benchProc(ctx context.Context, dir string, args ...string) (*
 	if err := cmd.Run(); err != nil {
 		return nil, 0, 0, fmt.Errorf("bench %v: %w\n%s", args, err, stderr.String())
 	}
-	rec, err := LoadRecord(out)
+	rec, err := bench.LoadRecord(out)
 	if err != nil {
 		return nil, 0, 0, err
 	}
@@ -170,8 +172,8 @@ func (o *Overhead) benchVsHey(ctx context.Context, dir string, conc int) error {
 	fmt.Fprintf(o.Report, "### bench-vs-hey\n\nNon-streaming, concurrency %d, a sim that adds no delay, %d interleaved rounds of %v each.\n\n", conc, o.Rounds, o.RoundTime)
 	fmt.Fprintln(o.Report, "| client | req/s per round | median | ratio to hey |")
 	fmt.Fprintln(o.Report, "|---|---|---:|---:|")
-	fmt.Fprintf(o.Report, "| hey | %s | %.0f | 1.00 |\n", joinF(heyRates), Median(heyRates))
-	fmt.Fprintf(o.Report, "| infergate bench | %s | %.0f | %.2f |\n\n", joinF(benchRates), Median(benchRates), Median(benchRates)/Median(heyRates))
+	fmt.Fprintf(o.Report, "| hey | %s | %.0f | 1.00 |\n", joinF(heyRates), bench.Median(heyRates))
+	fmt.Fprintf(o.Report, "| infergate bench | %s | %.0f | %.2f |\n\n", joinF(benchRates), bench.Median(benchRates), bench.Median(benchRates)/bench.Median(heyRates))
 	return nil
 }
 
