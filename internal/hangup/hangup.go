@@ -3,10 +3,17 @@
 // client while it still waits on a backend (fasthttp's RequestCtx.Done fires
 // only at shutdown: fasthttp issues #468, #965).
 //
-// One goroutine polls every watched socket for POLLRDHUP in a single poll(2)
-// call per interval. POLLRDHUP reports a peer that shut down its side even
-// while unread bytes (a pipelined request, a TLS alert) sit in the socket,
-// and poll consumes nothing.
+// On Linux one goroutine polls every watched socket for POLLRDHUP in a
+// single poll(2) call per interval. POLLRDHUP reports a peer that shut down
+// its side even while unread bytes (a pipelined request, a TLS alert) sit
+// in the socket, and poll consumes nothing.
+//
+// Other systems have no POLLRDHUP (macOS reports a half-closed socket only
+// as readable, which a pipelined request also is), so there Watch returns
+// a handle that never fires and no goroutine runs: a server notices a
+// vanished client at its next write instead, which for a stream is the
+// next event and for a request still waiting on its backend is the first
+// byte of the answer.
 package hangup
 
 import (
@@ -15,8 +22,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // DefaultInterval is how often sockets are polled when New is given zero.
@@ -29,7 +34,7 @@ type Watcher struct {
 
 	mu      sync.Mutex
 	entries []*Handle
-	fds     []unix.PollFd
+	set     pollSet // the platform's poll arguments
 
 	stop chan struct{}
 	done chan struct{}
@@ -50,6 +55,10 @@ func New(interval time.Duration) *Watcher {
 		interval = DefaultInterval
 	}
 	w := &Watcher{interval: interval, stop: make(chan struct{}), done: make(chan struct{})}
+	if !supported {
+		close(w.done)
+		return w
+	}
 	go w.loop()
 	return w
 }
@@ -61,7 +70,7 @@ func New(interval time.Duration) *Watcher {
 func (w *Watcher) Watch(conn net.Conn, onHup func()) *Handle {
 	h := &Handle{w: w, fd: -1, idx: -1, onHup: onHup}
 	fd, ok := socketFD(conn)
-	if !ok {
+	if !ok || !supported {
 		return h
 	}
 	h.fd = int32(fd)
@@ -128,35 +137,6 @@ func (w *Watcher) loop() {
 			fired[i] = nil
 		}
 	}
-}
-
-// poll checks every socket once and returns the handles whose peer is gone,
-// already removed from the watch list.
-func (w *Watcher) poll(fired []*Handle) []*Handle {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if len(w.entries) == 0 {
-		return fired
-	}
-	w.fds = w.fds[:0]
-	for _, h := range w.entries {
-		w.fds = append(w.fds, unix.PollFd{Fd: h.fd, Events: unix.POLLRDHUP})
-	}
-	// Timeout 0: poll answers at once. Holding the lock keeps every fd in
-	// the list open (its handle cannot be stopped, so its request cannot
-	// end and close it) for the duration of this one short syscall.
-	n, err := unix.Poll(w.fds, 0)
-	if err != nil || n == 0 {
-		return fired
-	}
-	for i := len(w.fds) - 1; i >= 0; i-- {
-		if w.fds[i].Revents&(unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR|unix.POLLNVAL) != 0 {
-			h := w.entries[i]
-			w.removeLocked(h)
-			fired = append(fired, h)
-		}
-	}
-	return fired
 }
 
 // socketFD returns the file descriptor under conn, looking through TLS.

@@ -10,7 +10,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/infergate/infergate/bench"
@@ -37,12 +36,7 @@ func (o *Overhead) benchProc(ctx context.Context, dir string, args ...string) (*
 	}
 	st := cmd.ProcessState
 	cpu := (st.UserTime() + st.SystemTime()).Seconds()
-	// Linux reports the child's peak RSS in KiB.
-	var peak int64
-	if ru, ok := st.SysUsage().(*syscall.Rusage); ok {
-		peak = ru.Maxrss
-	}
-	return rec, cpu, peak, nil
+	return rec, cpu, peakRSSKiB(st), nil
 }
 
 // cpuSeconds reads a process's user + system CPU time.

@@ -15,7 +15,8 @@ import (
 // smoothed tcpi_rtt on a connection that idles between requests; the
 // smoothed one where the kernel gives no minimum; 0 when unreadable. It is
 // one getsockopt: the network share of a request's time is measured, not
-// guessed (DESIGN: the timeline).
+// guessed (DESIGN: the timeline). Elsewhere (rtt_other.go) it is 0, and the
+// round trip counts as the model's time.
 func tcpRTT(c net.Conn) time.Duration {
 	for {
 		switch v := c.(type) {
