@@ -15,27 +15,27 @@ import (
 )
 
 // handleAdmin serves the admin listener.
-func (g *Gateway) handleAdmin(ctx *fasthttp.RequestCtx) {
-	switch string(ctx.Path()) {
+func (g *Gateway) handleAdmin(rc *fasthttp.RequestCtx) {
+	switch string(rc.Path()) {
 	case "/metrics", "/admin/stats":
 		// Every request that ended before the scrape is in it.
 		g.syncTelemetry()
 	}
-	switch string(ctx.Path()) {
+	switch string(rc.Path()) {
 	case "/metrics":
-		fastsrv.WriteMetrics(ctx, g.m.mp.Registry, g.log)
+		fastsrv.WriteMetrics(rc, g.m.mp.Registry, g.log)
 	case "/admin/stats":
 		b, err := json.Marshal(g.Stats(time.Now()))
 		if err != nil {
-			writeError(ctx, http.StatusInternalServerError, openai.TypeServer, "internal_error", "cannot render the stats")
+			writeError(rc, http.StatusInternalServerError, openai.TypeServer, "internal_error", "cannot render the stats")
 			return
 		}
-		ctx.SetContentType("application/json")
-		ctx.SetBody(b)
+		rc.SetContentType("application/json")
+		rc.SetBody(b)
 	case "/healthz", "/readyz":
-		g.handle(ctx)
+		g.handle(rc)
 	default:
-		writeError(ctx, http.StatusNotFound, openai.TypeNotFound, "not_found", "no admin route for "+string(ctx.Path()))
+		writeError(rc, http.StatusNotFound, openai.TypeNotFound, "not_found", "no admin route for "+string(rc.Path()))
 	}
 }
 

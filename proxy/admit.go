@@ -19,10 +19,6 @@ import (
 // request path). It may wait in the limiter's queue; a client that leaves
 // meanwhile cancels the wait through the request's context.
 
-// errShed wraps a refusal of the limiter, so errorResponse can answer 429
-// or 503 with Retry-After.
-var errShed = errors.New("proxy: admission refused")
-
 // setTenantKeys indexes the configured API keys by tenant.
 func (g *Gateway) setTenantKeys(c shaping.Config) {
 	m := map[string]string{}
@@ -39,8 +35,8 @@ var bearer = []byte("Bearer ")
 // tenantOf names the request's tenant: the configured tenant of its API
 // key, else "key-" and 12 hex digits of the key's SHA-256 (the key itself
 // never reaches logs or metrics), else "anonymous".
-func (g *Gateway) tenantOf(ctx *fasthttp.RequestCtx) string {
-	auth := ctx.Request.Header.Peek("Authorization")
+func (g *Gateway) tenantOf(rc *fasthttp.RequestCtx) string {
+	auth := rc.Request.Header.Peek("Authorization")
 	key, ok := bytes.CutPrefix(auth, bearer)
 	if !ok || len(key) == 0 {
 		return "anonymous"
@@ -66,9 +62,9 @@ func tokenBudget(body []byte, defaultOutput int64) int64 {
 
 // admit waits for the request's slot. On success the permit is the
 // exchange's until finishWith releases it.
-func (x *exchange) admit(ctx *fasthttp.RequestCtx, body []byte) error {
+func (x *exchange) admit(rc *fasthttp.RequestCtx, body []byte) error {
 	g := x.g
-	x.tenant = g.tenantOf(ctx)
+	x.tenant = g.tenantOf(rc)
 	r := shaping.Request{Tenant: x.tenant, Pool: x.route.pool.name, Model: x.model,
 		Tokens: tokenBudget(body, x.st.cfg.Shaping.DefaultOutputTokens)}
 	p, err := g.lim.Acquire(x.ctx, r)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/infergate/infergate/openai"
 	"github.com/infergate/infergate/shaping"
+	"github.com/valyala/fasthttp"
 )
 
 // Outcomes of a request, as logs and metrics name them.
@@ -21,6 +22,27 @@ const (
 	outcomeBackend5xx = "backend_5xx"
 	outcomeShed       = "shed" // refused by admission control: queue full or wait too long
 )
+
+// Causes of a request's end, set on its context or returned by the
+// upstream call; errorResponse, below, maps each to what the client sees.
+var (
+	errClientGone       = errors.New("proxy: client went away")
+	errTotalTimeout     = errors.New("proxy: request exceeded timeouts.total")
+	errFirstByteTimeout = errors.New("proxy: backend did not answer within timeouts.first_byte")
+	errIdleTimeout      = errors.New("proxy: backend stream idle longer than timeouts.idle")
+	errConnect          = errors.New("proxy: cannot connect to backend")
+	errUpstream         = errors.New("proxy: backend failed")
+	errEndedEarly       = errors.New("proxy: backend ended the stream early")
+	errShutdown         = errors.New("proxy: gateway shut down before the response completed")
+	errResponseTooLarge = errors.New("proxy: backend response exceeds server.max_response_bytes")
+)
+
+// errShed wraps a refusal of the limiter, so errorResponse can answer 429
+// or 503 with Retry-After.
+var errShed = errors.New("proxy: admission refused")
+
+// ErrNoBackend means every backend of a pool is unavailable or was tried.
+var ErrNoBackend = errors.New("proxy: no available backend")
 
 // clientError is what a client is told about a failure: status (499 means
 // the client left and is told nothing), OpenAI error type and code, a
@@ -61,4 +83,11 @@ func errorResponse(err error) clientError {
 	default:
 		return clientError{http.StatusBadGateway, openai.TypeServer, "upstream_error", "the backend failed", outcomeUpstream}
 	}
+}
+
+// writeError sets an OpenAI-style error response.
+func writeError(rc *fasthttp.RequestCtx, status int, typ, code, msg string) {
+	rc.SetStatusCode(status)
+	rc.SetContentType("application/json")
+	rc.SetBody(openai.AppendError(nil, typ, code, msg))
 }

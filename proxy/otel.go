@@ -39,15 +39,15 @@ func (c headerCarrier) Keys() []string {
 // beginSpan decides the request's span context at its receipt,
 // continuing the client's traceparent; the span itself is built when the
 // request has ended (endSpan). Only with a tracer.
-func (x *exchange) beginSpan(ctx *fasthttp.RequestCtx) {
+func (x *exchange) beginSpan(rc *fasthttp.RequestCtx) {
 	tr := x.g.tracer
 	if tr == nil {
 		return
 	}
 	// Most requests carry no traceparent: the propagator runs only for
 	// those that do.
-	if len(ctx.Request.Header.Peek("Traceparent")) > 0 {
-		x.parent = trace.SpanContextFromContext(traceContext.Extract(context.Background(), headerCarrier{&ctx.Request.Header}))
+	if len(rc.Request.Header.Peek("Traceparent")) > 0 {
+		x.parent = trace.SpanContextFromContext(traceContext.Extract(context.Background(), headerCarrier{&rc.Request.Header}))
 	}
 	x.sc = tr.Begin(x.parent)
 }

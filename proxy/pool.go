@@ -8,9 +8,6 @@ import (
 	"time"
 )
 
-// ErrNoBackend means every backend of a pool is unavailable or was tried.
-var ErrNoBackend = errors.New("proxy: no available backend")
-
 // errAttemptFailed is what a failed attempt reports to its breaker.
 var errAttemptFailed = errors.New("proxy: upstream attempt failed")
 

@@ -1,5 +1,13 @@
 package proxy
 
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/infergate/infergate/tracing"
+)
+
 // A finished request's span, metrics, live-view sample and request-log
 // line are built off the request path, by one goroutine of the gateway's:
 // on a stream the last chunk and the connection's next request do not
@@ -80,4 +88,54 @@ func (x *exchange) emit() {
 	}
 	x.endSpan()
 	x.record()
+}
+
+// logLine writes the request's line to the gateway's log.
+func (x *exchange) logLine() {
+	tl := &x.tl
+	lvl := slog.LevelInfo
+	if x.outcome != outcomeOK && x.outcome != outcomeRejected && x.outcome != outcomeBackend4xx && x.outcome != outcomeClientGone && x.outcome != outcomeShed {
+		lvl = slog.LevelWarn
+	}
+	if !x.g.log.Enabled(context.Background(), lvl) {
+		return
+	}
+	attrs := []slog.Attr{
+		slog.String("id", x.id), slog.String("method", x.method), slog.String("path", x.path),
+		slog.String("model", x.model), slog.Int("status", x.status), slog.String("outcome", x.outcome),
+		slog.Float64("duration_ms", ms(tl.Duration())),
+	}
+	if x.backend != nil {
+		attrs = append(attrs, slog.String("backend", x.backend.name), slog.Int("attempts", tl.Attempts))
+	}
+	if w := tl.QueueWait(); w > time.Millisecond {
+		attrs = append(attrs, slog.Float64("queue_ms", ms(w)))
+	}
+	if x.stream {
+		attrs = append(attrs, slog.Float64("ttft_ms", ms(tl.TTFT())), slog.Int("events", tl.Events))
+	}
+	if x.err != nil {
+		attrs = append(attrs, slog.String("err", x.err.Error()))
+	}
+	x.g.log.LogAttrs(context.Background(), lvl, "request", attrs...)
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// logEntry hands the request's entry to the request log.
+func (x *exchange) logEntry() {
+	tl := &x.tl
+	e := tracing.Entry{Time: tl.Received, ID: x.id, Path: x.path, Tenant: x.tenant, Model: x.model, Stream: x.stream, Status: x.status,
+		Outcome: x.outcome, InputTokens: tl.PromptTokens, OutputTokens: tl.OutputTokens, Events: tl.Events, Attempts: tl.Attempts,
+		TTFT: ms(tl.TTFT()), FinishReason: tl.FinishReason, Body: x.logBody}
+	if x.backend != nil {
+		e.Backend = x.backend.name
+	}
+	if !tl.Sent.IsZero() {
+		e.Timing = tracing.NewTiming(tl.Attribute(time.Now()), tl.TTFT())
+	}
+	if x.err != nil {
+		e.Error = x.err.Error()
+	}
+	x.g.rlog.Log(e)
 }

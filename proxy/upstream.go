@@ -14,20 +14,6 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// Causes of a request's end, set on its context or returned by the
-// upstream call; errorResponse maps each to what the client sees.
-var (
-	errClientGone       = errors.New("proxy: client went away")
-	errTotalTimeout     = errors.New("proxy: request exceeded timeouts.total")
-	errFirstByteTimeout = errors.New("proxy: backend did not answer within timeouts.first_byte")
-	errIdleTimeout      = errors.New("proxy: backend stream idle longer than timeouts.idle")
-	errConnect          = errors.New("proxy: cannot connect to backend")
-	errUpstream         = errors.New("proxy: backend failed")
-	errEndedEarly       = errors.New("proxy: backend ended the stream early")
-	errShutdown         = errors.New("proxy: gateway shut down before the response completed")
-	errResponseTooLarge = errors.New("proxy: backend response exceeds server.max_response_bytes")
-)
-
 // upstream is an in-flight backend response whose body is still to be
 // read. finish must be called exactly once.
 type upstream struct {

@@ -1,16 +1,16 @@
 package shaping
 
 import (
-	"log/slog"
-	"os"
-	"sync/atomic"
-
 	"context"
 	"errors"
 	"fmt"
-	"github.com/redis/go-redis/v9"
+	"log/slog"
+	"os"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Sentinel errors of Acquire. A refusal wraps ErrQueueFull or

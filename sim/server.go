@@ -76,8 +76,8 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		Concurrency:     1 << 20,
 		CloseOnShutdown: true,
 		Logger:          fastsrv.Logger{Log: log},
-		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
-			vllmError(ctx, fasthttp.StatusBadRequest, "BadRequestError", err.Error())
+		ErrorHandler: func(rc *fasthttp.RequestCtx, err error) {
+			vllmError(rc, fasthttp.StatusBadRequest, "BadRequestError", err.Error())
 		},
 	}
 	return s, nil
@@ -100,34 +100,34 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return err
 }
 
-func (s *Server) handle(ctx *fasthttp.RequestCtx) {
-	path := string(ctx.Path())
+func (s *Server) handle(rc *fasthttp.RequestCtx) {
+	path := string(rc.Path())
 	switch path {
 	case "/v1/chat/completions", "/v1/completions":
-		if !ctx.IsPost() {
-			vllmError(ctx, fasthttp.StatusMethodNotAllowed, "MethodNotAllowed", "use POST")
+		if !rc.IsPost() {
+			vllmError(rc, fasthttp.StatusMethodNotAllowed, "MethodNotAllowed", "use POST")
 			return
 		}
-		s.complete(ctx, path == "/v1/chat/completions")
+		s.complete(rc, path == "/v1/chat/completions")
 	case "/v1/models":
 		b, _ := json.Marshal(openai.ModelList{Object: "list", Data: []openai.Model{{ID: s.cfg.Model, Object: "model", Created: s.created, OwnedBy: "infergate-sim"}}})
-		ctx.SetContentType("application/json")
-		ctx.SetBody(b)
+		rc.SetContentType("application/json")
+		rc.SetBody(b)
 	case "/health":
-		ctx.SetStatusCode(fasthttp.StatusOK)
+		rc.SetStatusCode(fasthttp.StatusOK)
 	case "/metrics":
-		fastsrv.WriteMetrics(ctx, s.metrics.reg, s.log)
+		fastsrv.WriteMetrics(rc, s.metrics.reg, s.log)
 	default:
-		vllmError(ctx, fasthttp.StatusNotFound, "NotFoundError", "no route "+path)
+		vllmError(rc, fasthttp.StatusNotFound, "NotFoundError", "no route "+path)
 	}
 }
 
 // vllmError writes an error the way vLLM's OpenAI server does.
-func vllmError(ctx *fasthttp.RequestCtx, status int, typ, msg string) {
+func vllmError(rc *fasthttp.RequestCtx, status int, typ, msg string) {
 	b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": status}})
-	ctx.SetStatusCode(status)
-	ctx.SetContentType("application/json")
-	ctx.SetBody(b)
+	rc.SetStatusCode(status)
+	rc.SetContentType("application/json")
+	rc.SetBody(b)
 }
 
 // request is one admitted completion request, shared by the handler and
@@ -156,7 +156,7 @@ type request struct {
 // network's share of the TTFT it measured.
 const TimingHeader = "X-Sim-Timing"
 
-func (s *Server) complete(ctx *fasthttp.RequestCtx, chat bool) {
+func (s *Server) complete(rc *fasthttp.RequestCtx, chat bool) {
 	received := time.Now()
 	s.clock.active.Add(1)
 	streaming := false
@@ -165,9 +165,9 @@ func (s *Server) complete(ctx *fasthttp.RequestCtx, chat bool) {
 			s.clock.active.Add(-1)
 		}
 	}()
-	faults, err := parseFaults(s.cfg.Faults, string(ctx.Request.Header.Peek(FaultHeader)))
+	faults, err := parseFaults(s.cfg.Faults, string(rc.Request.Header.Peek(FaultHeader)))
 	if err != nil {
-		vllmError(ctx, fasthttp.StatusBadRequest, "BadRequestError", err.Error())
+		vllmError(rc, fasthttp.StatusBadRequest, "BadRequestError", err.Error())
 		return
 	}
 	if faults.ErrorRate > 0 && rand.Float64() < faults.ErrorRate {
@@ -176,49 +176,49 @@ func (s *Server) complete(ctx *fasthttp.RequestCtx, chat bool) {
 			status = fasthttp.StatusInternalServerError
 		}
 		if faults.RetryAfter > 0 && (status == 429 || status == 503) {
-			ctx.Response.Header.Set("Retry-After", strconv.Itoa(int((faults.RetryAfter+time.Second-1)/time.Second)))
+			rc.Response.Header.Set("Retry-After", strconv.Itoa(int((faults.RetryAfter+time.Second-1)/time.Second)))
 		}
-		vllmError(ctx, status, "InjectedFault", fmt.Sprintf("injected fault: status %d", status))
+		vllmError(rc, status, "InjectedFault", fmt.Sprintf("injected fault: status %d", status))
 		return
 	}
 	var req openai.Request
-	if err := json.Unmarshal(ctx.PostBody(), &req); err != nil {
-		vllmError(ctx, fasthttp.StatusBadRequest, "BadRequestError", "invalid JSON body: "+err.Error())
+	if err := json.Unmarshal(rc.PostBody(), &req); err != nil {
+		vllmError(rc, fasthttp.StatusBadRequest, "BadRequestError", "invalid JSON body: "+err.Error())
 		return
 	}
 	if req.Model != s.cfg.Model {
-		vllmError(ctx, fasthttp.StatusNotFound, "NotFoundError", fmt.Sprintf("The model `%s` does not exist.", req.Model))
+		vllmError(rc, fasthttp.StatusNotFound, "NotFoundError", fmt.Sprintf("The model `%s` does not exist.", req.Model))
 		return
 	}
 	if chat && len(req.Messages) == 0 {
-		vllmError(ctx, fasthttp.StatusBadRequest, "BadRequestError", "messages: field required")
+		vllmError(rc, fasthttp.StatusBadRequest, "BadRequestError", "messages: field required")
 		return
 	}
 	prompt, promptTokens, err := promptText(s.tok, &req)
 	if err != nil {
-		vllmError(ctx, fasthttp.StatusBadRequest, "BadRequestError", err.Error())
+		vllmError(rc, fasthttp.StatusBadRequest, "BadRequestError", err.Error())
 		return
 	}
 	ans, err := planAnswer(&s.cfg, &req, prompt, promptTokens, s.nonce.Add(1))
 	if err != nil {
-		vllmError(ctx, fasthttp.StatusBadRequest, "BadRequestError", err.Error())
+		vllmError(rc, fasthttp.StatusBadRequest, "BadRequestError", err.Error())
 		return
 	}
 	r := &request{
 		chat: chat, model: s.cfg.Model, created: time.Now().Unix(), promptTokens: promptTokens, ans: ans,
-		usage: req.StreamOptions != nil && req.StreamOptions.IncludeUsage, faults: faults, conn: ctx.Conn(),
-		timing: len(ctx.Request.Header.Peek(TimingHeader)) > 0, received: received,
+		usage: req.StreamOptions != nil && req.StreamOptions.IncludeUsage, faults: faults, conn: rc.Conn(),
+		timing: len(rc.Request.Header.Peek(TimingHeader)) > 0, received: received,
 	}
 	r.id = fmt.Sprintf("%s-%016x", map[bool]string{true: "chatcmpl", false: "cmpl"}[chat], mix(ans.seed, s.nonce.Load()))
 	if s.eng != nil {
 		if !s.eng.fits(promptTokens, ans.tokens) {
-			vllmError(ctx, fasthttp.StatusBadRequest, "BadRequestError", fmt.Sprintf(
+			vllmError(rc, fasthttp.StatusBadRequest, "BadRequestError", fmt.Sprintf(
 				"request needs %d tokens of KV cache but the cache holds %d", promptTokens+ans.tokens, s.cfg.Engine.KVCacheTokens))
 			return
 		}
 		sq := newSeq(promptTokens, ans.tokens)
 		if !s.eng.add(sq) {
-			vllmError(ctx, fasthttp.StatusServiceUnavailable, "ServiceUnavailable", "server is shutting down")
+			vllmError(rc, fasthttp.StatusServiceUnavailable, "ServiceUnavailable", "server is shutting down")
 			return
 		}
 		r.src = &engineSource{s: sq}
@@ -234,13 +234,13 @@ func (s *Server) complete(ctx *fasthttp.RequestCtx, chat bool) {
 	}
 	if !req.Stream {
 		defer r.watch.Stop()
-		s.respondWhole(ctx, r)
+		s.respondWhole(rc, r)
 		return
 	}
-	ctx.SetContentType("text/event-stream")
-	ctx.Response.Header.Set("Cache-Control", "no-cache")
+	rc.SetContentType("text/event-stream")
+	rc.Response.Header.Set("Cache-Control", "no-cache")
 	streaming = true // the stream writer ends the request
-	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+	rc.SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer s.clock.active.Add(-1)
 		defer r.watch.Stop()
 		s.stream(w, r)
@@ -248,14 +248,14 @@ func (s *Server) complete(ctx *fasthttp.RequestCtx, chat bool) {
 }
 
 // respondWhole waits for the whole answer and writes it as one body.
-func (s *Server) respondWhole(ctx *fasthttp.RequestCtx, r *request) {
+func (s *Server) respondWhole(rc *fasthttp.RequestCtx, r *request) {
 	n, ok := 0, true
 	for ok && n < r.ans.tokens {
 		n, ok = r.src.wait(n)
 	}
 	if n < r.ans.tokens {
 		// aborted: the client is gone; nothing to write
-		ctx.SetConnectionClose()
+		rc.SetConnectionClose()
 		return
 	}
 	s.recordFinish(r)
@@ -276,8 +276,8 @@ func (s *Server) respondWhole(ctx *fasthttp.RequestCtx, r *request) {
 	if d := r.faults.netDelay(); d > 0 {
 		time.Sleep(d)
 	}
-	ctx.SetContentType("application/json")
-	ctx.SetBody(body)
+	rc.SetContentType("application/json")
+	rc.SetBody(body)
 }
 
 func (s *Server) recordFinish(r *request) {

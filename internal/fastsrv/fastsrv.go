@@ -22,14 +22,14 @@ func (l Logger) Printf(format string, args ...any) {
 }
 
 // WriteMetrics answers with reg's metrics in the Prometheus text format.
-func WriteMetrics(ctx *fasthttp.RequestCtx, reg *prometheus.Registry, log *slog.Logger) {
+func WriteMetrics(rc *fasthttp.RequestCtx, reg *prometheus.Registry, log *slog.Logger) {
 	mfs, err := reg.Gather()
 	if err != nil {
 		log.Error("gather metrics", "err", err) // partial results still go out
 	}
 	format := expfmt.NewFormat(expfmt.TypeTextPlain)
-	ctx.SetContentType(string(format))
-	enc := expfmt.NewEncoder(ctx, format)
+	rc.SetContentType(string(format))
+	enc := expfmt.NewEncoder(rc, format)
 	for _, mf := range mfs {
 		if err := enc.Encode(mf); err != nil {
 			log.Error("encode metrics", "err", err)

@@ -13,7 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// streamResponse sends the status and headers set on ctx, then runs body
+// streamResponse sends the status and headers set on rc, then runs body
 // with a writer straight onto the client connection: each Flush is one
 // HTTP chunk and one write(2), with no goroutine in between.
 //
@@ -31,14 +31,14 @@ import (
 //
 // fasthttp skips the hijack handler when it cannot flush an earlier
 // pipelined response or reset the deadline; then the body never runs. So
-// when rctx ends before the handler starts (the hang-up watcher fires once
+// when ctx ends before the handler starts (the hang-up watcher fires once
 // fasthttp closes that connection), the streamer is abandoned instead:
 // whichever of the two comes first claims the stream.
-func (g *Gateway) streamResponse(ctx *fasthttp.RequestCtx, rctx context.Context, s streamer) {
+func (g *Gateway) streamResponse(ctx context.Context, rc *fasthttp.RequestCtx, s streamer) {
 	// HTTP/1.0 has no chunked coding: its stream ends with the connection.
-	chunked := ctx.Request.Header.IsHTTP11()
-	keep := chunked && !ctx.Request.Header.ConnectionClose() && !g.closing.Load()
-	h := &ctx.Response.Header
+	chunked := rc.Request.Header.IsHTTP11()
+	keep := chunked && !rc.Request.Header.ConnectionClose() && !g.closing.Load()
+	h := &rc.Response.Header
 	if chunked {
 		h.SetContentLength(-1)
 	} else {
@@ -51,13 +51,13 @@ func (g *Gateway) streamResponse(ctx *fasthttp.RequestCtx, rctx context.Context,
 	cw.headBuf = h.AppendBytes(cw.headBuf[:0])
 	cw.raw = !chunked
 	claimed := new(atomic.Bool)
-	stop := context.AfterFunc(rctx, func() {
+	stop := context.AfterFunc(ctx, func() {
 		if claimed.CompareAndSwap(false, true) {
 			s.abandon()
 		}
 	})
-	ctx.HijackSetNoResponse(true)
-	ctx.Hijack(func(c net.Conn) {
+	rc.HijackSetNoResponse(true)
+	rc.Hijack(func(c net.Conn) {
 		stop()
 		if !claimed.CompareAndSwap(false, true) {
 			c.Close() // abandoned: the request is over

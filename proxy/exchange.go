@@ -1,0 +1,235 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/infergate/infergate/internal/hangup"
+	"github.com/infergate/infergate/openai"
+	"github.com/infergate/infergate/shaping"
+	"github.com/infergate/infergate/tracing"
+	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// The exchange is one proxied request from the handler to its last byte:
+// serveAPI reads and routes it, start sets up its context and upstream
+// request, and finishWith is the one funnel that releases everything it
+// holds and reports it.
+
+// exchange is one proxied request, from the handler through the stream
+// writer. It holds nothing of the RequestCtx.
+type exchange struct {
+	g      *Gateway
+	st     *state
+	id     string
+	method string
+	path   string
+	query  string // "?..." or empty
+	model  string
+	stream bool
+	tl     tracing.Timeline
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	stopT  context.CancelFunc
+	watch  *hangup.Handle
+
+	ureq    *fasthttp.Request
+	route   *route
+	backend *Backend
+	done    func(ok bool) // the breaker permit of backend
+	up      *upstream
+	reuse   bool                // the upstream body was read to its end
+	er      *openai.EventReader // set once the first event was awaited
+	permit  shaping.Permit      // the admission slot, released by finishWith
+	timing  bool                // the client asked for X-Infergate-Timing
+	tenant  string              // as admission named it
+	logged  bool                // this request goes to the request log
+	logBody []byte              // its body, copied, when the log keeps bodies
+	// parent is the client's span (from its traceparent), sc the
+	// request's own, decided at receipt; both invalid without a tracer.
+	parent, sc trace.SpanContext
+
+	status  int
+	outcome string
+	err     error
+}
+
+// requestID returns the client's X-Request-Id when it is sane, else a new one.
+func requestID(rc *fasthttp.RequestCtx) string {
+	if id := rc.Request.Header.Peek("X-Request-Id"); len(id) > 0 && len(id) <= 128 && printable(id) {
+		return string(id)
+	}
+	var b [32]byte
+	hex := strconv.AppendUint(b[:0], rand.Uint64()|1<<63, 16)
+	hex = strconv.AppendUint(hex, rand.Uint64()|1<<63, 16)
+	return string(hex)
+}
+
+func printable(b []byte) bool {
+	for _, c := range b {
+		if c < 0x21 || c > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// serveAPI reads, routes, admits and forwards an API request. strict requests (the completion
+// routes) must carry a JSON body with a string model; other /v1 paths are
+// routed by their model when they have one, else to the default pool.
+func (g *Gateway) serveAPI(rc *fasthttp.RequestCtx, strict bool) {
+	x := &exchange{g: g, st: g.state.Load(), method: string(rc.Method()), path: string(rc.Path())}
+	x.tl.Received = time.Now() // fasthttp calls the handler once the whole request is read
+	x.id = requestID(rc)
+	// Only a client that asks gets the timing (nothing changes for others).
+	x.timing = len(rc.Request.Header.Peek("X-Infergate-Timing")) > 0
+	rc.Response.Header.Set("X-Request-Id", x.id)
+	if q := rc.URI().QueryString(); len(q) > 0 {
+		x.query = "?" + string(q)
+	}
+
+	body := rc.PostBody()
+	if rl := g.rlog; rl != nil && rl.Sample() {
+		x.logged = true
+		if n := rl.BodyBytes(); n > 0 && len(body) <= n && len(body) > 0 {
+			x.logBody = bytes.Clone(body) // rc's memory is not ours after the handler
+		}
+	}
+	var env openai.Envelope
+	var err error
+	if strict || len(body) > 0 {
+		env, err = openai.ScanRequest(body)
+		if err != nil && (strict || x.st.def == nil) {
+			x.reject(rc, http.StatusBadRequest, openai.TypeInvalidRequest, scanErrorCode(err), strings.TrimPrefix(err.Error(), "openai: "))
+			return
+		}
+	}
+	x.model, x.stream = env.Model, env.Stream
+	if err != nil {
+		x.model = ""
+	}
+	x.route = x.st.lookup(x.model)
+	if x.route == nil {
+		msg := fmt.Sprintf("The model `%s` does not exist or is not served by this gateway.", x.model)
+		if x.model == "" {
+			msg = "this path needs a model in its JSON body"
+		}
+		x.reject(rc, http.StatusNotFound, openai.TypeInvalidRequest, "model_not_found", msg)
+		return
+	}
+	x.beginSpan(rc)
+	if x.route.upstreamModel != "" && err == nil && env.Model != "" {
+		body = openai.RewriteModel(body, env, x.route.upstreamModel)
+	}
+	x.start(rc, body)
+	if err := x.admit(rc, body); err != nil {
+		x.fail(rc, err)
+		return
+	}
+
+	ka := x.st.cfg.KeepAlive
+	if ka.Delay > 0 && x.stream {
+		x.forwardWithKeepAlive(rc, ka)
+		return
+	}
+	if err := x.forward(false); err != nil {
+		x.fail(rc, err)
+		return
+	}
+	x.commit(rc)
+}
+
+func scanErrorCode(err error) string {
+	if errors.Is(err, openai.ErrInvalidJSON) || errors.Is(err, openai.ErrNotObject) {
+		return "invalid_json"
+	}
+	return "invalid_field"
+}
+
+// reject answers a request that never reaches a backend.
+func (x *exchange) reject(rc *fasthttp.RequestCtx, status int, typ, code, msg string) {
+	writeError(rc, status, typ, code, msg)
+	x.status, x.outcome = status, outcomeRejected
+	x.model = "" // an unknown or absent model is not a metrics label
+	x.tl.Done = time.Now()
+	x.report()
+}
+
+// start sets up the request's context, hang-up watch and upstream request.
+func (x *exchange) start(rc *fasthttp.RequestCtx, body []byte) {
+	g, cfg := x.g, &x.st.cfg
+	g.inflight.Add(1)
+	c, cancel := context.WithCancelCause(g.base)
+	x.ctx, x.stopT = context.WithTimeoutCause(c, cfg.Timeouts.Total, errTotalTimeout)
+	x.cancel = cancel
+	x.watch = g.watch.Watch(rc.Conn(), func() { cancel(errClientGone) })
+
+	r := fasthttp.AcquireRequest()
+	r.Header.DisableNormalizing()
+	r.Header.SetMethodBytes(rc.Method())
+	copyRequestHeaders(&r.Header, &rc.Request.Header, cfg.Server.ForwardAuthorization)
+	r.Header.Set("X-Request-Id", x.id)
+	r.Header.Del("X-Infergate-Timing") // the gateway's own, not the backend's
+	x.injectSpan(&r.Header)
+	if x.stream {
+		// The relay finds event boundaries in the bytes: ask for them
+		// uncompressed.
+		r.Header.Del("Accept-Encoding")
+	}
+	if ta, ok := rc.RemoteAddr().(*net.TCPAddr); ok {
+		var buf [128]byte
+		xff := buf[:0]
+		if prior := rc.Request.Header.Peek("X-Forwarded-For"); len(prior) > 0 {
+			xff = append(append(xff, prior...), ", "...)
+		}
+		xff = ta.AddrPort().Addr().Unmap().AppendTo(xff)
+		r.Header.SetBytesV("X-Forwarded-For", xff)
+	}
+	r.SetBody(body)
+	x.ureq = r
+}
+
+// finishWith releases everything the request holds, exactly once, and
+// reports it.
+func (x *exchange) finishWith(status int, outcome string) {
+	x.status, x.outcome = status, outcome
+	x.watch.Stop()
+	// The upstream connection goes back to its pool before the context is
+	// cancelled: cancelling closes a connection still watched.
+	if x.up != nil {
+		x.up.finish(x.reuse)
+		x.up = nil
+	}
+	x.stopT()
+	x.cancel(nil)
+	x.permit.Release()
+	if x.backend != nil {
+		ok := outcome == outcomeOK || outcome == outcomeClientGone || outcome == outcomeBackend4xx || status == http.StatusTooManyRequests
+		x.done(ok)
+		x.backend.outstanding.Add(-1)
+	}
+	fasthttp.ReleaseRequest(x.ureq)
+	x.ureq = nil
+	if x.tl.Done.IsZero() {
+		x.tl.Done = time.Now()
+	}
+	x.report()
+	x.g.inflight.Done()
+}
+
+// report writes the request's log line and hands the request to the
+// telemetry goroutine (metrics, span, live view, request-log entry).
+func (x *exchange) report() {
+	x.logLine()
+	x.g.submit(x)
+}

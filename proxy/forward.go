@@ -1,0 +1,101 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"time"
+)
+
+// Forwarding: picking a backend and trying it, moving on to another on a
+// connect error, a stale connection, a 5xx or a 429 while retries and the
+// budget allow. Nothing has reached the client yet.
+
+// forward tries backends until one answers with headers that can go to the
+// client: a connect error, a stale connection, a 5xx or a 429 moves on to
+// another backend while retries and the budget allow; nothing has reached
+// the client yet. With fill set, a streaming answer's first event is also
+// awaited (the keep-alive path waits for it off the handler).
+func (x *exchange) forward(fill bool) error {
+	cfg := &x.st.cfg
+	pool := x.route.pool
+	x.st.budget.request(time.Now())
+	var tried [8]*Backend
+	nTried := 0
+	for {
+		b, done, err := pool.pick(tried[:nTried], time.Now())
+		if err != nil {
+			return err
+		}
+		b.outstanding.Add(1)
+		x.prepare(b)
+		x.tl.Attempts++
+		up, err := b.roundTrip(x.ctx, x.ureq, &cfg.Timeouts, &x.tl)
+		if err != nil {
+			cause := context.Cause(x.ctx)
+			// A client that left or a total timeout is not the backend's fault.
+			done(cause != nil)
+			b.outstanding.Add(-1)
+			// Connect errors and resets before any response byte move on;
+			// a first-byte timeout does not (it would double the wait).
+			if cause == nil && (errors.Is(err, errConnect) || errors.Is(err, errUpstream)) && x.canRetry(pool, tried[:nTried], b) {
+				tried[nTried] = b
+				nTried++
+				x.g.log.Warn("upstream attempt failed, trying another backend", "id", x.id, "backend", b.name, "err", err)
+				continue
+			}
+			return err
+		}
+		status := up.resp.StatusCode()
+		if status >= 500 || status == http.StatusTooManyRequests {
+			if x.canRetry(pool, tried[:nTried], b) {
+				up.finish(false)
+				done(status == http.StatusTooManyRequests) // 429 is load, not failure
+				b.outstanding.Add(-1)
+				tried[nTried] = b
+				nTried++
+				x.g.log.Warn("backend answered with an error, trying another backend", "id", x.id, "backend", b.name, "status", status)
+				continue
+			}
+		}
+		x.backend, x.done, x.up = b, done, up
+		if fill && bytes.HasPrefix(up.resp.Header.ContentType(), eventStream) {
+			x.fillFirst()
+		}
+		return nil
+	}
+}
+
+// canRetry reports whether another attempt is allowed and has somewhere to go.
+func (x *exchange) canRetry(p *Pool, tried []*Backend, failed *Backend) bool {
+	max := x.st.cfg.Retries.Max
+	if max < 0 || x.tl.Attempts > max || len(tried)+1 >= 8 {
+		return false
+	}
+	now := time.Now()
+	other := false
+	for _, b := range p.backends {
+		if b != failed && !contains(tried, b) && b.Available(now) {
+			other = true
+			break
+		}
+	}
+	if !other || !x.st.budget.retry(now) {
+		return false
+	}
+	x.g.m.Retry()
+	return true
+}
+
+// prepare points the upstream request at b.
+func (x *exchange) prepare(b *Backend) {
+	r := x.ureq
+	r.SetRequestURI("http://" + b.host + b.prefix + x.path + x.query)
+	r.Header.SetHost(b.host)
+	if b.auth != "" {
+		r.Header.Set("Authorization", b.auth)
+	} else if !x.st.cfg.Server.ForwardAuthorization {
+		r.Header.Del("Authorization")
+	}
+}

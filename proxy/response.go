@@ -1,0 +1,141 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/infergate/infergate/openai"
+	"github.com/infergate/infergate/tracing"
+	"github.com/valyala/fasthttp"
+)
+
+// The response: the chosen backend's status and headers go to the client;
+// a stream is handed to the hijacked connection (hijack.go), any other
+// body is read whole, bounded, and sent. fail answers a request that got
+// no usable response at all.
+
+// commit sends the chosen backend's response: a stream is relayed event
+// by event after the handler returns; any other body is read whole first.
+func (x *exchange) commit(rc *fasthttp.RequestCtx) {
+	up := x.up
+	x.status = up.resp.StatusCode()
+	rc.SetStatusCode(x.status)
+	if st, ok := openai.ServerTimingOfHeaders(up.resp.Header.Peek); ok {
+		x.tl.Server = st // TGI; a body's own account replaces it
+	}
+	copyResponseHeaders(&rc.Response.Header, &up.resp.Header)
+	if bytes.HasPrefix(up.resp.Header.ContentType(), eventStream) && x.status < 300 {
+		rc.Response.Header.Set("X-Accel-Buffering", "no")
+		x.g.streamResponse(x.ctx, rc, x)
+		return
+	}
+	body, err := x.readWhole()
+	if err != nil {
+		rc.Response.Reset()
+		rc.Response.Header.Set("X-Request-Id", x.id)
+		ce := errorResponse(err)
+		x.err = err
+		x.finishWith(ce.status, ce.outcome)
+		if ce.status != 499 {
+			writeError(rc, ce.status, ce.typ, ce.code, ce.msg)
+		}
+		return
+	}
+	rc.Response.SetBodyRaw(body) // ours, and not touched again: no copy
+	if x.timing {
+		a := x.tl.Attribute(time.Now())
+		rc.Response.Header.SetBytesV("Server-Timing", a.AppendServerTiming(nil))
+	}
+	x.finishWith(x.status, statusOutcome(x.status))
+}
+
+func statusOutcome(status int) string {
+	switch {
+	case status >= 500:
+		return outcomeBackend5xx
+	case status >= 400:
+		return outcomeBackend4xx
+	}
+	return outcomeOK
+}
+
+// readWhole reads a non-streamed body, bounded in size and by the idle
+// timeout between reads.
+func (x *exchange) readWhole() ([]byte, error) {
+	limit := x.st.cfg.Server.MaxResponseBytes
+	idle := x.st.cfg.Timeouts.Idle
+	buf := make([]byte, 0, 4096)
+	if n := x.up.resp.Header.ContentLength(); n > 0 && n <= limit {
+		buf = make([]byte, 0, n)
+	}
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		_ = x.up.conn.SetReadDeadline(time.Now().Add(idle))
+		n, err := x.up.body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if len(buf) > limit {
+			return nil, errResponseTooLarge
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				x.reuse = true
+				x.tl.Done = time.Now()
+				if u, ok := openai.UsageOf(buf); ok {
+					x.tl.PromptTokens, x.tl.OutputTokens = u.PromptTokens, u.CompletionTokens
+				}
+				if st, ok := openai.ServerTimingOf(buf); ok {
+					x.tl.Server = st
+				}
+				if f := openai.FinishReason(buf); f != nil {
+					x.tl.FinishReason = tracing.FinishReasonOf(f)
+				}
+				return buf, nil
+			}
+			return nil, x.readErr(err)
+		}
+	}
+}
+
+// readErr names why reading the backend's body stopped.
+func (x *exchange) readErr(err error) error {
+	if cause := context.Cause(x.ctx); cause != nil {
+		return cause
+	}
+	if isTimeout(err) {
+		return errIdleTimeout
+	}
+	return fmt.Errorf("%w: %w", errEndedEarly, err)
+}
+
+// fail answers a request that got no usable backend response.
+func (x *exchange) fail(rc *fasthttp.RequestCtx, err error) {
+	x.err = err
+	ce := errorResponse(err)
+	x.tl.Done = time.Now()
+	if ce.status == 499 {
+		rc.SetConnectionClose()
+	} else {
+		if ra := x.retryAfter(err); ra != "" {
+			rc.Response.Header.Set("Retry-After", ra)
+		}
+		writeError(rc, ce.status, ce.typ, ce.code, ce.msg)
+	}
+	x.finishWith(ce.status, ce.outcome)
+}
+
+func (x *exchange) retryAfter(err error) string {
+	switch {
+	case errors.Is(err, errShed):
+		return strconv.Itoa(int(x.g.lim.RetryAfter() / time.Second))
+	case errors.Is(err, ErrNoBackend) || errors.Is(err, errShutdown):
+		return "1"
+	}
+	return ""
+}
