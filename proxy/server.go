@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/infergate/infergate/internal/bgqueue"
 	"github.com/infergate/infergate/internal/fastsrv"
 	"github.com/infergate/infergate/internal/hangup"
 	"github.com/infergate/infergate/openai"
@@ -37,13 +38,10 @@ type Gateway struct {
 	m     *gatewayMetrics
 	admin *fasthttp.Server // the admin listener's server: /metrics, /admin/*
 	// telem feeds the telemetry goroutine (telemetry.go).
-	telem       chan telemetryItem
-	telemDone   chan struct{}
-	telemMu     sync.RWMutex
-	telemClosed bool
-	stats       *tracing.Recent // recent requests, for /admin/stats
-	lim         *shaping.Limiter
-	rlog        *tracing.RequestLog // nil when request_log.path is empty
+	telem *bgqueue.Queue[*exchange]
+	stats *tracing.Recent // recent requests, for /admin/stats
+	lim   *shaping.Limiter
+	rlog  *tracing.RequestLog // nil when request_log.path is empty
 	// tracer is nil when no span is sent; spanProcessors are added to it
 	// (WithSpanProcessor).
 	tracer         *tracing.Tracer

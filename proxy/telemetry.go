@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/infergate/infergate/internal/bgqueue"
 	"github.com/infergate/infergate/tracing"
 )
 
@@ -18,68 +19,26 @@ import (
 // telemetryQueue bounds the requests waiting for the telemetry goroutine.
 const telemetryQueue = 4096
 
-// telemetryItem is a finished request, or a barrier (sync).
-type telemetryItem struct {
-	x       *exchange
-	barrier chan struct{}
-}
-
 // startTelemetry starts the goroutine; stopTelemetry drains and stops it.
 func (g *Gateway) startTelemetry() {
-	g.telem = make(chan telemetryItem, telemetryQueue)
-	g.telemDone = make(chan struct{})
-	go func() {
-		defer close(g.telemDone)
-		for it := range g.telem {
-			if it.barrier != nil {
-				close(it.barrier)
-				continue
-			}
-			it.x.emit()
-		}
-	}()
+	g.telem = bgqueue.Start(bgqueue.Config[*exchange]{Size: telemetryQueue, Handle: (*exchange).emit})
 }
 
 // stopTelemetry drains the queue and stops the goroutine; requests that
 // finish later (past the drain's deadline) build their own.
-func (g *Gateway) stopTelemetry() {
-	g.telemMu.Lock()
-	if !g.telemClosed {
-		g.telemClosed = true
-		close(g.telem)
-	}
-	g.telemMu.Unlock()
-	<-g.telemDone
-}
+func (g *Gateway) stopTelemetry() { g.telem.Close() }
 
 // submit hands x over; x is not touched by the request path afterwards.
+// When the queue is full the request builds its own.
 func (g *Gateway) submit(x *exchange) {
-	g.telemMu.RLock()
-	if !g.telemClosed {
-		select {
-		case g.telem <- telemetryItem{x: x}:
-			g.telemMu.RUnlock()
-			return
-		default:
-		}
+	if !g.telem.Offer(x) {
+		x.emit()
 	}
-	g.telemMu.RUnlock()
-	x.emit()
 }
 
 // syncTelemetry returns once every request handed over before it has
 // been recorded: a scrape then counts every request that ended before it.
-func (g *Gateway) syncTelemetry() {
-	b := make(chan struct{})
-	g.telemMu.RLock()
-	if g.telemClosed {
-		g.telemMu.RUnlock()
-		return
-	}
-	g.telem <- telemetryItem{barrier: b}
-	g.telemMu.RUnlock()
-	<-b
-}
+func (g *Gateway) syncTelemetry() { g.telem.Sync() }
 
 // emit builds the request's telemetry.
 func (x *exchange) emit() {

@@ -9,10 +9,10 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/infergate/infergate/internal/bgqueue"
 	"github.com/infergate/infergate/openai"
 )
 
@@ -111,7 +111,7 @@ func NewTiming(a Attribution, ttft time.Duration) *openai.Timing {
 // use; Close flushes and stops it.
 type RequestLog struct {
 	cfg     LogConfig
-	ch      chan Entry
+	q       *bgqueue.Queue[Entry]
 	dropped atomic.Int64
 	written atomic.Int64
 	rate    atomic.Uint64 // float64 bits, changed on reload
@@ -120,11 +120,7 @@ type RequestLog struct {
 	w    *bufio.Writer
 	size int64
 	line []byte // the writer's buffer for one line
-
-	mu     sync.RWMutex // Log against Close
-	closed bool
-	done   chan struct{}
-	err    error
+	err  error
 }
 
 // OpenRequestLog opens cfg.Path for appending and starts the writer.
@@ -133,12 +129,12 @@ func OpenRequestLog(cfg LogConfig) (*RequestLog, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	l := &RequestLog{cfg: cfg, ch: make(chan Entry, cfg.Buffer), done: make(chan struct{})}
+	l := &RequestLog{cfg: cfg}
 	l.SetSampleRate(cfg.SampleRate)
 	if err := l.open(); err != nil {
 		return nil, err
 	}
-	go l.run()
+	l.q = bgqueue.Start(bgqueue.Config[Entry]{Size: cfg.Buffer, Handle: l.write, Flush: l.flush, Tick: time.Second})
 	return l, nil
 }
 
@@ -170,15 +166,7 @@ func (l *RequestLog) Sample() bool {
 
 // Log hands e to the writer without waiting; a full buffer drops it.
 func (l *RequestLog) Log(e Entry) {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	if l.closed {
-		l.dropped.Add(1)
-		return
-	}
-	select {
-	case l.ch <- e:
-	default:
+	if !l.q.Offer(e) {
 		l.dropped.Add(1)
 	}
 }
@@ -189,24 +177,6 @@ func (l *RequestLog) BodyBytes() int { return l.cfg.BodyBytes }
 // Dropped and Written count lines since the log was opened.
 func (l *RequestLog) Dropped() int64 { return l.dropped.Load() }
 func (l *RequestLog) Written() int64 { return l.written.Load() }
-
-func (l *RequestLog) run() {
-	defer close(l.done)
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for {
-		select {
-		case e, ok := <-l.ch:
-			if !ok {
-				l.flush()
-				return
-			}
-			l.write(e)
-		case <-tick.C:
-			l.flush()
-		}
-	}
-}
 
 func (l *RequestLog) write(e Entry) {
 	if l.err != nil {
@@ -257,13 +227,7 @@ func (l *RequestLog) rotate() error {
 // Close writes out what is queued and closes the file. It is safe to
 // call twice.
 func (l *RequestLog) Close() error {
-	l.mu.Lock()
-	if !l.closed {
-		l.closed = true
-		close(l.ch)
-	}
-	l.mu.Unlock()
-	<-l.done
+	l.q.Close()
 	if l.f != nil {
 		l.f.Close()
 	}

@@ -2,10 +2,10 @@ package tracing
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/infergate/infergate/internal/bgqueue"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
@@ -21,78 +21,51 @@ const (
 
 type spanBatcher struct {
 	exp     sdktrace.SpanExporter
-	ch      chan sdktrace.ReadOnlySpan
+	q       *bgqueue.Queue[sdktrace.ReadOnlySpan]
+	batch   []sdktrace.ReadOnlySpan // the queue goroutine's
 	dropped atomic.Int64
-	mu      sync.RWMutex // add against shutdown
-	closed  bool
-	done    chan struct{}
 }
 
 func newSpanBatcher(exp sdktrace.SpanExporter) *spanBatcher {
-	b := &spanBatcher{exp: exp, ch: make(chan sdktrace.ReadOnlySpan, spanQueue), done: make(chan struct{})}
-	go b.run()
+	b := &spanBatcher{exp: exp, batch: make([]sdktrace.ReadOnlySpan, 0, maxBatch)}
+	b.q = bgqueue.Start(bgqueue.Config[sdktrace.ReadOnlySpan]{Size: spanQueue, Handle: b.add1, Flush: b.export, Tick: flushInterval})
 	return b
 }
 
+// add queues s for export; a full queue drops it and counts.
 func (b *spanBatcher) add(s sdktrace.ReadOnlySpan) {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	if b.closed {
-		b.dropped.Add(1)
-		return
-	}
-	select {
-	case b.ch <- s:
-	default:
+	if !b.q.Offer(s) {
 		b.dropped.Add(1)
 	}
 }
 
-func (b *spanBatcher) run() {
-	defer close(b.done)
-	tick := time.NewTicker(flushInterval)
-	defer tick.Stop()
-	batch := make([]sdktrace.ReadOnlySpan, 0, maxBatch)
-	export := func() {
-		if len(batch) == 0 {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), exportTimeout)
-		// A failed export is reported by the exporter through
-		// OpenTelemetry's error handler (the gateway's log).
-		_ = b.exp.ExportSpans(ctx, batch)
-		cancel()
-		clear(batch)
-		batch = batch[:0]
+// add1 batches s, exporting a full batch.
+func (b *spanBatcher) add1(s sdktrace.ReadOnlySpan) {
+	b.batch = append(b.batch, s)
+	if len(b.batch) == maxBatch {
+		b.export()
 	}
-	for {
-		select {
-		case s, ok := <-b.ch:
-			if !ok {
-				export()
-				return
-			}
-			batch = append(batch, s)
-			if len(batch) == maxBatch {
-				export()
-			}
-		case <-tick.C:
-			export()
-		}
+}
+
+func (b *spanBatcher) export() {
+	if len(b.batch) == 0 {
+		return
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), exportTimeout)
+	// A failed export is reported by the exporter through
+	// OpenTelemetry's error handler (the gateway's log).
+	_ = b.exp.ExportSpans(ctx, b.batch)
+	cancel()
+	clear(b.batch)
+	b.batch = b.batch[:0]
 }
 
 // shutdown exports what is queued and stops the exporter; safe to call
 // twice.
 func (b *spanBatcher) shutdown(ctx context.Context) error {
-	b.mu.Lock()
-	if !b.closed {
-		b.closed = true
-		close(b.ch)
-	}
-	b.mu.Unlock()
+	b.q.Stop()
 	select {
-	case <-b.done:
+	case <-b.q.Done():
 	case <-ctx.Done():
 		return ctx.Err()
 	}
