@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -16,30 +14,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/infergate/infergate/sim"
+	"github.com/infergate/infergate/sim/simtest"
 )
 
 // startSim runs a simulator in fixed mode (constant TTFT and ITL) on a
 // loopback port.
 func startSim(t *testing.T, ttft, itl time.Duration) string {
-	t.Helper()
-	cfg := sim.DefaultConfig()
-	cfg.Mode, cfg.TTFT, cfg.ITL = sim.ModeFixed, ttft, itl
-	s, err := sim.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve(ln)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = s.Shutdown(ctx)
-	})
-	return "http://" + ln.Addr().String()
+	return simtest.Start(t, simtest.Fixed(ttft, itl)).URL
 }
 
 func baseConfig(url string) Config {

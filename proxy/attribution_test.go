@@ -1,12 +1,9 @@
 package proxy
 
 import (
-	"context"
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
-	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -15,33 +12,8 @@ import (
 
 	"github.com/infergate/infergate/openai"
 	"github.com/infergate/infergate/sim"
+	"github.com/infergate/infergate/sim/simtest"
 )
-
-// startSim runs the simulator in this process on a loopback port.
-func startSim(t *testing.T, cfg sim.Config) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return serveSim(t, cfg, ln)
-}
-
-// serveSim runs the simulator in this process on ln.
-func serveSim(t *testing.T, cfg sim.Config, ln net.Listener) string {
-	t.Helper()
-	s, err := sim.New(cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve(ln)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		s.Shutdown(ctx)
-	})
-	return "http://" + ln.Addr().String()
-}
 
 // timedStream sends a streaming request that asks for the gateway's
 // timing and returns the infergate_timing object of its usage chunk.
@@ -79,7 +51,7 @@ func TestSimPrefillLandsInModel(t *testing.T) {
 	cfg.Model = "m"
 	cfg.PerRequestMetrics = true
 	cfg.Engine.PrefillTokensPerS = 10000 // 1000 prompt tokens: 100 ms of prefill
-	url := startSim(t, cfg)
+	url := simtest.Start(t, cfg).URL
 	gw := startGateway(t, testConfig(url))
 	prompt := strings.Repeat("hello ", 1000)
 	body := fmt.Sprintf(`{"model":"m","stream":true,"stream_options":{"include_usage":true},"max_tokens":20,"ignore_eos":true,"messages":[{"role":"user","content":%q}]}`, prompt)

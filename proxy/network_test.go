@@ -8,6 +8,7 @@ import (
 
 	"github.com/infergate/infergate/internal/netem"
 	"github.com/infergate/infergate/sim"
+	"github.com/infergate/infergate/sim/simtest"
 )
 
 // A backend 30 ms of round trip away (a real delay on the wire, through
@@ -28,7 +29,7 @@ func TestNetworkDelayLandsInNetwork(t *testing.T) {
 	}
 	cfg := sim.DefaultConfig()
 	cfg.Model, cfg.Mode, cfg.TTFT, cfg.ITL = "m", "fixed", 20*time.Millisecond, time.Millisecond
-	gw := startGateway(t, testConfig(serveSim(t, cfg, ln)))
+	gw := startGateway(t, testConfig(simtest.StartOn(t, cfg, ln).URL))
 	body := `{"model":"m","stream":true,"stream_options":{"include_usage":true},"max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`
 	for i, name := range []string{"new connection", "pooled connection"} {
 		tm := timedStream(t, gw.URL, body)
