@@ -16,7 +16,6 @@ import (
 
 	"github.com/infergate/infergate/shaping"
 	"github.com/infergate/infergate/tracing"
-	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/infergate/infergate/internal/bgqueue"
@@ -154,12 +153,6 @@ func (g *Gateway) open(cfg Config, opts []Option) error {
 	}
 	if g.tracer, err = tracing.NewTracer(context.Background(), cfg.Tracing, g.spanProcessors...); err != nil {
 		return err
-	}
-	if g.tracer != nil {
-		// OpenTelemetry reports export failures through its own
-		// process-wide handler; route them to the gateway's log.
-		log := g.log
-		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("opentelemetry", "err", err) }))
 	}
 	mp, err := tracing.NewMeterProvider(context.Background(), cfg.Metrics, cfg.Tracing.ServiceName)
 	if err != nil {

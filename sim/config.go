@@ -4,12 +4,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"sort"
 	"strings"
 	"time"
 
-	"go.yaml.in/yaml/v3"
+	"github.com/infergate/infergate/internal/yamlconf"
 )
 
 // Modes of the simulator.
@@ -18,8 +17,8 @@ const (
 	ModeFixed  = "fixed"  // fixed TTFT and ITL, no load effects
 )
 
-// Config is every parameter of the simulator. The zero value is not
-// useful; start from Preset("balanced") or DefaultConfig.
+// Config is every parameter of the simulator. The zero value works: New
+// fills it in with Defaults, which make it the balanced preset.
 type Config struct {
 	// Listen is the address to serve on. Default 127.0.0.1:9001.
 	Listen string `yaml:"listen"`
@@ -147,21 +146,52 @@ func DefaultConfig() Config {
 	return c
 }
 
+// balancedEngine is the engine of the balanced preset.
+var balancedEngine = EngineConfig{
+	MaxNumSeqs: 64, KVCacheTokens: 131072, BlockSize: 16,
+	PrefillTokensPerS: 10000, MaxBatchedTokens: 2048,
+	DecodeBaseMs: 8, DecodePerSeqMs: 0.15, SaturationBatch: 64,
+}
+
+// Defaults fills in what was left unset, in one place: the address, the
+// model name and the mode; an engine section left out entirely is the
+// balanced preset's (some of its zeros are settings: no chunked prefill,
+// free decode steps); answer lengths, the decode speed-up, the injected
+// error status and the stall length.
+func (c *Config) Defaults() {
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:9001"
+	}
+	if c.Model == "" {
+		c.Model = "sim-model"
+	}
+	if c.Mode == "" {
+		c.Mode = ModeEngine
+	}
+	if c.Engine == (EngineConfig{}) {
+		c.Engine = balancedEngine
+	}
+	if c.Output.MeanTokens == 0 {
+		c.Output.MeanTokens = 128
+	}
+	if c.Output.MaxModelLen == 0 {
+		c.Output.MaxModelLen = 8192
+	}
+	if c.Quality.DecodeSpeedup == 0 {
+		c.Quality.DecodeSpeedup = 1
+	}
+	if c.Faults.ErrorStatus == 0 {
+		c.Faults.ErrorStatus = 500
+	}
+	if c.Faults.StallFor == 0 {
+		c.Faults.StallFor = 60 * time.Second
+	}
+}
+
 // Preset returns the named preset's configuration.
 func Preset(name string) (Config, error) {
-	c := Config{
-		Listen: "127.0.0.1:9001",
-		Model:  "sim-model",
-		Mode:   ModeEngine,
-		Engine: EngineConfig{
-			MaxNumSeqs: 64, KVCacheTokens: 131072, BlockSize: 16,
-			PrefillTokensPerS: 10000, MaxBatchedTokens: 2048,
-			DecodeBaseMs: 8, DecodePerSeqMs: 0.15, SaturationBatch: 64,
-		},
-		Output:  OutputConfig{MeanTokens: 128, MaxModelLen: 8192},
-		Quality: QualityConfig{DecodeSpeedup: 1},
-		Faults:  Faults{ErrorStatus: 500, StallFor: 60 * time.Second},
-	}
+	var c Config
+	c.Defaults()
 	switch name {
 	case "", "balanced":
 	case "memory-bound":
@@ -275,15 +305,8 @@ func (f *Faults) validate(prefix string) error {
 
 // LoadFile overlays the YAML file at path on c. Unknown fields are errors.
 func (c *Config) LoadFile(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return fmt.Errorf("sim: config: %w", err)
-	}
-	defer f.Close()
-	dec := yaml.NewDecoder(f)
-	dec.KnownFields(true)
-	if err := dec.Decode(c); err != nil {
-		return fmt.Errorf("sim: config %s: %w", path, err)
+	if err := yamlconf.Load(path, c); err != nil {
+		return fmt.Errorf("sim: %w", err)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -65,4 +66,23 @@ func FuzzParseFaults(f *testing.F) {
 			t.Fatalf("negative delay %v from %+v", d, fl)
 		}
 	})
+}
+
+// The zero Config is the balanced preset: defaults are applied in one
+// place, by New as by Preset.
+func TestZeroConfigIsBalanced(t *testing.T) {
+	var c Config
+	c.Defaults()
+	if err := c.Validate(); err != nil {
+		t.Fatalf("zero config after Defaults: %v", err)
+	}
+	want, _ := Preset("balanced")
+	if c != want {
+		t.Errorf("zero config after Defaults\n%+v\nwant the balanced preset\n%+v", c, want)
+	}
+	s, err := New(Config{}, nil)
+	if err != nil {
+		t.Fatalf("New(Config{}): %v", err)
+	}
+	_ = s.Shutdown(context.Background())
 }

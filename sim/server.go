@@ -36,9 +36,10 @@ type Server struct {
 	clock   clock
 }
 
-// New validates cfg and builds a simulator; it loads the tokenizer and, in
+// New fills in cfg's defaults, validates it and builds a simulator; it loads the tokenizer and, in
 // engine mode, starts the scheduler loop.
 func New(cfg Config, log *slog.Logger) (*Server, error) {
+	cfg.Defaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

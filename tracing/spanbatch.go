@@ -53,7 +53,7 @@ func (b *spanBatcher) export() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), exportTimeout)
 	// A failed export is reported by the exporter through
-	// OpenTelemetry's error handler (the gateway's log).
+	// OpenTelemetry's error handler (infergate serve routes it to its log).
 	_ = b.exp.ExportSpans(ctx, b.batch)
 	cancel()
 	clear(b.batch)

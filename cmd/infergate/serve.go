@@ -13,6 +13,7 @@ import (
 
 	"github.com/infergate/infergate/proxy"
 	"github.com/infergate/infergate/sim"
+	"go.opentelemetry.io/otel"
 )
 
 const serveSynopsis = `serve [--config FILE | --upstream URL] [--listen ADDR] [--max-concurrency N [--max-queue M --queue-timeout D] [--redis ADDR]] [flags]
@@ -67,6 +68,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	// OpenTelemetry reports export failures through its own process-wide
+	// handler: a process setting, so it is set here, not by the gateway.
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("opentelemetry", "err", err) }))
 	if *file != "" && *upstream != "" {
 		return fmt.Errorf("--config and --upstream are exclusive")
 	}

@@ -1,0 +1,95 @@
+// Package yamlconf reads every configuration file of infergate the same
+// way: strictly (an unknown key is an error, so a typo never falls back
+// to a default) and with errors that name the field path
+// ("line 7, field pools.default.backends[0].weight: ...").
+package yamlconf
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Load decodes the YAML file at path into v, over what v already holds.
+func Load(path string, v any) error {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	if err := Decode(raw, v); err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	return nil
+}
+
+// Decode decodes raw into v, over what v already holds. Unknown keys are
+// errors; errors name the field at each line they cite. An empty
+// document leaves v as it is.
+func Decode(raw []byte, v any) error {
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	dec.KnownFields(true)
+	if err := dec.Decode(v); err != nil && !errors.Is(err, io.EOF) {
+		return errors.New(nameFields(raw, err.Error()))
+	}
+	return nil
+}
+
+var lineRe = regexp.MustCompile(`line (\d+): `)
+
+// nameFields adds the dotted path of the field at each "line N:" of a YAML
+// decoding error, which yaml.v3 reports by line only for type errors.
+func nameFields(raw []byte, msg string) string {
+	var root yaml.Node
+	if yaml.Unmarshal(raw, &root) != nil {
+		return msg
+	}
+	return lineRe.ReplaceAllStringFunc(msg, func(m string) string {
+		n, _ := strconv.Atoi(lineRe.FindStringSubmatch(m)[1])
+		if p := fieldAt(&root, n, nil); p != "" {
+			return fmt.Sprintf("line %d, field %s: ", n, p)
+		}
+		return m
+	})
+}
+
+// fieldAt returns the path of the mapping key whose value starts on line.
+func fieldAt(n *yaml.Node, line int, path []string) string {
+	switch n.Kind {
+	case yaml.DocumentNode:
+		for _, c := range n.Content {
+			if p := fieldAt(c, line, path); p != "" {
+				return p
+			}
+		}
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			p := append(slices.Clone(path), k.Value)
+			if v.Kind == yaml.ScalarNode && (v.Line == line || k.Line == line) {
+				return strings.Join(p, ".")
+			}
+			if r := fieldAt(v, line, p); r != "" {
+				return r
+			}
+		}
+	case yaml.SequenceNode:
+		for i, c := range n.Content {
+			p := slices.Clone(path)
+			if len(p) > 0 {
+				p[len(p)-1] += "[" + strconv.Itoa(i) + "]"
+			}
+			if r := fieldAt(c, line, p); r != "" {
+				return r
+			}
+		}
+	}
+	return ""
+}
