@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -68,18 +69,80 @@ func (c *Config) Endpoint() (string, error) {
 	return u.String(), nil
 }
 
+// Defaults fills in what was left unset, in one place (Run applies it;
+// calling it again changes nothing): the chat endpoint; for a synthetic
+// workload, prompts of 256 tokens and max_tokens 128 (OutputTokens "none"
+// leaves max_tokens unset); a replay at its recorded speed; the load's
+// defaults (LoadSpec.Defaults), its first stage at the sweep's first
+// level; and 50 request pairs with a DirectURL.
+func (c *Config) Defaults() {
+	w := &c.Workload
+	if w.Endpoint == "" {
+		w.Endpoint = "chat"
+	}
+	if w.Dataset == "" && w.Replay == "" {
+		if w.InputTokens == "" {
+			w.InputTokens = "256"
+		}
+		if w.OutputTokens == "" {
+			w.OutputTokens = "128"
+		}
+	}
+	if w.Replay != "" && w.Speedup == 0 {
+		w.Speedup = 1
+	} else if w.Replay == "" {
+		w.Speedup = 0
+	}
+	c.Load.Defaults(w.Replay != "")
+	if len(c.Sweep) > 0 {
+		switch c.Load.Mode {
+		case "closed":
+			c.Load.Concurrency = int(c.Sweep[0])
+		case "open":
+			c.Load.Rate = c.Sweep[0]
+		}
+	}
+	if c.DirectURL != "" && c.Pairs == 0 {
+		c.Pairs = 50
+	}
+}
+
+// Validate reports the first setting that cannot run, by its field path
+// (and its flag). It expects Defaults to have run.
+func (c *Config) Validate() error {
+	if _, err := url.Parse(c.URL); err != nil || c.URL == "" {
+		return fmt.Errorf("bench: url (--url) %q: want http(s)://host[:port][/v1[/chat/completions]]", c.URL)
+	}
+	if e := c.Workload.Endpoint; e != "chat" && e != "completions" {
+		return fmt.Errorf("bench: workload.endpoint (--endpoint) %q: want chat or completions", e)
+	}
+	if c.Workload.Dataset != "" && c.Workload.Replay != "" {
+		return errors.New("bench: workload.dataset, workload.replay (--dataset, --replay): give one, not both")
+	}
+	if c.Workload.Speedup < 0 {
+		return errors.New("bench: workload.speedup (--speedup): must not be negative")
+	}
+	if c.Pairs < 0 {
+		return errors.New("bench: pairs (--pairs): must not be negative")
+	}
+	for i, v := range c.Sweep {
+		if v <= 0 {
+			return fmt.Errorf("bench: sweep[%d] (--sweep): %v is not a positive level", i, v)
+		}
+	}
+	return c.Load.Validate()
+}
+
 // Run runs the benchmark and returns its record. An interrupted run (ctx
 // ended) returns the record of what finished, marked interrupted, with
 // the error.
 func Run(ctx context.Context, cfg Config) (*Record, error) {
-	if cfg.Workload.Endpoint == "" {
-		cfg.Workload.Endpoint = "chat"
+	cfg.Defaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	endpoint, err := cfg.Endpoint()
 	if err != nil {
-		return nil, err
-	}
-	if err := cfg.Load.Validate(); err != nil {
 		return nil, err
 	}
 	tok, err := tokens.New()
@@ -89,9 +152,6 @@ func Run(ctx context.Context, cfg Config) (*Record, error) {
 	wl, err := NewWorkload(&cfg.Workload, tok)
 	if err != nil {
 		return nil, err
-	}
-	if cfg.Workload.Replay != "" {
-		cfg.Load.Mode = "replay"
 	}
 	q := &Quality{WantJSON: cfg.Workload.JSON}
 	pats := cfg.Refusals
@@ -180,11 +240,7 @@ func Run(ctx context.Context, cfg Config) (*Record, error) {
 			return rec, fmt.Errorf("--direct-url: %w", err)
 		}
 		defer direct.Close()
-		n := cfg.Pairs
-		if n <= 0 {
-			n = 50
-		}
-		rec.Paired = runPaired(ctx, client, direct, wl, cfg.Workload.Stream, tok.Count, q, n, dEndpoint)
+		rec.Paired = runPaired(ctx, client, direct, wl, cfg.Workload.Stream, tok.Count, q, cfg.Pairs, dEndpoint)
 	}
 	rec.Knee = Knee(rec.Stages)
 	if n := offLength.Load(); n > 0 {

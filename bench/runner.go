@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,29 +52,87 @@ func (l *LoadSpec) Level() float64 {
 	return l.Rate
 }
 
-// Validate checks the spec and sets defaults.
-func (l *LoadSpec) Validate() error {
+// Defaults fills in what was left unset: the mode (replay for a replayed
+// log, open when a rate is given, else closed), one user in closed loop,
+// Poisson arrivals (shape 1 for gamma), a 30 s stage when neither a
+// duration nor a request count bounds it, and a 10 minute timeout per
+// request. Settings that do not apply to the mode are cleared, so the
+// record shows only what was in force.
+func (l *LoadSpec) Defaults(replay bool) {
+	switch {
+	case replay:
+		l.Mode = "replay"
+	case l.Mode == "" && l.Rate > 0:
+		l.Mode = "open"
+	case l.Mode == "":
+		l.Mode = "closed"
+	}
+	if l.Mode == "closed" && l.Concurrency == 0 {
+		l.Concurrency = 1
+	}
+	if l.Mode == "open" {
+		if l.Arrival == "" {
+			l.Arrival = "poisson"
+		}
+		if l.Arrival == "gamma" && l.Burstiness == 0 {
+			l.Burstiness = 1
+		}
+	} else {
+		l.Arrival = ""
+	}
+	if l.Arrival != "gamma" {
+		l.Burstiness = 0
+	}
+	if l.Mode != "replay" && l.Duration == 0 && l.Requests == 0 {
+		l.Duration = 30 * time.Second
+	}
 	if l.Timeout == 0 {
 		l.Timeout = 10 * time.Minute
 	}
-	if l.Arrival == "" && l.Mode == "open" {
-		l.Arrival = "poisson"
+}
+
+// SetWarmup reads a warm-up as the --warmup flag gives it: a request
+// count, a duration, "0" or "" for none, or "auto" (closed loop: one
+// request per user; open loop: 2 s; replay: none). It needs the mode, so
+// it runs after Defaults.
+func (l *LoadSpec) SetWarmup(w string) error {
+	l.WarmupRequests, l.WarmupTime, l.WarmupPerUser = 0, 0, false
+	switch {
+	case w == "auto" && l.Mode == "closed":
+		l.WarmupPerUser = true
+	case w == "auto" && l.Mode == "open":
+		l.WarmupTime = 2 * time.Second
+	case w == "auto" || w == "0" || w == "":
+	default:
+		if n, err := strconv.Atoi(w); err == nil && n >= 0 {
+			l.WarmupRequests = n
+		} else if d, err := time.ParseDuration(w); err == nil && d >= 0 {
+			l.WarmupTime = d
+		} else {
+			return fmt.Errorf("bench: load.warmup (--warmup) %q: want a request count, a duration or auto", w)
+		}
 	}
+	return nil
+}
+
+// Validate reports the first setting that cannot run, by its field path
+// and its flag.
+func (l *LoadSpec) Validate() error {
 	switch {
 	case l.Mode == "closed" && l.Concurrency < 1:
-		return errors.New("bench: closed loop needs --concurrency ≥ 1")
+		return errors.New("bench: load.concurrency (--concurrency): a closed loop needs at least 1")
 	case l.Mode == "open" && (l.Rate <= 0 || math.IsInf(l.Rate, 0) || math.IsNaN(l.Rate)):
-		return errors.New("bench: open loop needs --rate > 0")
+		return errors.New("bench: load.rate (--rate): an open loop needs a rate above 0")
 	case l.Mode == "open" && l.Arrival != "poisson" && l.Arrival != "constant" && l.Arrival != "gamma":
-		return fmt.Errorf("bench: --arrival %q: want poisson, constant or gamma", l.Arrival)
+		return fmt.Errorf("bench: load.arrival (--arrival) %q: want poisson, constant or gamma", l.Arrival)
 	case l.Arrival == "gamma" && l.Burstiness <= 0:
-		return errors.New("bench: gamma arrivals need --burstiness > 0")
+		return errors.New("bench: load.burstiness (--burstiness): gamma arrivals need a shape above 0")
 	case l.Mode != "closed" && l.Mode != "open" && l.Mode != "replay":
-		return fmt.Errorf("bench: load mode %q: want closed, open or replay", l.Mode)
+		return fmt.Errorf("bench: load.mode (--load) %q: want closed, open or replay", l.Mode)
 	case l.Mode != "replay" && l.Duration <= 0 && l.Requests <= 0:
-		return errors.New("bench: give --duration or --requests: every run is bounded")
+		return errors.New("bench: load.duration, load.requests (--duration, --requests): every run is bounded; give one")
 	case l.Duration < 0 || l.Requests < 0 || l.WarmupRequests < 0 || l.WarmupTime < 0 || l.MaxConcurrency < 0:
-		return errors.New("bench: durations and counts cannot be negative")
+		return errors.New("bench: load.duration, requests, warmup_*, max_concurrency: durations and counts cannot be negative")
 	}
 	return nil
 }
@@ -153,10 +212,11 @@ func (s *stage) take(ctx context.Context, i int, now time.Time) (ok, warm bool) 
 	return true, false
 }
 
-// Run runs one stage: warm-up, then the measured part, then waits for the
-// requests in flight. It returns when they are all delivered to Sink, or
+// Run runs one stage (l with its defaults): warm-up, then the measured
+// part, then waits for the requests in flight. It returns when they are all delivered to Sink, or
 // ctx ended and every request was cancelled.
 func (rn *Runner) Run(ctx context.Context, stageNo int, l LoadSpec) (Window, error) {
+	l.Defaults(l.Mode == "replay")
 	if err := l.Validate(); err != nil {
 		return Window{}, err
 	}

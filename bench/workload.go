@@ -45,7 +45,9 @@ type WorkloadSpec struct {
 	Model    string `json:"model"`
 	Stream   bool   `json:"stream"`
 	// InputTokens and OutputTokens are length distributions (see
-	// ParseLengths); OutputTokens "" leaves max_tokens unset.
+	// ParseLengths); defaults 256 and 128 for a synthetic workload.
+	// OutputTokens "none" (or, for a dataset or a replay, "") leaves
+	// max_tokens as the request has it.
 	InputTokens  string `json:"input_tokens,omitempty"`
 	OutputTokens string `json:"output_tokens,omitempty"`
 	// SharedPrefix is the number of prompt tokens every request shares;
@@ -113,7 +115,7 @@ func ParseLengths(s string) (Lengths, error) {
 	if !ok {
 		kind, arg = "fixed", s
 	}
-	if s == "" {
+	if s == "" || s == "none" {
 		return Lengths{}, nil
 	}
 	var a, b float64

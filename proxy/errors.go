@@ -20,7 +20,8 @@ const (
 	outcomeShutdown   = "shutdown"
 	outcomeBackend4xx = "backend_4xx"
 	outcomeBackend5xx = "backend_5xx"
-	outcomeShed       = "shed" // refused by admission control: queue full or wait too long
+	outcomeShed       = "shed"  // refused by admission control: queue full or wait too long
+	outcomePanic      = "panic" // the gateway failed (a recovered panic)
 )
 
 // Causes of a request's end, set on its context or returned by the
@@ -56,6 +57,8 @@ type clientError struct {
 // errorResponse is the one place where failures become responses.
 func errorResponse(err error) clientError {
 	switch {
+	case errors.Is(err, errPanic):
+		return clientError{http.StatusInternalServerError, openai.TypeServer, "internal_error", "the gateway failed while handling this request", outcomePanic}
 	case errors.Is(err, errClientGone):
 		return clientError{499, "", "", "", outcomeClientGone}
 	case errors.Is(err, errTotalTimeout):

@@ -62,6 +62,10 @@ type exchange struct {
 	status  int
 	outcome string
 	err     error
+
+	started  bool // start ran: the request holds a context, a watch, a request
+	streamed bool // the hijacked connection owns the rest (streamResponse)
+	finished bool // finishWith ran
 }
 
 // requestID returns the client's X-Request-Id when it is sane, else a new one.
@@ -84,12 +88,19 @@ func printable(b []byte) bool {
 	return true
 }
 
-// serveAPI reads, routes, admits and forwards an API request. strict requests (the completion
-// routes) must carry a JSON body with a string model; other /v1 paths are
-// routed by their model when they have one, else to the default pool.
+// serveAPI reads, routes, admits and forwards an API request. strict
+// requests (the completion routes) must carry a JSON body with a string
+// model; other /v1 paths are routed by their model when they have one,
+// else to the default pool. A panic while serving it ends this request
+// only (recoverRequest).
 func (g *Gateway) serveAPI(rc *fasthttp.RequestCtx, strict bool) {
 	x := &exchange{g: g, st: g.state.Load(), method: string(rc.Method()), path: string(rc.Path())}
 	x.tl.Received = time.Now() // fasthttp calls the handler once the whole request is read
+	defer func() {
+		if v := recover(); v != nil {
+			x.recoverRequest(rc, v)
+		}
+	}()
 	x.id = requestID(rc)
 	// Only a client that asks gets the timing (nothing changes for others).
 	x.timing = len(rc.Request.Header.Peek("X-Infergate-Timing")) > 0
@@ -136,6 +147,9 @@ func (g *Gateway) serveAPI(rc *fasthttp.RequestCtx, strict bool) {
 		x.fail(rc, err)
 		return
 	}
+	if h := g.testHook; h != nil {
+		h("admitted", x.id)
+	}
 
 	ka := x.st.cfg.KeepAlive
 	if ka.Delay > 0 && x.stream {
@@ -172,6 +186,7 @@ func (x *exchange) start(rc *fasthttp.RequestCtx, body []byte) {
 	c, cancel := context.WithCancelCause(g.base)
 	x.ctx, x.stopT = context.WithTimeoutCause(c, cfg.Timeouts.Total, errTotalTimeout)
 	x.cancel = cancel
+	x.started = true // from here finishWith has something to release
 	x.watch = g.watch.Watch(rc.Conn(), func() { cancel(errClientGone) })
 
 	r := fasthttp.AcquireRequest()
@@ -202,6 +217,10 @@ func (x *exchange) start(rc *fasthttp.RequestCtx, body []byte) {
 // finishWith releases everything the request holds, exactly once, and
 // reports it.
 func (x *exchange) finishWith(status int, outcome string) {
+	if x.finished {
+		return
+	}
+	x.finished = true
 	x.status, x.outcome = status, outcome
 	x.watch.Stop()
 	// The upstream connection goes back to its pool before the context is
@@ -218,8 +237,10 @@ func (x *exchange) finishWith(status int, outcome string) {
 		x.done(ok)
 		x.backend.outstanding.Add(-1)
 	}
-	fasthttp.ReleaseRequest(x.ureq)
-	x.ureq = nil
+	if x.ureq != nil {
+		fasthttp.ReleaseRequest(x.ureq)
+		x.ureq = nil
+	}
 	if x.tl.Done.IsZero() {
 		x.tl.Done = time.Now()
 	}

@@ -57,12 +57,21 @@ func (g *Gateway) streamResponse(ctx context.Context, rc *fasthttp.RequestCtx, s
 		}
 	})
 	rc.HijackSetNoResponse(true)
+	s.hijacked()
 	rc.Hijack(func(c net.Conn) {
 		stop()
 		if !claimed.CompareAndSwap(false, true) {
 			c.Close() // abandoned: the request is over
 			return
 		}
+		defer func() {
+			if v := recover(); v != nil {
+				// The writer's state is unknown: it is not pooled again,
+				// and the connection is not reused.
+				g.endAfterPanic(s, cw, v)
+				c.Close()
+			}
+		}()
 		cw.c, cw.err = c, nil
 		w := cw.bw
 		var err error
@@ -103,6 +112,12 @@ type streamer interface {
 	body(w *bufio.Writer)
 	// abandon releases what the body would have, when it will never run.
 	abandon()
+	// hijacked says the connection now owns the response.
+	hijacked()
+	// release ends the request after body panicked (panics.go).
+	release(err error)
+	// reqID is the request's id, for the log.
+	reqID() string
 }
 
 var (

@@ -21,7 +21,7 @@ import (
 // request, and any failure ends the stream with an SSE error event.
 func (x *exchange) forwardWithKeepAlive(rc *fasthttp.RequestCtx, ka KeepAlive) {
 	res := make(chan error, 1)
-	go func() { res <- x.forward(true) }()
+	go x.forwardSafely(res)
 	t := time.NewTimer(ka.Delay)
 	select {
 	case err := <-res:
@@ -47,10 +47,13 @@ func (x *exchange) forwardWithKeepAlive(rc *fasthttp.RequestCtx, ka KeepAlive) {
 type keepAliveStream struct {
 	x        *exchange
 	res      chan error // forward's result
+	answered bool       // res was read
 	interval time.Duration
 }
 
 func (k *keepAliveStream) ready() bool { return false }
+
+func (k *keepAliveStream) hijacked() { k.x.streamed = true }
 
 func (k *keepAliveStream) body(w *bufio.Writer) {
 	x := k.x
@@ -73,6 +76,7 @@ func (k *keepAliveStream) body(w *bufio.Writer) {
 			send()
 			continue
 		case err := <-k.res:
+			k.answered = true
 			if err == nil && (x.up.resp.StatusCode() >= 300 || !bytes.HasPrefix(x.up.resp.Header.ContentType(), eventStream)) {
 				err = fmt.Errorf("%w: status %d after the stream was committed", errUpstream, x.up.resp.StatusCode())
 			}

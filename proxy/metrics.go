@@ -80,6 +80,7 @@ func observe(meter metric.Meter, g *Gateway) error {
 	breaker := gauge("infergate.breaker.state", "", "Each backend's circuit breaker: 0 closed, 1 half-open, 2 open.")
 	dropped := counter("infergate.request_log.dropped", "{line}", "Request-log lines dropped because the writer was behind (the request path never waits).")
 	spansDropped := counter("infergate.spans.dropped", "{span}", "Spans dropped because the exporter was behind.")
+	panics := counter("infergate.panics", "{panic}", "Panics recovered, by where: a request, its stream, the keep-alive forwarder, telemetry, health checks, shaping, the hang-up watcher. Each ended one request or restarted one loop; the process carried on.")
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
@@ -124,8 +125,21 @@ func observe(meter metric.Meter, g *Gateway) error {
 		if g.tracer != nil {
 			o.ObserveInt64(spansDropped, g.tracer.Dropped())
 		}
+		var health int64
+		for _, p := range g.state.Load().pools {
+			if p.health != nil {
+				health += p.health.panics.Load()
+			}
+		}
+		for _, w := range [...]struct {
+			where string
+			n     int64
+		}{{panicRequest, g.panicsRequest.Load()}, {panicStream, g.panicsStream.Load()}, {panicForward, g.panicsForward.Load()},
+			{panicTelemetry, g.telem.Panics()}, {"health", health}, {"shaping", s.Panics}, {"hangup", g.watch.Panics()}} {
+			o.ObserveInt64(panics, w.n, metric.WithAttributes(attribute.String("where", w.where)))
+		}
 		return nil
-	}, queued, inFlight, rejected, admitted, abandoned, redisUp, redisDown, upstream, breaker, dropped, spansDropped)
+	}, queued, inFlight, rejected, admitted, abandoned, redisUp, redisDown, upstream, breaker, dropped, spansDropped, panics)
 	return err
 }
 

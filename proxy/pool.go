@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/infergate/infergate/internal/supervise"
 )
 
 // errAttemptFailed is what a failed attempt reports to its breaker.
@@ -123,9 +126,10 @@ func (p *Pool) closeExcept(kept map[*Backend]bool) {
 
 // healthChecker probes every backend of a pool on an interval.
 type healthChecker struct {
-	stop chan struct{}
-	wg   sync.WaitGroup
-	once sync.Once
+	panics atomic.Int64 // recovered and restarted
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	once   sync.Once
 }
 
 func startHealth(p *Pool, hc HealthConfig, log *slog.Logger) *healthChecker {
@@ -134,7 +138,11 @@ func startHealth(p *Pool, hc HealthConfig, log *slog.Logger) *healthChecker {
 		h.wg.Add(1)
 		go func() {
 			defer h.wg.Done()
-			h.run(b, hc, log.With("pool", p.name, "backend", b.name))
+			blog := log.With("pool", p.name, "backend", b.name)
+			supervise.Loop(h.stop, func() { h.run(b, hc, blog) }, func(v any, stack []byte) {
+				h.panics.Add(1)
+				blog.Error("panic in a health check; restarting it", "panic", fmt.Sprint(v), "stack", string(stack))
+			})
 		}()
 	}
 	return h

@@ -56,6 +56,12 @@ type Gateway struct {
 	reservedMu sync.Mutex
 	reserved   map[net.Conn]struct{} // keep-alive connections given back after a stream
 	started    time.Time
+
+	// Panics recovered on the request path (panics.go).
+	panicsRequest, panicsStream, panicsForward atomic.Int64
+	// testHook, when a test sets it, is called at points of a request's
+	// life ("admitted", "stream"); tests make it panic.
+	testHook func(point, id string)
 }
 
 // state is one configuration made live: what a request reads, atomically,

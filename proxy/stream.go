@@ -28,7 +28,13 @@ func (x *exchange) abandon() {
 	x.finishWith(499, outcomeClientGone)
 }
 
+// hijacked says the connection now owns the response.
+func (x *exchange) hijacked() { x.streamed = true }
+
 func (x *exchange) relayStream(w *bufio.Writer) {
+	if h := x.g.testHook; h != nil {
+		h("stream", x.id)
+	}
 	er := x.reader()
 	cfg := &x.st.cfg
 	out := relay(w, er, x.up.conn, cfg.Timeouts.FirstByte, cfg.Timeouts.Idle, &x.tl, x.timing)

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -21,7 +22,10 @@ const telemetryQueue = 4096
 
 // startTelemetry starts the goroutine; stopTelemetry drains and stops it.
 func (g *Gateway) startTelemetry() {
-	g.telem = bgqueue.Start(bgqueue.Config[*exchange]{Size: telemetryQueue, Handle: (*exchange).emit})
+	g.telem = bgqueue.Start(bgqueue.Config[*exchange]{Size: telemetryQueue, Handle: (*exchange).emit,
+		OnPanic: func(v any, stack []byte) {
+			g.log.Error("panic recovered in the telemetry goroutine; it carries on", "panic", fmt.Sprint(v), "stack", string(stack))
+		}})
 }
 
 // stopTelemetry drains the queue and stops the goroutine; requests that

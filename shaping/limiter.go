@@ -62,6 +62,7 @@ type Limiter struct {
 	// Shared mode (shared.go); shared is nil when the caps are local.
 	shared   *sharedCaps
 	sharedUp atomic.Bool
+	panics   atomic.Int64 // recovered in shared mode's loops
 	leaseN   atomic.Uint64
 	leases   map[string]lease // held in Redis, renewed by the renewer
 	// orphans are slots granted under local caps while Redis was down;
@@ -90,6 +91,8 @@ type Stats struct {
 	SharedDownTransitions int64
 	// RejectedShared counts refusals because Redis was down (fail-closed).
 	RejectedShared int64
+	// Panics counts panics recovered in shared mode's background loops.
+	Panics int64
 }
 
 // New returns a limiter for cfg (after Defaults). With cfg.Redis.Addr
@@ -427,6 +430,7 @@ func (l *Limiter) Stats() Stats {
 	s.Waiting = l.q.n
 	s.InFlightRequests, s.InFlightTokens = l.global.reqs, l.global.toks
 	s.Shared, s.SharedUp = l.shared != nil, l.sharedUp.Load()
+	s.Panics = l.panics.Load()
 	return s
 }
 

@@ -3,8 +3,10 @@ package shaping
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
+	"github.com/infergate/infergate/internal/supervise"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -32,10 +34,21 @@ func (l *Limiter) startShared(c rediser, cfg RedisConfig) {
 		l.log.Warn("shaping: redis down at start; caps are local until it answers", "addr", cfg.Addr, "on_failure", cfg.OnFailure)
 	}
 	l.wg.Add(4)
-	go l.dispatcher()
-	go l.renewer()
-	go l.releaser()
-	go l.subscriber()
+	go l.supervised("dispatcher", l.dispatcher)
+	go l.supervised("renewer", l.renewer)
+	go l.supervised("releaser", l.releaser)
+	go l.supervised("subscriber", l.subscriber)
+}
+
+// supervised runs one of shared mode's goroutines until Close: a panic is
+// logged with its stack, counted (Stats.Panics) and the loop restarted,
+// so the caps never silently stop being shared.
+func (l *Limiter) supervised(name string, loop func()) {
+	defer l.wg.Done()
+	supervise.Loop(l.stop, loop, func(v any, stack []byte) {
+		l.panics.Add(1)
+		l.log.Error("shaping: panic in a background loop; restarting it", "loop", name, "panic", fmt.Sprint(v), "stack", string(stack))
+	})
 }
 
 // Close stops shared mode's goroutines, after giving back the leases
@@ -199,7 +212,6 @@ func (l *Limiter) down(err error) {
 // dispatcher admits waiters through Redis when a slot may be free, and
 // checks on a down Redis.
 func (l *Limiter) dispatcher() {
-	defer l.wg.Done()
 	tick := time.NewTicker(l.shared.cfg.PollInterval)
 	defer tick.Stop()
 	for {
@@ -288,7 +300,6 @@ func (l *Limiter) dispatchShared() {
 
 // renewer extends the leases held here every third of their TTL.
 func (l *Limiter) renewer() {
-	defer l.wg.Done()
 	tick := time.NewTicker(l.shared.cfg.LeaseTTL / 3)
 	defer tick.Stop()
 	for {
@@ -342,7 +353,6 @@ func (l *Limiter) renewHeld() error {
 // releaser gives leases back to Redis, off the request path, as many as
 // are waiting in one round trip. At Close it gives back what is queued.
 func (l *Limiter) releaser() {
-	defer l.wg.Done()
 	batch := make([]lease, 0, 256)
 	for {
 		select {
@@ -383,7 +393,6 @@ func (l *Limiter) releaser() {
 
 // subscriber rings the dispatcher when any replica releases a slot.
 func (l *Limiter) subscriber() {
-	defer l.wg.Done()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	// go-redis keeps the subscription alive across reconnects.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"time"
@@ -288,14 +289,29 @@ func (c *Config) Validate() error {
 	return c.Faults.validate("faults.")
 }
 
+// maxFaultDuration bounds every injected delay: longer ones cannot be
+// honoured by a test that ends, and twice one must fit in an int64.
+const maxFaultDuration = 24 * time.Hour
+
 func (f *Faults) validate(prefix string) error {
 	switch f.ErrorStatus {
 	case 0, 500, 502, 503, 429:
 	default:
 		return fmt.Errorf("sim: %serror_status: %d is not one of 500, 502, 503, 429", prefix, f.ErrorStatus)
 	}
+	if f.ErrorRate < 0 || f.ErrorRate > 1 || math.IsNaN(f.ErrorRate) {
+		return fmt.Errorf("sim: %serror_rate: %v is not in [0,1]", prefix, f.ErrorRate)
+	}
 	if f.ResetAfter < 0 || f.StallAfter < 0 {
 		return fmt.Errorf("sim: %sreset_after, stall_after: must not be negative", prefix)
+	}
+	for _, d := range [...]struct {
+		name string
+		v    time.Duration
+	}{{"retry_after", f.RetryAfter}, {"stall_for", f.StallFor}, {"header_delay", f.HeaderDelay}, {"net_delay", f.NetDelay}, {"net_jitter", f.NetJitter}} {
+		if d.v < 0 || d.v > maxFaultDuration {
+			return fmt.Errorf("sim: %s%s: %v is not between 0 and %v", prefix, d.name, d.v, maxFaultDuration)
+		}
 	}
 	if f.NetJitter > f.NetDelay {
 		return fmt.Errorf("sim: %snet_jitter: must not exceed net_delay", prefix)

@@ -49,7 +49,8 @@ func TestValidateNamesTheField(t *testing.T) {
 }
 
 func FuzzParseFaults(f *testing.F) {
-	for _, s := range []string{"error=503;retry_after=2s", "reset_after=5", "stall_after=3;stall_for=10s", "net_delay=5ms;net_jitter=1ms", "x", ";;"} {
+	for _, s := range []string{"error=503;retry_after=2s", "reset_after=5", "stall_after=3;stall_for=10s", "net_delay=5ms;net_jitter=1ms", "x", ";;",
+		"net_delay=-2ns;net_jitter=-3ns", "net_delay=2562047h;net_jitter=2562047h", "error_rate=NaN", "stall_for=-1s"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, h string) {
@@ -57,13 +58,15 @@ func FuzzParseFaults(f *testing.F) {
 		if err != nil {
 			return
 		}
-		// Whatever is accepted is usable: no negative counts, a valid
-		// status, jitter within the delay.
-		if fl.ResetAfter < 0 || fl.StallAfter < 0 || fl.NetJitter > fl.NetDelay || fl.ErrorRate < 0 || fl.ErrorRate > 1 {
+		// Whatever is accepted is usable: no negative counts or
+		// durations, a valid status, jitter within the delay, and a delay
+		// drawn without a panic.
+		if fl.ResetAfter < 0 || fl.StallAfter < 0 || fl.NetJitter > fl.NetDelay || !(fl.ErrorRate >= 0 && fl.ErrorRate <= 1) ||
+			fl.NetJitter < 0 || fl.StallFor < 0 || fl.HeaderDelay < 0 || fl.RetryAfter < 0 {
 			t.Fatalf("accepted %q as %+v", h, fl)
 		}
-		if d := fl.netDelay(); d < 0 && fl.NetDelay >= 0 {
-			t.Fatalf("negative delay %v from %+v", d, fl)
+		if d := fl.netDelay(); d < 0 || d > 2*maxFaultDuration {
+			t.Fatalf("delay %v from %+v", d, fl)
 		}
 	})
 }

@@ -60,9 +60,6 @@ func parseFaults(base Faults, h string) (Faults, error) {
 	if err := f.validate(FaultHeader + " "); err != nil {
 		return f, err
 	}
-	if f.ErrorRate < 0 || f.ErrorRate > 1 {
-		return f, fmt.Errorf("%s: error_rate %v is not in [0,1]", FaultHeader, f.ErrorRate)
-	}
 	return f, nil
 }
 

@@ -352,6 +352,20 @@ func TestFaults(t *testing.T) {
 			t.Errorf("status %d, want 400", resp.StatusCode)
 		}
 	})
+	// Faults the sim cannot honour are refused, and refusing them leaves
+	// the server up (negative jitter once panicked in rand.Int64N).
+	for _, h := range []string{"net_delay=-2ns;net_jitter=-3ns", "stall_after=1;stall_for=-1s", "header_delay=-5ms",
+		"error_rate=1.5", "error_rate=NaN", "net_delay=100000h"} {
+		t.Run("refused "+h, func(t *testing.T) {
+			resp, _, _ := streamRequest(t, url, "/v1/chat/completions", body, map[string]string{FaultHeader: h})
+			if resp.StatusCode != 400 {
+				t.Errorf("%s: status %d, want 400", h, resp.StatusCode)
+			}
+			if resp, _, err := streamRequest(t, url, "/v1/chat/completions", body, nil); err != nil || resp.StatusCode != 200 {
+				t.Fatalf("after %s the sim does not answer: %v", h, err)
+			}
+		})
+	}
 }
 
 func scrape(t *testing.T, url string) map[string]float64 {

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"time"
 
@@ -77,29 +76,29 @@ func registerBenchFlags(fs *flag.FlagSet) *benchFlags {
 	f := &benchFlags{}
 	f.url = fs.String("url", "", "server base URL (http://host:8000, .../v1) or full endpoint (.../v1/chat/completions)")
 	f.model = fs.String("model", "", "model name (default: the first of GET /v1/models)")
-	f.endpoint = fs.String("endpoint", "chat", "chat or completions")
+	f.endpoint = fs.String("endpoint", "", "chat or completions (default chat)")
 	f.noStream = fs.Bool("no-stream", false, "send stream:false (TTFT is then the whole answer)")
-	f.input = fs.String("input-tokens", "256", "prompt length in tokens: N, uniform:MIN-MAX or normal:MEAN,SD")
-	f.output = fs.String("output-tokens", "128", "max_tokens: N, uniform:MIN-MAX, normal:MEAN,SD, or \"\" to leave unset")
+	f.input = fs.String("input-tokens", "", "prompt length in tokens: N, uniform:MIN-MAX or normal:MEAN,SD (default 256)")
+	f.output = fs.String("output-tokens", "", "max_tokens: N, uniform:MIN-MAX, normal:MEAN,SD, or none to leave it unset (default 128; with --dataset or --replay, as each request has it)")
 	f.shared = fs.Int("shared-prefix", 0, "tokens every prompt shares at its start (tests a prefix cache); 0: unique prompts")
 	f.force = fs.Bool("force-output-length", false, "send ignore_eos and min_tokens = max_tokens (vLLM) and warn when lengths differ")
 	f.json = fs.Bool("json", false, "ask for response_format json_object and count answers that are not JSON")
 	f.seed = fs.Uint64("seed", 1, "seed of prompts, sampling and arrivals")
 	f.dataset = fs.String("dataset", "", "JSONL of OpenAI requests or ShareGPT conversations")
 	f.replay = fs.String("replay", "", "request log (JSONL with time, and body or input_tokens/output_tokens) to replay")
-	f.speedup = fs.Float64("speedup", 1, "replay this many times faster than recorded")
+	f.speedup = fs.Float64("speedup", 0, "replay this many times faster than recorded (default 1)")
 	f.load = fs.String("load", "", "closed or open (default: open when --rate is given)")
-	f.concurrency = fs.Int("concurrency", 1, "closed loop: virtual users")
+	f.concurrency = fs.Int("concurrency", 0, "closed loop: virtual users (default 1)")
 	f.rate = fs.Float64("rate", 0, "open loop: requests per second")
-	f.arrival = fs.String("arrival", "poisson", "open loop arrivals: poisson, constant or gamma")
-	f.burstiness = fs.Float64("burstiness", 1, "gamma arrivals: shape (<1 burstier, >1 more regular)")
+	f.arrival = fs.String("arrival", "", "open loop arrivals: poisson, constant or gamma (default poisson)")
+	f.burstiness = fs.Float64("burstiness", 0, "gamma arrivals: shape (<1 burstier, >1 more regular; default 1)")
 	f.maxConc = fs.Int("max-concurrency", 0, "open loop: cap on requests in flight (0: none)")
 	f.sweep = fs.String("sweep", "", "levels, one stage each: concurrencies (closed) or rates (open), e.g. 1,2,4,8,16")
 	f.duration = fs.Duration("duration", 0, "measured time per stage (default 30s when --requests is not given)")
 	f.requests = fs.Int("requests", 0, "measured requests per stage")
 	f.warmup = fs.String("warmup", "auto", "warm-up per stage, left out: a request count, a duration (5s), or auto (closed: one per user; open: 2s)")
 	f.rampUp = fs.Duration("ramp-up", 0, "closed loop: spread the users' first requests over this span")
-	f.timeout = fs.Duration("timeout", 10*time.Minute, "bound on one request")
+	f.timeout = fs.Duration("timeout", 0, "bound on one request (default 10m)")
 	f.slo = fs.String("slo", "", "objectives for goodput, e.g. ttft=500ms,tpot=50ms (ttft, ttft_sched, tpot, e2e)")
 	fs.Var(&f.headers, "H", "extra header 'Name: value' (repeatable)")
 	fs.Var(&f.refusals, "refusal", "regular expression of a refusal (repeatable; default: common English refusals)")
@@ -107,7 +106,7 @@ func registerBenchFlags(fs *flag.FlagSet) *benchFlags {
 	f.insecure = fs.Bool("insecure", false, "accept any TLS certificate")
 	f.quiet = fs.Bool("quiet", false, "no progress bar (it is off anyway when stderr is not a terminal)")
 	f.directURL = fs.String("direct-url", "", "the backend behind the gateway at --url: after the run, send --pairs requests through both, paired, and print the gateway's added TTFT and end-to-end time")
-	f.pairs = fs.Int("pairs", 50, "with --direct-url: request pairs, one at a time")
+	f.pairs = fs.Int("pairs", 0, "with --direct-url: request pairs, one at a time (default 50)")
 	f.gwTiming = fs.Bool("gateway-timing", false, "ask an infergate gateway for its timeline (X-Infergate-Timing) and print where the TTFT went")
 	f.out = fs.String("out", "", "write the run record (JSON) here")
 	f.html = fs.String("html", "", "write an HTML report with charts here")
@@ -123,64 +122,24 @@ func (f *benchFlags) config(set map[string]bool) (bench.Config, error) {
 	cfg := bench.Config{URL: *f.url, Refusals: f.refusals, InsecureSkipVerify: *f.insecure}
 	cfg.Workload = bench.WorkloadSpec{Endpoint: *f.endpoint, Model: *f.model, Stream: !*f.noStream, InputTokens: *f.input, OutputTokens: *f.output,
 		SharedPrefix: *f.shared, ForceOutputLength: *f.force, JSON: *f.json, Seed: *f.seed, Dataset: *f.dataset, Replay: *f.replay, Speedup: *f.speedup}
-	if *f.dataset != "" || *f.replay != "" {
-		cfg.Workload.InputTokens = ""
-		if !set["output-tokens"] {
-			cfg.Workload.OutputTokens = ""
-		}
+	if set["output-tokens"] && *f.output == "" {
+		cfg.Workload.OutputTokens = "none" // --output-tokens "": leave max_tokens unset, as before "none"
 	}
-	if *f.replay == "" {
-		cfg.Workload.Speedup = 0
-	}
-	mode := *f.load
-	if mode == "" {
-		mode = "closed"
-		if set["rate"] {
-			mode = "open"
-		}
-	}
-	if *f.replay != "" {
-		mode = "replay"
-	}
-	l := bench.LoadSpec{Mode: mode, Concurrency: *f.concurrency, Rate: *f.rate, MaxConcurrency: *f.maxConc, Duration: *f.duration,
-		Requests: *f.requests, RampUp: *f.rampUp, Timeout: *f.timeout}
-	if mode == "open" {
-		l.Arrival, l.Burstiness = *f.arrival, *f.burstiness
-		if l.Arrival != "gamma" {
-			l.Burstiness = 0
-		}
-	}
+	cfg.Load = bench.LoadSpec{Mode: *f.load, Concurrency: *f.concurrency, Rate: *f.rate, Arrival: *f.arrival, Burstiness: *f.burstiness,
+		MaxConcurrency: *f.maxConc, Duration: *f.duration, Requests: *f.requests, RampUp: *f.rampUp, Timeout: *f.timeout}
 	if *f.sweep != "" {
 		levels, err := bench.ParseSweep(*f.sweep)
 		if err != nil {
 			return cfg, err
 		}
 		cfg.Sweep = levels
-		if mode == "closed" {
-			l.Concurrency = int(levels[0])
-		} else {
-			l.Rate = levels[0]
-		}
 	}
-	if l.Duration == 0 && l.Requests == 0 && mode != "replay" {
-		l.Duration = 30 * time.Second
+	cfg.DirectURL, cfg.Pairs = *f.directURL, *f.pairs
+	// The warm-up flag's "auto" depends on the mode the defaults decide.
+	cfg.Defaults()
+	if err := cfg.Load.SetWarmup(*f.warmup); err != nil {
+		return cfg, err
 	}
-	switch w := *f.warmup; {
-	case w == "auto" && mode == "closed":
-		l.WarmupPerUser = true
-	case w == "auto" && mode == "open":
-		l.WarmupTime = 2 * time.Second
-	case w == "auto" || w == "0" || w == "":
-	default:
-		if n, err := strconv.Atoi(w); err == nil && n >= 0 {
-			l.WarmupRequests = n
-		} else if d, err := time.ParseDuration(w); err == nil && d >= 0 {
-			l.WarmupTime = d
-		} else {
-			return cfg, fmt.Errorf("--warmup %q: want a request count, a duration or auto", w)
-		}
-	}
-	cfg.Load = l
 	slos, err := bench.ParseSLOs(*f.slo)
 	if err != nil {
 		return cfg, err
@@ -193,7 +152,6 @@ func (f *benchFlags) config(set map[string]bool) (bench.Config, error) {
 		}
 		cfg.Headers = append(cfg.Headers, [2]string{strings.TrimSpace(k), strings.TrimSpace(v)})
 	}
-	cfg.DirectURL, cfg.Pairs = *f.directURL, *f.pairs
 	if *f.gwTiming {
 		cfg.Headers = append(cfg.Headers, [2]string{"X-Infergate-Timing", "1"})
 	}

@@ -20,8 +20,11 @@ import (
 	"crypto/tls"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/infergate/infergate/internal/supervise"
 )
 
 // DefaultInterval is how often sockets are polled when New is given zero.
@@ -36,9 +39,10 @@ type Watcher struct {
 	entries []*Handle
 	set     pollSet // the platform's poll arguments
 
-	stop chan struct{}
-	done chan struct{}
-	once sync.Once
+	stop   chan struct{}
+	done   chan struct{}
+	once   sync.Once
+	panics atomic.Int64
 }
 
 // Handle is one watched connection. Stop it when the request ends.
@@ -59,7 +63,12 @@ func New(interval time.Duration) *Watcher {
 		close(w.done)
 		return w
 	}
-	go w.loop()
+	go func() {
+		defer close(w.done)
+		// A panic (in a callback, say) is counted and the loop restarted:
+		// the watcher is never silently dead.
+		supervise.Loop(w.stop, w.loop, func(any, []byte) { w.panics.Add(1) })
+	}()
 	return w
 }
 
@@ -118,8 +127,10 @@ func (w *Watcher) Close() {
 	<-w.done
 }
 
+// Panics counts the panics recovered in the watcher's loop.
+func (w *Watcher) Panics() int64 { return w.panics.Load() }
+
 func (w *Watcher) loop() {
-	defer close(w.done)
 	t := time.NewTicker(w.interval)
 	defer t.Stop()
 	var fired []*Handle
