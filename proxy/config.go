@@ -64,6 +64,10 @@ type ServerConfig struct {
 	// ForwardAuthorization passes the client's Authorization header to the
 	// backend. Default false: it is dropped, and a backend's api_key is sent.
 	ForwardAuthorization bool `yaml:"forward_authorization"`
+	// ForwardSimFault passes the client's X-Sim-Fault header (the
+	// simulator's fault injection) to the backends. Default false;
+	// `infergate serve` turns it on for its built-in simulator.
+	ForwardSimFault bool `yaml:"forward_sim_fault"`
 }
 
 // ServerTLS names the certificate and key, PEM files.

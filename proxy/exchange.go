@@ -32,8 +32,9 @@ type exchange struct {
 	st     *state
 	id     string
 	method string
-	path   string
-	query  string // "?..." or empty
+	path    string // decoded: what routes and logs name
+	rawPath string // as the client sent it (handle checked it decodes to path): what the backend gets
+	query   string // "?..." or empty
 	model  string
 	stream bool
 	tl     tracing.Timeline
@@ -68,6 +69,10 @@ type exchange struct {
 	finished bool // finishWith ran
 }
 
+// maxModelBytes bounds a model name: longer ones get 400 before they can
+// become a log field, a label or a map key.
+const maxModelBytes = 256
+
 // requestID returns the client's X-Request-Id when it is sane, else a new one.
 func requestID(rc *fasthttp.RequestCtx) string {
 	if id := rc.Request.Header.Peek("X-Request-Id"); len(id) > 0 && len(id) <= 128 && printable(id) {
@@ -95,6 +100,11 @@ func printable(b []byte) bool {
 // only (recoverRequest).
 func (g *Gateway) serveAPI(rc *fasthttp.RequestCtx, strict bool) {
 	x := &exchange{g: g, st: g.state.Load(), method: string(rc.Method()), path: string(rc.Path())}
+	if raw := rc.URI().PathOriginal(); string(raw) == x.path {
+		x.rawPath = x.path // the common case: nothing was encoded, no copy
+	} else {
+		x.rawPath = string(raw)
+	}
 	x.tl.Received = time.Now() // fasthttp calls the handler once the whole request is read
 	defer func() {
 		if v := recover(); v != nil {
@@ -128,6 +138,12 @@ func (g *Gateway) serveAPI(rc *fasthttp.RequestCtx, strict bool) {
 	x.model, x.stream = env.Model, env.Stream
 	if err != nil {
 		x.model = ""
+	}
+	if len(x.model) > maxModelBytes {
+		n := len(x.model)
+		x.reject(rc, http.StatusBadRequest, openai.TypeInvalidRequest, "model_too_long",
+			fmt.Sprintf("model: %d bytes; a model name has at most %d", n, maxModelBytes))
+		return
 	}
 	x.route = x.st.lookup(x.model)
 	if x.route == nil {
@@ -192,9 +208,10 @@ func (x *exchange) start(rc *fasthttp.RequestCtx, body []byte) {
 	r := fasthttp.AcquireRequest()
 	r.Header.DisableNormalizing()
 	r.Header.SetMethodBytes(rc.Method())
-	copyRequestHeaders(&r.Header, &rc.Request.Header, cfg.Server.ForwardAuthorization)
+	var buf [128]byte
+	xff := copyRequestHeaders(&r.Header, &rc.Request.Header,
+		headerRules{forwardAuth: cfg.Server.ForwardAuthorization, forwardSimFault: cfg.Server.ForwardSimFault}, buf[:0])
 	r.Header.Set("X-Request-Id", x.id)
-	r.Header.Del("X-Infergate-Timing") // the gateway's own, not the backend's
 	x.injectSpan(&r.Header)
 	if x.stream {
 		// The relay finds event boundaries in the bytes: ask for them
@@ -202,13 +219,13 @@ func (x *exchange) start(rc *fasthttp.RequestCtx, body []byte) {
 		r.Header.Del("Accept-Encoding")
 	}
 	if ta, ok := rc.RemoteAddr().(*net.TCPAddr); ok {
-		var buf [128]byte
-		xff := buf[:0]
-		if prior := rc.Request.Header.Peek("X-Forwarded-For"); len(prior) > 0 {
-			xff = append(append(xff, prior...), ", "...)
+		if len(xff) > 0 {
+			xff = append(xff, ", "...)
 		}
 		xff = ta.AddrPort().Addr().Unmap().AppendTo(xff)
-		r.Header.SetBytesV("X-Forwarded-For", xff)
+	}
+	if len(xff) > 0 {
+		r.Header.SetBytesKV(hdrForwardedFor, xff)
 	}
 	r.SetBody(body)
 	x.ureq = r

@@ -39,9 +39,33 @@ func connectionListed(conn, k []byte) bool {
 	return false
 }
 
-// copyRequestHeaders sets on dst the end-to-end headers of src.
-// Authorization goes along only when forwardAuth is set.
-func copyRequestHeaders(dst *fasthttp.RequestHeader, src *fasthttp.RequestHeader, forwardAuth bool) {
+// headerRules says which client headers go to the backend beside the
+// end-to-end ones every proxy passes.
+type headerRules struct {
+	// forwardAuth passes the client's Authorization (server.forward_authorization).
+	forwardAuth bool
+	// forwardSimFault passes X-Sim-Fault (server.forward_sim_fault): only
+	// a simulator acts on it, and a client must not inject faults into a
+	// real backend's test harness.
+	forwardSimFault bool
+}
+
+var (
+	hdrAuthorization = []byte("Authorization")
+	hdrRequestID     = []byte("X-Request-Id")
+	hdrForwardedFor  = []byte("X-Forwarded-For")
+	hdrSimFault      = []byte("X-Sim-Fault")
+	prefixInfergate  = []byte("X-Infergate-")
+)
+
+// copyRequestHeaders sets on dst the end-to-end headers of src, except
+// those the gateway sets itself, of which a client's copies never reach
+// the backend beside the gateway's: X-Request-Id (the gateway's id), the
+// gateway's own X-Infergate-* headers, and X-Forwarded-For, whose client
+// copies, every one of them, are appended to xff for the caller to extend
+// with the client's address and set once. traceparent is replaced when
+// the gateway starts a trace (injectSpan).
+func copyRequestHeaders(dst *fasthttp.RequestHeader, src *fasthttp.RequestHeader, rules headerRules, xff []byte) []byte {
 	conn := src.Peek("Connection")
 	for k, v := range src.All() {
 		switch {
@@ -49,11 +73,20 @@ func copyRequestHeaders(dst *fasthttp.RequestHeader, src *fasthttp.RequestHeader
 		// Host is the backend's; the body is whole, so its length is known
 		// and an Expect: 100-continue was already answered by the server.
 		case bytes.EqualFold(k, []byte("Host")), bytes.EqualFold(k, []byte("Content-Length")), bytes.EqualFold(k, []byte("Expect")):
-		case !forwardAuth && bytes.EqualFold(k, []byte("Authorization")):
+		case !rules.forwardAuth && bytes.EqualFold(k, hdrAuthorization):
+		case bytes.EqualFold(k, hdrRequestID):
+		case len(k) >= len(prefixInfergate) && bytes.EqualFold(k[:len(prefixInfergate)], prefixInfergate):
+		case !rules.forwardSimFault && bytes.EqualFold(k, hdrSimFault):
+		case bytes.EqualFold(k, hdrForwardedFor):
+			if len(xff) > 0 {
+				xff = append(xff, ", "...)
+			}
+			xff = append(xff, v...)
 		default:
 			dst.AddBytesKV(k, v)
 		}
 	}
+	return xff
 }
 
 // copyResponseHeaders sets on dst the end-to-end headers of src, without

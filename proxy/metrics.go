@@ -19,14 +19,21 @@ type gatewayMetrics struct {
 	*tracing.Metrics
 	mp *tracing.MeterProvider
 
-	// models seen as labels; past maxModelLabels, new names count as
-	// "other", so clients cannot grow the series without bound (in the
-	// quick start any model name is routed).
-	mu     sync.Mutex
-	models map[string]struct{}
+	// models seen as labels; past maxModelLabels names or
+	// maxModelLabelBytes bytes of them, and for a name longer than
+	// maxLabelBytes, the label is "other", so clients cannot grow the
+	// series, or the scrape, without bound (in the quick start any model
+	// name is routed).
+	mu         sync.Mutex
+	models     map[string]struct{}
+	modelBytes int
 }
 
-const maxModelLabels = 64
+const (
+	maxModelLabels     = 64
+	maxLabelBytes      = 64
+	maxModelLabelBytes = 2048
+)
 
 func newGatewayMetrics(g *Gateway, mp *tracing.MeterProvider, cfg tracing.MetricsConfig) (*gatewayMetrics, error) {
 	meter := mp.Meter("github.com/infergate/infergate/proxy")
@@ -46,10 +53,11 @@ func (m *gatewayMetrics) label(model string) string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, ok := m.models[model]; !ok {
-		if len(m.models) >= maxModelLabels {
+		if len(m.models) >= maxModelLabels || len(model) > maxLabelBytes || m.modelBytes+len(model) > maxModelLabelBytes {
 			return "other"
 		}
 		m.models[model] = struct{}{}
+		m.modelBytes += len(model)
 	}
 	return model
 }

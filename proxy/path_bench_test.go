@@ -24,7 +24,7 @@ func BenchmarkCopyRequestHeaders(b *testing.B) {
 	b.ReportAllocs()
 	for range b.N {
 		dst.Reset()
-		copyRequestHeaders(&dst, &src, false)
+		copyRequestHeaders(&dst, &src, headerRules{}, nil)
 	}
 }
 

@@ -27,6 +27,13 @@ var (
 // request is read.
 func (g *Gateway) handle(rc *fasthttp.RequestCtx) {
 	path := rc.Path()
+	if bytes.HasPrefix(path, pathV1) && !plainPath(rc.URI().PathOriginal()) {
+		// The route is decided on the decoded path and the backend gets
+		// the path as sent: they must name the same thing.
+		writeError(rc, http.StatusBadRequest, openai.TypeInvalidRequest, "invalid_path",
+			"the path has an encoded /, ?, # or \\, a dot segment, an empty segment or a control character")
+		return
+	}
 	switch {
 	case bytes.Equal(path, pathChat), bytes.Equal(path, pathCompletions):
 		if !rc.IsPost() {
@@ -76,4 +83,53 @@ func (g *Gateway) readError(rc *fasthttp.RequestCtx, err error) {
 		return
 	}
 	writeError(rc, http.StatusBadRequest, openai.TypeInvalidRequest, "bad_request", "malformed HTTP request")
+}
+
+// plainPath reports whether a request path as sent means the same to
+// every server that decodes it: no empty or dot segments, no backslash,
+// no control character, and no percent-encoding of a character that
+// changes where a path goes (/ ? # \ .) or of a control character.
+// Encodings of other characters (%20, %63) decode the same everywhere.
+func plainPath(raw []byte) bool {
+	if len(raw) == 0 || raw[0] != '/' {
+		return false
+	}
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		switch {
+		case c < 0x20 || c == 0x7f || c == '\\':
+			return false
+		case c == '/':
+			seg := raw[i+1:]
+			if j := bytes.IndexByte(seg, '/'); j >= 0 {
+				seg = seg[:j]
+			}
+			// An empty segment is allowed only at the end (a trailing /).
+			if (len(seg) == 0 && i+1 < len(raw)) || string(seg) == "." || string(seg) == ".." {
+				return false
+			}
+		case c == '%':
+			if i+2 >= len(raw) || unhex(raw[i+1]) < 0 || unhex(raw[i+2]) < 0 {
+				return false
+			}
+			d := byte(unhex(raw[i+1])<<4 | unhex(raw[i+2]))
+			if d < 0x20 || d == 0x7f || d == '/' || d == '?' || d == '#' || d == '\\' || d == '.' || d == '%' {
+				return false
+			}
+			i += 2
+		}
+	}
+	return true
+}
+
+func unhex(c byte) int {
+	switch {
+	case '0' <= c && c <= '9':
+		return int(c - '0')
+	case 'a' <= c && c <= 'f':
+		return int(c - 'a' + 10)
+	case 'A' <= c && c <= 'F':
+		return int(c - 'A' + 10)
+	}
+	return -1
 }

@@ -89,6 +89,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		defer stopSim()
 		cfg = quickConfig(*listen, url, "/health")
+		cfg.Server.ForwardSimFault = true // the built-in sim's faults are for trying the gateway out
 		log.Info("no --config or --upstream: serving the built-in simulator", "sim", url)
 	}
 	if *listen != "" {

@@ -1,0 +1,155 @@
+package proxy
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// rawRequest writes req as bytes on a new connection and returns the
+// response, read by net/http's parser.
+func rawRequest(t *testing.T, addr, req string) (int, string) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("reading the answer to %q: %v", req, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// Encoded ?, #, / and \, and dot or empty segments, cannot move a request
+// out of the strict completions checks, or send the backend a path other
+// than the one the gateway routed.
+func TestEncodedPathsAreRefused(t *testing.T) {
+	be := newTestBackend(t, jsonHandler(200, `{"ok":true}`))
+	cfg := testConfig(be.URL)
+	cfg.DefaultPool = "p"
+	gw := startGateway(t, cfg)
+	tests := []struct {
+		name, path string
+		status     int
+	}{
+		{"encoded question mark", "/v1/chat/completions%3F", 400},
+		{"encoded question mark, lower case", "/v1/chat/completions%3f", 400},
+		{"encoded hash", "/v1/chat/completions%23x", 400},
+		{"encoded slash", "/v1/chat%2Fcompletions", 400},
+		{"encoded backslash", "/v1/chat%5Ccompletions", 400},
+		{"encoded dot segment", "/v1/x/%2E%2E/chat/completions", 400},
+		{"dot segment", "/v1/x/../chat/completions", 400},
+		{"empty segment", "/v1//chat/completions", 400},
+		{"encoded percent", "/v1/chat/completions%2500", 400},
+		{"bad escape", "/v1/chat/completions%zz", 400},
+		{"encoded NUL", "/v1/chat/completions%00", 400},
+		// A harmless encoding decodes the same everywhere: the strict
+		// route still applies, and the body is checked.
+		{"encoded letter still strict", "/v1/chat/%63ompletions", 400},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			before := be.requests.Load()
+			status, body := rawRequest(t, gw.Addr, "POST "+tc.path+" HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: 8\r\n\r\nnot json")
+			if status != tc.status || !strings.Contains(body, `"error"`) {
+				t.Errorf("%s: %d %s, want %d with an OpenAI error", tc.path, status, body, tc.status)
+			}
+			if n := be.requests.Load() - before; n != 0 {
+				t.Errorf("%s reached the backend (%d requests)", tc.path, n)
+			}
+		})
+	}
+	// A valid request on a harmless encoding reaches the backend on the
+	// path the gateway checked.
+	status, body := rawRequest(t, gw.Addr, "POST /v1/chat/%63ompletions HTTP/1.1\r\nHost: gw\r\nContent-Length: "+fmt.Sprint(len(plainBody))+"\r\n\r\n"+plainBody)
+	if status != 200 {
+		t.Fatalf("encoded letter: %d %s", status, body)
+	}
+	if r, _ := be.last(); r == nil || r.URL.Path != "/v1/chat/completions" {
+		t.Errorf("the backend saw %v, want /v1/chat/completions", r.URL)
+	}
+}
+
+// Client copies of headers the gateway sets never reach the backend
+// beside the gateway's own.
+func TestGatewayHeadersAreNotDuplicated(t *testing.T) {
+	be := newTestBackend(t, jsonHandler(200, `{"ok":true}`))
+	gw := startGateway(t, testConfig(be.URL))
+	req := "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n" +
+		"X-Request-Id: first\r\nX-Request-Id: second\r\n" +
+		"X-Forwarded-For: 10.0.0.1\r\nX-Forwarded-For: 10.0.0.2\r\n" +
+		"X-Infergate-Timing: 1\r\nX-Infergate-Internal: x\r\nX-Sim-Fault: error=503\r\n" +
+		"Content-Length: " + fmt.Sprint(len(plainBody)) + "\r\n\r\n" + plainBody
+	if status, body := rawRequest(t, gw.Addr, req); status != 200 {
+		t.Fatalf("%d %s", status, body)
+	}
+	r, _ := be.last()
+	if ids := r.Header.Values("X-Request-Id"); len(ids) != 1 {
+		t.Errorf("backend got X-Request-Id %q, want one", ids)
+	}
+	if xff := r.Header.Values("X-Forwarded-For"); len(xff) != 1 || xff[0] != "10.0.0.1, 10.0.0.2, 127.0.0.1" {
+		t.Errorf("backend got X-Forwarded-For %q, want one, the client's copies merged and the client's address last", xff)
+	}
+	for k := range r.Header {
+		if strings.HasPrefix(strings.ToLower(k), "x-infergate-") {
+			t.Errorf("backend got the gateway's own header %s", k)
+		}
+	}
+	if f := r.Header.Get("X-Sim-Fault"); f != "" {
+		t.Errorf("backend got X-Sim-Fault %q without server.forward_sim_fault", f)
+	}
+}
+
+// Model names are bounded before they become labels: a 10 KB name gets
+// 400, and many distinct long names leave the scrape small.
+func TestLongModelNamesStayBounded(t *testing.T) {
+	be := newTestBackend(t, jsonHandler(200, `{"ok":true}`))
+	cfg := testConfig(be.URL)
+	cfg.DefaultPool = "p" // as in the quick start: any model is routed
+	gw := startGateway(t, cfg)
+	for i := range 64 {
+		huge := fmt.Sprintf(`{"model":"%d%s","messages":[]}`, i, strings.Repeat("x", 10<<10))
+		if status, _, body := post(t, gw.URL, "/v1/chat/completions", huge); status != 400 || !strings.Contains(body, "model_too_long") {
+			t.Fatalf("10 KB model name: %d %s, want 400 model_too_long", status, body)
+		}
+		long := fmt.Sprintf(`{"model":"%d%s","messages":[]}`, i, strings.Repeat("y", 250))
+		if status, _, body := post(t, gw.URL, "/v1/chat/completions", long); status != 200 {
+			t.Fatalf("250-byte model name: %d %s", status, body)
+		}
+	}
+	if be.requests.Load() != 64 {
+		t.Errorf("backend saw %d requests, want the 64 with names it may serve", be.requests.Load())
+	}
+	gw.syncTelemetry()
+	resp, err := http.Get(gw.AdminURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if n > 1<<20 {
+		t.Errorf("/metrics is %d bytes after 64 long model names, want under 1 MiB", n)
+	}
+	resp, err = http.Get(gw.AdminURL + "/admin/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if n > 256<<10 {
+		t.Errorf("/admin/stats is %d bytes, want a bounded view", n)
+	}
+}
