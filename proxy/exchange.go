@@ -28,16 +28,16 @@ import (
 // exchange is one proxied request, from the handler through the stream
 // writer. It holds nothing of the RequestCtx.
 type exchange struct {
-	g      *Gateway
-	st     *state
-	id     string
-	method string
+	g       *Gateway
+	st      *state
+	id      string
+	method  string
 	path    string // decoded: what routes and logs name
 	rawPath string // as the client sent it (handle checked it decodes to path): what the backend gets
 	query   string // "?..." or empty
-	model  string
-	stream bool
-	tl     tracing.Timeline
+	model   string
+	stream  bool
+	tl      tracing.Timeline
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
