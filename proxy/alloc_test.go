@@ -40,7 +40,7 @@ func TestGatewayRequestAllocations(t *testing.T) {
 		ceiling float64
 	}{
 		{"plain", false, 35},
-		{"stream", true, 46},
+		{"stream", true, 45},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			bg := newBenchGateway(t, tc.stream)

@@ -55,6 +55,18 @@ type ServerConfig struct {
 	MaxResponseBytes int `yaml:"max_response_bytes"`
 	// ReadTimeout bounds reading one request from a client. Default 30s.
 	ReadTimeout time.Duration `yaml:"read_timeout"`
+	// MaxConnections caps the client connections open at once; past it a
+	// new connection is closed at once, unread, and counted
+	// (infergate_connections_refused_total). Default 16384.
+	MaxConnections int `yaml:"max_connections"`
+	// MaxHeaderBytes bounds a request's line and headers; larger ones get
+	// 431. It is also each connection's read buffer. Default 8192.
+	MaxHeaderBytes int `yaml:"max_header_bytes"`
+	// WriteTimeout is the longest one write to a client may block (nginx's
+	// send_timeout): a client that stops reading a stream, or a large
+	// answer, is cut off after it, its backend request cancelled and its
+	// slot released. Default 30s.
+	WriteTimeout time.Duration `yaml:"write_timeout"`
 	// IdleTimeout closes a client keep-alive connection idle this long.
 	// Default 120s.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
@@ -217,6 +229,9 @@ func (c *Config) Defaults() {
 	setDefault(&s.MaxBodyBytes, 8<<20)
 	setDefault(&s.MaxResponseBytes, 64<<20)
 	setDefault(&s.ReadTimeout, 30*time.Second)
+	setDefault(&s.WriteTimeout, 30*time.Second)
+	setDefault(&s.MaxConnections, 16384)
+	setDefault(&s.MaxHeaderBytes, 8192)
 	setDefault(&s.IdleTimeout, 120*time.Second)
 	setDefault(&s.DrainTimeout, 30*time.Second)
 	t := &c.Timeouts

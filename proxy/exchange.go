@@ -64,9 +64,10 @@ type exchange struct {
 	outcome string
 	err     error
 
-	started  bool // start ran: the request holds a context, a watch, a request
-	streamed bool // the hijacked connection owns the rest (streamResponse)
-	finished bool // finishWith ran
+	started  bool       // start ran: the request holds a context, a watch, a request
+	streamed bool       // the hijacked connection owns the rest (streamResponse)
+	finished bool       // finishWith ran
+	conn     clientConn // the hijacked connection while a stream's body runs
 }
 
 // maxModelBytes bounds a model name: longer ones get 400 before they can
@@ -247,6 +248,7 @@ func (x *exchange) finishWith(status int, outcome string) {
 		x.up = nil
 	}
 	x.stopT()
+	x.conn.disarm()
 	x.cancel(nil)
 	x.permit.Release()
 	if x.backend != nil {

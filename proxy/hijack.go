@@ -3,7 +3,7 @@ package proxy
 import (
 	"bufio"
 	"context"
-	"io"
+	"errors"
 	"net"
 	"strconv"
 	"sync"
@@ -51,19 +51,33 @@ func (g *Gateway) streamResponse(ctx context.Context, rc *fasthttp.RequestCtx, s
 	cw.headBuf = h.AppendBytes(cw.headBuf[:0])
 	cw.raw = !chunked
 	claimed := new(atomic.Bool)
+	// One watch on the request's end serves both phases: before the body
+	// runs it abandons the stream; while it runs, a total timeout or a
+	// shutdown fails a write blocked on a client that stopped reading.
 	stop := context.AfterFunc(ctx, func() {
 		if claimed.CompareAndSwap(false, true) {
 			s.abandon()
+			return
+		}
+		if c := context.Cause(ctx); errors.Is(c, errTotalTimeout) || errors.Is(c, errShutdown) {
+			s.clientConn().unblock()
 		}
 	})
 	rc.HijackSetNoResponse(true)
 	s.hijacked()
 	rc.Hijack(func(c net.Conn) {
-		stop()
+		cc := s.clientConn()
+		cc.set(c)
 		if !claimed.CompareAndSwap(false, true) {
+			cc.set(nil)
 			c.Close() // abandoned: the request is over
 			return
 		}
+		cc.stop = stop // the body's: finishWith runs on this goroutine from here
+		defer func() {
+			stop()
+			cc.set(nil)
+		}()
 		defer func() {
 			if v := recover(); v != nil {
 				// The writer's state is unknown: it is not pooled again,
@@ -72,22 +86,22 @@ func (g *Gateway) streamResponse(ctx context.Context, rc *fasthttp.RequestCtx, s
 				c.Close()
 			}
 		}()
-		cw.c, cw.err = c, nil
+		cw.c, cw.err, cw.wt = c, nil, g.state.Load().cfg.Server.WriteTimeout
 		w := cw.bw
 		var err error
 		if s.ready() {
 			cw.head = cw.headBuf // sent before the first chunk, in its write
-		} else if _, err = c.Write(cw.headBuf); err != nil {
+		} else if _, err = cw.write(cw.headBuf); err != nil {
 			cw.err = err
 		}
 		if err == nil {
 			s.body(w)
 			if w.Flush() == nil && cw.err == nil && chunked {
-				_, cw.err = io.WriteString(c, "0\r\n\r\n")
+				_, cw.err = cw.write(lastChunk)
 			}
 		}
 		if cw.head != nil && cw.err == nil { // nothing was written after all
-			_, cw.err = c.Write(cw.head)
+			_, cw.err = cw.write(cw.head)
 		}
 		ok := cw.err == nil
 		cw.c, cw.head = nil, nil
@@ -96,6 +110,8 @@ func (g *Gateway) streamResponse(ctx context.Context, rc *fasthttp.RequestCtx, s
 			cw.headBuf = nil
 		}
 		chunkPool.Put(cw)
+		stop()
+		cc.set(nil) // before the connection serves its next request
 		if !ok || !keep || g.closing.Load() {
 			c.Close()
 			return
@@ -118,6 +134,44 @@ type streamer interface {
 	release(err error)
 	// reqID is the request's id, for the log.
 	reqID() string
+	// clientConn is where the stream's connection is kept while its body
+	// runs.
+	clientConn() *clientConn
+}
+
+// clientConn is a stream's client connection while its body runs, so
+// that the request's end can fail a write blocked on it. It belongs to
+// one request and is never reused, so a late unblock finds nil.
+type clientConn struct {
+	mu sync.Mutex
+	c  net.Conn
+	// stop disarms the watch on the request's end; finishWith calls it
+	// before it cancels the request's context, so an ending stream starts
+	// no goroutine for a watch it no longer needs.
+	stop func() bool
+}
+
+// disarm stops the watch, when there is one.
+func (cc *clientConn) disarm() {
+	if cc.stop != nil {
+		cc.stop()
+	}
+}
+
+func (cc *clientConn) set(c net.Conn) {
+	cc.mu.Lock()
+	cc.c = c
+	cc.mu.Unlock()
+}
+
+// unblock makes a write blocked on the connection, and every later one,
+// fail at once.
+func (cc *clientConn) unblock() {
+	cc.mu.Lock()
+	if cc.c != nil {
+		_ = cc.c.SetWriteDeadline(time.Unix(1, 0))
+	}
+	cc.mu.Unlock()
 }
 
 var (
@@ -183,11 +237,14 @@ func (p *prefixConn) Read(b []byte) (int, error) {
 	return p.Conn.Read(b)
 }
 
+var lastChunk = []byte("0\r\n\r\n")
+
 // chunkWriter writes each Write as one HTTP/1.1 chunk in one syscall (or,
 // for HTTP/1.0, as it is). It sits under a bufio.Writer, so a chunk is a
-// flush.
+// flush. Each write may block for at most wt (server.write_timeout).
 type chunkWriter struct {
 	c       net.Conn
+	wt      time.Duration
 	raw     bool
 	headBuf []byte // the response headers, serialised
 	head    []byte // headBuf while not yet written: it goes with the first chunk
@@ -216,7 +273,7 @@ func (cw *chunkWriter) Write(p []byte) (int, error) {
 		if cap(b) <= 64<<10 {
 			cw.buf = b
 		}
-		if _, err := cw.c.Write(b); err != nil {
+		if _, err := cw.write(b); err != nil {
 			cw.err = err
 			return 0, err
 		}
@@ -229,9 +286,17 @@ func (cw *chunkWriter) Write(p []byte) (int, error) {
 	if cap(b) <= 64<<10 {
 		cw.buf = b
 	}
-	if _, err := cw.c.Write(b); err != nil {
+	if _, err := cw.write(b); err != nil {
 		cw.err = err
 		return 0, err
 	}
 	return len(p), nil
+}
+
+// write writes b to the connection under the write timeout.
+func (cw *chunkWriter) write(b []byte) (int, error) {
+	if cw.wt > 0 {
+		_ = cw.c.SetWriteDeadline(time.Now().Add(cw.wt))
+	}
+	return cw.c.Write(b)
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -152,4 +153,170 @@ func TestLongModelNamesStayBounded(t *testing.T) {
 	if n > 256<<10 {
 		t.Errorf("/admin/stats is %d bytes, want a bounded view", n)
 	}
+}
+
+// floodHandler streams 1 KB events as fast as the gateway takes them
+// until the request is cancelled, and reports the cancel on cancelled.
+func floodHandler(cancelled chan<- struct{}) http.HandlerFunc {
+	ev := chunk(strings.Repeat("z", 1000))
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(200)
+		f := w.(http.Flusher)
+		deadline := time.Now().Add(20 * time.Second) // bounded, whatever happens
+		for time.Now().Before(deadline) {
+			if _, err := io.WriteString(w, ev); err != nil {
+				break
+			}
+			f.Flush()
+			if r.Context().Err() != nil {
+				break
+			}
+		}
+		select {
+		case cancelled <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// stalledClient sends a streaming request from a socket with a tiny
+// receive buffer and never reads the answer.
+func stalledClient(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	d := net.Dialer{Control: setSmallRcvBuf}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	req := "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: " + fmt.Sprint(len(streamBody)) + "\r\n\r\n" + streamBody
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// A client that stops reading a stream holds nothing for long: after
+// server.write_timeout (or timeouts.total, whichever comes first) the
+// backend request is cancelled and the slot released, so with one slot
+// the next request is served.
+func TestStalledClientReleasesItsSlot(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		write, total time.Duration
+	}{
+		{"write timeout", 300 * time.Millisecond, 30 * time.Second},
+		{"total timeout while a write blocks", 30 * time.Second, 800 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cancelled := make(chan struct{}, 1)
+			be := newTestBackend(t, floodHandler(cancelled))
+			cfg := testConfig(be.URL)
+			cfg.Server.WriteTimeout = tc.write
+			cfg.Timeouts.Total = tc.total
+			cfg.Shaping.Global.MaxRequests = 1
+			cfg.Shaping.Queue.Timeout = 100 * time.Millisecond
+			gw := startGateway(t, cfg)
+			start := time.Now()
+			stalledClient(t, gw.Addr)
+			select {
+			case <-cancelled:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the backend request was not cancelled while the client did not read")
+			}
+			waitFor(t, 5*time.Second, "the slot released", func() bool { return gw.lim.Stats().InFlightRequests == 0 })
+			if d := time.Since(start); d > min(tc.write, tc.total)+3*time.Second {
+				t.Errorf("released after %v, want about %v", d, min(tc.write, tc.total))
+			}
+			be.set(jsonHandler(200, `{"ok":true}`))
+			if status, _, body := post(t, gw.URL, "/v1/chat/completions", plainBody); status != 200 {
+				t.Errorf("the next request: %d %s", status, body)
+			}
+		})
+	}
+}
+
+// Oversized headers get 431, and connections past server.max_connections
+// are closed unread and counted, while the ones within keep being served.
+func TestHeaderAndConnectionLimits(t *testing.T) {
+	be := newTestBackend(t, jsonHandler(200, `{"ok":true}`))
+	cfg := testConfig(be.URL)
+	cfg.Server.MaxConnections = 4
+	gw := startGateway(t, cfg)
+
+	big := "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nX-Big: " + strings.Repeat("a", 16<<10) + "\r\nContent-Length: 2\r\n\r\n{}"
+	if status, body := rawRequest(t, gw.Addr, big); status != 431 || !strings.Contains(body, "request_header_too_large") {
+		t.Errorf("16 KiB of headers: %d %s, want 431", status, body)
+	}
+	many := "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n" + strings.Repeat("X-A: b\r\n", 2000) + "Content-Length: 2\r\n\r\n{}"
+	if status, _ := rawRequest(t, gw.Addr, many); status != 431 {
+		t.Errorf("2,000 headers: %d, want 431", status)
+	}
+
+	// The connections of the two requests above close as their answers go.
+	waitFor(t, 2*time.Second, "no connection open", func() bool { return gw.conns.Load().open.Load() == 0 })
+	var idle []net.Conn
+	for range 4 {
+		c, err := net.Dial("tcp", gw.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		idle = append(idle, c)
+		defer c.Close()
+	}
+	waitFor(t, 2*time.Second, "4 connections open", func() bool { return gw.conns.Load().open.Load() == 4 })
+	// The fifth is closed unread (a reset can already meet the dial).
+	if c, err := net.Dial("tcp", gw.Addr); err == nil {
+		_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		if n, err := c.Read(make([]byte, 1)); err == nil || n > 0 {
+			t.Errorf("a connection past the cap: read %d bytes, %v; want it closed", n, err)
+		}
+		c.Close()
+	}
+	waitFor(t, 2*time.Second, "the refusal counted", func() bool { return gw.conns.Load().refused.Load() == 1 })
+	// One of the four that are in serves a request.
+	req := "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: " + fmt.Sprint(len(plainBody)) + "\r\n\r\n" + plainBody
+	if _, err := io.WriteString(idle[0], req); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(idle[0]), nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("a connection within the cap: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	mr, err := http.Get(gw.AdminURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, _ := io.ReadAll(mr.Body)
+	mr.Body.Close()
+	if !strings.Contains(string(text), "infergate_connections_refused_total 1\n") {
+		t.Error("infergate_connections_refused_total is not 1 on /metrics")
+	}
+}
+
+// What plainPath accepts decodes to a path that routes the same in every
+// server: nothing that ends a path, no dot or empty segment.
+func FuzzPlainPath(f *testing.F) {
+	for _, s := range []string{"/v1/chat/completions", "/v1/chat/completions%3F", "/v1/x/../y", "/v1//a", "/v1/%63", "/v1/a%2", "/v1/a/", "/v1/%25"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		if !plainPath([]byte(raw)) {
+			return
+		}
+		dec, err := url.PathUnescape(raw)
+		if err != nil {
+			t.Fatalf("accepted %q, which does not decode: %v", raw, err)
+		}
+		if strings.ContainsAny(dec, "?#\\\x00") || strings.Contains(dec, "//") {
+			t.Fatalf("accepted %q, which decodes to %q", raw, dec)
+		}
+		for _, seg := range strings.Split(dec, "/")[1:] {
+			if seg == "." || seg == ".." {
+				t.Fatalf("accepted %q, which decodes to the dot segment of %q", raw, dec)
+			}
+		}
+	})
 }

@@ -55,6 +55,8 @@ func (k *keepAliveStream) ready() bool { return false }
 
 func (k *keepAliveStream) hijacked() { k.x.streamed = true }
 
+func (k *keepAliveStream) clientConn() *clientConn { return &k.x.conn }
+
 func (k *keepAliveStream) body(w *bufio.Writer) {
 	x := k.x
 	tick := time.NewTicker(k.interval)

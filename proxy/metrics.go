@@ -88,6 +88,8 @@ func observe(meter metric.Meter, g *Gateway) error {
 	breaker := gauge("infergate.breaker.state", "", "Each backend's circuit breaker: 0 closed, 1 half-open, 2 open.")
 	dropped := counter("infergate.request_log.dropped", "{line}", "Request-log lines dropped because the writer was behind (the request path never waits).")
 	spansDropped := counter("infergate.spans.dropped", "{span}", "Spans dropped because the exporter was behind.")
+	connsOpen := gauge("infergate.connections.open", "{connection}", "Client connections open on the API listener.")
+	connsRefused := counter("infergate.connections.refused", "{connection}", "Client connections closed unread because server.max_connections were open.")
 	panics := counter("infergate.panics", "{panic}", "Panics recovered, by where: a request, its stream, the keep-alive forwarder, telemetry, health checks, shaping, the hang-up watcher. Each ended one request or restarted one loop; the process carried on.")
 	if err := errors.Join(errs...); err != nil {
 		return err
@@ -133,6 +135,10 @@ func observe(meter metric.Meter, g *Gateway) error {
 		if g.tracer != nil {
 			o.ObserveInt64(spansDropped, g.tracer.Dropped())
 		}
+		if cl := g.conns.Load(); cl != nil {
+			o.ObserveInt64(connsOpen, cl.open.Load())
+			o.ObserveInt64(connsRefused, cl.refused.Load())
+		}
 		var health int64
 		for _, p := range g.state.Load().pools {
 			if p.health != nil {
@@ -147,7 +153,7 @@ func observe(meter metric.Meter, g *Gateway) error {
 			o.ObserveInt64(panics, w.n, metric.WithAttributes(attribute.String("where", w.where)))
 		}
 		return nil
-	}, queued, inFlight, rejected, admitted, abandoned, redisUp, redisDown, upstream, breaker, dropped, spansDropped, panics)
+	}, queued, inFlight, rejected, admitted, abandoned, redisUp, redisDown, upstream, breaker, dropped, spansDropped, connsOpen, connsRefused, panics)
 	return err
 }
 

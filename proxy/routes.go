@@ -77,6 +77,12 @@ func (g *Gateway) readError(rc *fasthttp.RequestCtx, err error) {
 			fmt.Sprintf("request body exceeds %d bytes", g.state.Load().cfg.Server.MaxBodyBytes))
 		return
 	}
+	var small *fasthttp.ErrSmallBuffer
+	if errors.As(err, &small) {
+		writeError(rc, http.StatusRequestHeaderFieldsTooLarge, openai.TypeInvalidRequest, "request_header_too_large",
+			fmt.Sprintf("the request line and headers exceed %d bytes", g.state.Load().cfg.Server.MaxHeaderBytes))
+		return
+	}
 	var se interface{ Timeout() bool }
 	if errors.As(err, &se) && se.Timeout() {
 		writeError(rc, http.StatusRequestTimeout, openai.TypeInvalidRequest, "request_timeout", "the request was not read in time")
@@ -97,7 +103,7 @@ func plainPath(raw []byte) bool {
 	for i := 0; i < len(raw); i++ {
 		c := raw[i]
 		switch {
-		case c < 0x20 || c == 0x7f || c == '\\':
+		case c < 0x20 || c == 0x7f || c == '\\' || c == '?' || c == '#':
 			return false
 		case c == '/':
 			seg := raw[i+1:]

@@ -57,6 +57,8 @@ type Gateway struct {
 	reserved   map[net.Conn]struct{} // keep-alive connections given back after a stream
 	started    time.Time
 
+	// conns counts the API listener's connections (listener.go).
+	conns atomic.Pointer[connLimit]
 	// Panics recovered on the request path (panics.go).
 	panicsRequest, panicsStream, panicsForward atomic.Int64
 	// testHook, when a test sets it, is called at points of a request's
@@ -128,7 +130,9 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Gateway, error) {
 		DisableHeaderNamesNormalizing: false,
 		MaxRequestBodySize:            s.MaxBodyBytes,
 		ReadTimeout:                   s.ReadTimeout,
+		WriteTimeout:                  s.WriteTimeout,
 		IdleTimeout:                   s.IdleTimeout,
+		ReadBufferSize:                s.MaxHeaderBytes,
 		Concurrency:                   1 << 20,
 		CloseOnShutdown:               true,
 		KeepHijackedConns:             true, // streamResponse closes or re-serves them
@@ -284,6 +288,9 @@ func (g *Gateway) ServeAdmin(ln net.Listener) error { return g.admin.Serve(ln) }
 // Serve accepts connections on ln until Shutdown; with TLS configured it
 // serves HTTPS, the certificate read afresh at each reload.
 func (g *Gateway) Serve(ln net.Listener) error {
+	lim := &connLimit{Listener: ln, max: int64(g.state.Load().cfg.Server.MaxConnections)}
+	g.conns.Store(lim)
+	ln = lim
 	if g.state.Load().cfg.Server.TLS.CertFile != "" {
 		ln = tls.NewListener(ln, &tls.Config{
 			MinVersion: tls.VersionTLS12,

@@ -31,6 +31,8 @@ func (x *exchange) abandon() {
 // hijacked says the connection now owns the response.
 func (x *exchange) hijacked() { x.streamed = true }
 
+func (x *exchange) clientConn() *clientConn { return &x.conn }
+
 func (x *exchange) relayStream(w *bufio.Writer) {
 	if h := x.g.testHook; h != nil {
 		h("stream", x.id)
@@ -57,10 +59,14 @@ func (x *exchange) ready() bool {
 func (x *exchange) endStream(w *bufio.Writer, out relayOutcome) {
 	var err error
 	switch {
+	case context.Cause(x.ctx) != nil:
+		// Before a write error: a total timeout or a shutdown cuts a
+		// blocked write short (hijack.go), and is the reason.
+		err = context.Cause(x.ctx)
+	case out.clientErr && isTimeout(w.Flush()): // a failed writer keeps its error
+		err = fmt.Errorf("%w: a write blocked longer than server.write_timeout", errClientGone)
 	case out.clientErr:
 		err = errClientGone
-	case context.Cause(x.ctx) != nil:
-		err = context.Cause(x.ctx)
 	case errors.Is(out.err, io.EOF) && (out.done || out.finish) && !out.backendError:
 		x.reuse = true
 	case errors.Is(out.err, io.EOF) && out.backendError:

@@ -1,0 +1,63 @@
+package proxy
+
+import (
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+)
+
+// connLimit caps the client connections open at once (server.
+// max_connections): past it, a new connection is closed as soon as it is
+// accepted, before anything is read from it, and counted. Memory is
+// budgeted, not hoped for: each open connection holds its buffers.
+type connLimit struct {
+	net.Listener
+	max     int64
+	open    atomic.Int64
+	refused atomic.Int64
+}
+
+func (l *connLimit) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if l.max > 0 && l.open.Load() >= l.max {
+			l.refused.Add(1)
+			if tc, ok := c.(*net.TCPConn); ok {
+				_ = tc.SetLinger(0) // nothing to flush: no request was read
+			}
+			c.Close()
+			continue
+		}
+		l.open.Add(1)
+		return &countedConn{Conn: c, l: l}, nil
+	}
+}
+
+// countedConn gives its place back when closed, once.
+type countedConn struct {
+	net.Conn
+	l    *connLimit
+	once sync.Once
+}
+
+func (c *countedConn) Close() error {
+	c.once.Do(func() { c.l.open.Add(-1) })
+	return c.Conn.Close()
+}
+
+// SyscallConn reaches the socket underneath (the hang-up watcher polls it).
+func (c *countedConn) SyscallConn() (syscall.RawConn, error) {
+	if sc, ok := c.Conn.(syscall.Conn); ok {
+		return sc.SyscallConn()
+	}
+	return nil, errNoSocket
+}
+
+var errNoSocket = errors.New("proxy: connection has no socket")
+
+var _ syscall.Conn = (*countedConn)(nil)
