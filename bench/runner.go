@@ -62,7 +62,7 @@ func (l *LoadSpec) Defaults(replay bool) {
 	switch {
 	case replay:
 		l.Mode = "replay"
-	case l.Mode == "" && l.Rate > 0:
+	case l.Mode == "" && l.Rate != 0: // a rate, even a bad one, means an open loop (Validate judges it)
 		l.Mode = "open"
 	case l.Mode == "":
 		l.Mode = "closed"
