@@ -60,7 +60,7 @@ type ServerConfig struct {
 	// (infergate_connections_refused_total). Default 16384.
 	MaxConnections int `yaml:"max_connections"`
 	// MaxHeaderBytes bounds a request's line and headers; larger ones get
-	// 431. It is also each connection's read buffer. Default 8192.
+	// 431. It is also each connection's read buffer (fasthttp's ReadBufferSize). Default 4096.
 	MaxHeaderBytes int `yaml:"max_header_bytes"`
 	// WriteTimeout is the longest one write to a client may block (nginx's
 	// send_timeout): a client that stops reading a stream, or a large
@@ -231,7 +231,7 @@ func (c *Config) Defaults() {
 	setDefault(&s.ReadTimeout, 30*time.Second)
 	setDefault(&s.WriteTimeout, 30*time.Second)
 	setDefault(&s.MaxConnections, 16384)
-	setDefault(&s.MaxHeaderBytes, 8192)
+	setDefault(&s.MaxHeaderBytes, 4096)
 	setDefault(&s.IdleTimeout, 120*time.Second)
 	setDefault(&s.DrainTimeout, 30*time.Second)
 	t := &c.Timeouts
