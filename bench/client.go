@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/internal/httpbody"
+	"github.com/infergate/infergate/internal/roundtrip"
 	"github.com/valyala/fasthttp"
 )
 
@@ -151,72 +152,32 @@ func (c *Client) do(ctx context.Context, body []byte, stream bool, p *parser, r 
 	}
 	req.SetBodyRaw(body)
 
-	for try := 0; ; try++ {
-		r.Sent = time.Now()
-		cc, err := c.hc.AcquireConn(c.connect, false)
-		if err != nil {
-			r.fail(ctx, ErrConnect, err)
-			return
+	p.r = r
+	trip, err := roundtrip.Do(ctx, c.hc, req, roundtrip.Options{Connect: c.connect}, p)
+	p.r = nil
+	if err != nil {
+		var re *roundtrip.Error
+		if errors.As(err, &re) && re.Stage == roundtrip.StageHeaders {
+			err = fmt.Errorf("read response headers: %w", re.Err)
 		}
-		conn := cc.Conn()
-		reused := cc.CreatedTime().Before(r.Sent)
-		stop := context.AfterFunc(ctx, func() { conn.Close() })
-		bw := c.hc.AcquireWriter(conn)
-		err = req.Write(bw)
-		if err == nil {
-			err = bw.Flush()
-		}
-		c.hc.ReleaseWriter(bw)
-		if err != nil {
-			stop()
-			c.hc.CloseConn(cc)
-			if reused && try == 0 && ctx.Err() == nil {
-				continue // the server closed an idle connection: every client retries once
-			}
-			r.fail(ctx, ErrConnect, err)
-			return
-		}
-		br := p.reader(conn)
-		resp := fasthttp.AcquireResponse()
-		resp.SkipBody = true
-		err = resp.ReadLimitBody(br, 0)
-		if small := new(fasthttp.ErrSmallBuffer); errors.As(err, &small) {
-			// Headers larger than the small reader: nothing was consumed;
-			// read them again with room to spare.
-			br = p.bigReader(br, conn)
-			err = resp.ReadLimitBody(br, 0)
-		}
-		if err != nil {
-			fasthttp.ReleaseResponse(resp)
-			stop()
-			c.hc.CloseConn(cc)
-			if reused && try == 0 && ctx.Err() == nil && isStale(err) {
-				continue
-			}
-			r.fail(ctx, ErrConnect, fmt.Errorf("read response headers: %w", err))
-			return
-		}
-		r.TTFB = time.Since(r.Sent)
-		r.Status = resp.StatusCode()
-		isSSE := stream && r.Status == 200 && bytes.HasPrefix(resp.Header.ContentType(), textEventStream)
-		var b httpbody.Reader
-		b.Reset(br, httpbody.Mode(req, resp), int64(resp.Header.ContentLength()))
-		closeAfter := resp.ConnectionClose()
-		// Neither is needed while the body streams: a long stream holds
-		// only its connection, the parser and its small reader.
-		fasthttp.ReleaseResponse(resp)
-		release()
-		p.read(ctx, &b, r, isSSE)
-		// Nothing may be left unread: the connection carries no other
-		// response.
-		reuse := stop() && b.Complete() && !closeAfter && br.Buffered() == 0
-		if reuse {
-			c.hc.ReleaseConn(cc)
-		} else {
-			c.hc.CloseConn(cc)
-		}
+		r.fail(ctx, ErrConnect, err)
 		return
 	}
+	resp := trip.Resp
+	r.TTFB = time.Since(r.Sent)
+	r.Status = resp.StatusCode()
+	isSSE := stream && r.Status == 200 && bytes.HasPrefix(resp.Header.ContentType(), textEventStream)
+	var b httpbody.Reader
+	b.Reset(trip.Reader, httpbody.Mode(req, resp), int64(resp.Header.ContentLength()))
+	closeAfter := resp.ConnectionClose()
+	// Neither is needed while the body streams: a long stream holds
+	// only its connection, the parser and its small reader.
+	fasthttp.ReleaseResponse(resp)
+	release()
+	p.read(ctx, &b, r, isSSE)
+	// Nothing may be left unread: the connection carries no other
+	// response.
+	trip.Finish(b.Complete() && !closeAfter && trip.Reader.Buffered() == 0)
 }
 
 // fail records a failure of class, unless ctx ended first: then it is a
@@ -238,11 +199,3 @@ func (r *Result) fail(ctx context.Context, class string, err error) {
 var textEventStream = []byte("text/event-stream")
 
 var errRequestTimeout = errors.New("request exceeded --timeout")
-
-func isStale(err error) bool {
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		return false
-	}
-	return true
-}

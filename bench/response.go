@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"regexp"
 	"time"
 
@@ -133,6 +134,25 @@ type parser struct {
 	// bytes carried over from a smaller reader.
 	br  *bufio.Reader
 	pre prefixReader
+	// r is the result of the request under way (the round trip's
+	// observer stamps it).
+	r *Result
+}
+
+// The parser observes its request's round trips (roundtrip.Observer).
+
+func (p *parser) Starting()                   { p.r.Sent = time.Now() }
+func (p *parser) Connected(net.Conn, bool)    {}
+func (p *parser) Sent(net.Conn)               {}
+func (p *parser) ReleaseReader(*bufio.Reader) {}
+
+// Reader is the parser's small reader, or, when the headers did not fit
+// it, a larger one holding what it read.
+func (p *parser) Reader(conn net.Conn, last *bufio.Reader) *bufio.Reader {
+	if last == nil {
+		return p.reader(conn)
+	}
+	return p.bigReader(last, conn)
 }
 
 // reader returns the parser's small reader set to read conn: response

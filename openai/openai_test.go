@@ -247,9 +247,12 @@ func FuzzUsageOf(f *testing.F) {
 		var ref struct {
 			Usage *Usage `json:"usage"`
 		}
-		// On a plain chunk (one usage key, valid JSON, no escapes) the
-		// scanner agrees with encoding/json.
-		if !ok || json.Unmarshal(data, &ref) != nil || ref.Usage == nil || bytes.Count(data, []byte("tokens")) != 3 || bytes.Contains(data, []byte(`\`)) {
+		// On a plain chunk (one usage key, valid JSON, no escapes, the
+		// keys as servers write them) the scanner agrees with
+		// encoding/json, which also matches keys in another case
+		// ("Completion_tokens"); no server sends those.
+		if !ok || json.Unmarshal(data, &ref) != nil || ref.Usage == nil || bytes.Count(data, []byte("tokens")) != 3 || bytes.Contains(data, []byte(`\`)) ||
+			!bytes.Contains(data, keyCompletionTokens) {
 			return
 		}
 		if u.CompletionTokens != ref.Usage.CompletionTokens && ref.Usage.CompletionTokens >= 0 {

@@ -45,6 +45,7 @@ type exchange struct {
 	watch  *hangup.Handle
 
 	ureq    *fasthttp.Request
+	trying  *Backend // the backend of the round trip under way
 	route   *route
 	backend *Backend
 	done    func(ok bool) // the breaker permit of backend

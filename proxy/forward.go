@@ -31,7 +31,7 @@ func (x *exchange) forward(fill bool) error {
 		b.outstanding.Add(1)
 		x.prepare(b)
 		x.tl.Attempts++
-		up, err := b.roundTrip(x.ctx, x.ureq, &cfg.Timeouts, &x.tl)
+		up, err := b.roundTrip(x.ctx, x, &cfg.Timeouts)
 		if err != nil {
 			cause := context.Cause(x.ctx)
 			// A client that left or a total timeout is not the backend's fault.
