@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"unicode/utf8"
 )
 
 // Sentinel errors of request scanning, tested with errors.Is.
@@ -12,6 +13,7 @@ var (
 	ErrNotObject      = errors.New("openai: request body is not a JSON object")
 	ErrMissingModel   = errors.New("openai: missing required field model")
 	ErrModelNotString = errors.New("openai: field model must be a string")
+	ErrModelNotUTF8   = errors.New("openai: field model must be valid UTF-8")
 	ErrStreamNotBool  = errors.New("openai: field stream must be a boolean")
 )
 
@@ -72,6 +74,11 @@ func ScanRequest(body []byte) (Envelope, error) {
 			m, err := unquote(val)
 			if err != nil {
 				return env, fmt.Errorf("%w: %v", ErrInvalidJSON, err)
+			}
+			// A name that is not UTF-8 would be a broken log field and
+			// metric label; encoding/json would silently alter it.
+			if !utf8.ValidString(m) {
+				return env, ErrModelNotUTF8
 			}
 			env.Model, env.ModelStart, env.ModelEnd, haveModel = m, valStart, i, true
 		case keyIs(key, "stream"):

@@ -93,8 +93,10 @@ type ServerTLS struct {
 type Timeouts struct {
 	// Connect bounds dialling a backend, TLS handshake included. Default 5s.
 	Connect time.Duration `yaml:"connect"`
-	// FirstByte bounds the wait from sending the request to the response
-	// headers, and again to the first event of a stream. Default 120s.
+	// FirstByte bounds a stream's wait from sending the request to the
+	// response headers, and again to the first event. A plain answer's
+	// headers come with the whole generation: only Total bounds that
+	// wait. Default 120s.
 	FirstByte time.Duration `yaml:"first_byte"`
 	// Idle bounds the gap between two events of a stream, or between reads
 	// of a plain body. Default 60s.

@@ -253,7 +253,11 @@ func (x *exchange) finishWith(status int, outcome string) {
 	x.cancel(nil)
 	x.permit.Release()
 	if x.backend != nil {
-		ok := outcome == outcomeOK || outcome == outcomeClientGone || outcome == outcomeBackend4xx || status == http.StatusTooManyRequests
+		// What the client's own request caused (it left, or its
+		// generation outlasted timeouts.total) is not the backend failing:
+		// it counts as a success for ejection and the breaker.
+		ok := outcome == outcomeOK || outcome == outcomeClientGone || outcome == outcomeBackend4xx || status == http.StatusTooManyRequests ||
+			errors.Is(x.err, errTotalTimeout)
 		x.done(ok)
 		x.backend.outstanding.Add(-1)
 	}

@@ -131,6 +131,9 @@ func TestLongModelNamesStayBounded(t *testing.T) {
 			t.Fatalf("250-byte model name: %d %s", status, body)
 		}
 	}
+	if status, _, body := post(t, gw.URL, "/v1/chat/completions", "{\"model\":\"m\x94\",\"messages\":[]}"); status != 400 || !strings.Contains(body, "UTF-8") {
+		t.Errorf("a model name that is not UTF-8: %d %s, want 400", status, body)
+	}
 	if be.requests.Load() != 64 {
 		t.Errorf("backend saw %d requests, want the 64 with names it may serve", be.requests.Load())
 	}

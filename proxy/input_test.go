@@ -251,3 +251,43 @@ func TestModelsAndPassThrough(t *testing.T) {
 		t.Errorf("backend saw %d requests, want only the embeddings one (models answered by the gateway)", n)
 	}
 }
+
+// A plain answer's headers come with its whole generation: a generation
+// longer than timeouts.first_byte but within timeouts.total is served, and
+// a request that outlasts total, its own choice, does not eject its
+// backend the way a stalling backend would.
+func TestTimeoutsMeanWhatTheySay(t *testing.T) {
+	slowPlain := func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-time.After(300 * time.Millisecond): // a long generation, then the whole body
+		case <-r.Context().Done():
+			return
+		}
+		jsonHandler(200, `{"ok":true}`)(w, r)
+	}
+	be := newTestBackend(t, slowPlain)
+	cfg := testConfig(be.URL)
+	cfg.Timeouts.FirstByte = 100 * time.Millisecond
+	cfg.Timeouts.Total = 2 * time.Second
+	cfg.Retries.Max = -1
+	gw := startGateway(t, cfg)
+	if status, _, body := post(t, gw.URL, "/v1/chat/completions", plainBody); status != 200 {
+		t.Fatalf("a 300 ms plain generation with first_byte 100 ms: %d %s, want 200", status, body)
+	}
+
+	// Three requests that outlast total: with ejection after two failures,
+	// the backend would be ejected if they counted against it.
+	cfg = testConfig(newTestBackend(t, sseHandler(100, 10*time.Millisecond)).URL)
+	cfg.Timeouts.Total = 100 * time.Millisecond
+	cfg.Retries.Max = -1
+	p := cfg.Pools["p"]
+	p.Ejection.ConsecutiveFailures = 2
+	cfg.Pools["p"] = p
+	gw = startGateway(t, cfg)
+	for range 3 {
+		post(t, gw.URL, "/v1/chat/completions", streamBody)
+	}
+	if !gw.Ready() {
+		t.Error("requests that outlasted timeouts.total ejected their backend")
+	}
+}

@@ -36,7 +36,15 @@ func (up *upstream) finish(reuse bool) {
 // which unblocks every read and tells the backend to stop.
 func (b *Backend) roundTrip(ctx context.Context, x *exchange, t *Timeouts) (*upstream, error) {
 	x.trying = b
-	trip, err := roundtrip.Do(ctx, b.hc, x.ureq, roundtrip.Options{Connect: t.Connect, Deadline: t.FirstByte}, x)
+	// A stream's headers come before its first token; a plain answer's
+	// come with the whole generation, which only timeouts.total bounds
+	// (the request's context): timeouts.first_byte would cut a long
+	// generation that is going well.
+	wait := t.FirstByte
+	if !x.stream {
+		wait = 0
+	}
+	trip, err := roundtrip.Do(ctx, b.hc, x.ureq, roundtrip.Options{Connect: t.Connect, Deadline: wait}, x)
 	if err != nil {
 		var re *roundtrip.Error
 		switch {
