@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/infergate/infergate/shaping"
 	"github.com/infergate/infergate/tracing"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -95,4 +96,27 @@ func labelsOf(m *dto.Metric) map[string]string {
 		out[l.GetName()] = l.GetValue()
 	}
 	return out
+}
+
+// The configuration hash on /healthz is computed without secrets: two
+// configurations that differ only in keys hash alike, and hashing leaves
+// the configuration as it was.
+func TestConfigHashLeavesOutSecrets(t *testing.T) {
+	a := testConfig("http://127.0.0.1:1")
+	b := testConfig("http://user:secret@127.0.0.1:1")
+	p := b.Pools["p"]
+	p.Backends[0].APIKey = "sk-very-secret"
+	b.Pools["p"] = p
+	b.Shaping.Tenants = map[string]shaping.Tenant{"t": {APIKeys: []string{"sk-tenant"}}}
+	a.Shaping.Tenants = map[string]shaping.Tenant{"t": {}}
+	if hashConfig(a) != hashConfig(b) {
+		t.Error("configurations that differ only in secrets hash differently")
+	}
+	if b.Pools["p"].Backends[0].APIKey != "sk-very-secret" || b.Shaping.Tenants["t"].APIKeys[0] != "sk-tenant" {
+		t.Error("hashing changed the configuration")
+	}
+	c := testConfig("http://127.0.0.1:2")
+	if hashConfig(a) == hashConfig(c) {
+		t.Error("configurations with different backends hash alike")
+	}
 }

@@ -87,6 +87,7 @@ func observe(meter metric.Meter, g *Gateway) error {
 	upstream := gauge("infergate.upstream.in_flight", "{request}", "Requests in flight to each backend.")
 	breaker := gauge("infergate.breaker.state", "", "Each backend's circuit breaker: 0 closed, 1 half-open, 2 open.")
 	dropped := counter("infergate.request_log.dropped", "{line}", "Request-log lines dropped because the writer was behind (the request path never waits).")
+	logLost := counter("infergate.request_log.lost", "{line}", "Request-log lines lost to write errors (the log reopens its file and carries on).")
 	spansDropped := counter("infergate.spans.dropped", "{span}", "Spans dropped because the exporter was behind.")
 	connsOpen := gauge("infergate.connections.open", "{connection}", "Client connections open on the API listener.")
 	connsRefused := counter("infergate.connections.refused", "{connection}", "Client connections closed unread because server.max_connections were open.")
@@ -131,6 +132,7 @@ func observe(meter metric.Meter, g *Gateway) error {
 		}
 		if g.rlog != nil {
 			o.ObserveInt64(dropped, g.rlog.Dropped())
+			o.ObserveInt64(logLost, g.rlog.Lost())
 		}
 		if g.tracer != nil {
 			o.ObserveInt64(spansDropped, g.tracer.Dropped())
@@ -153,7 +155,7 @@ func observe(meter metric.Meter, g *Gateway) error {
 			o.ObserveInt64(panics, w.n, metric.WithAttributes(attribute.String("where", w.where)))
 		}
 		return nil
-	}, queued, inFlight, rejected, admitted, abandoned, redisUp, redisDown, upstream, breaker, dropped, spansDropped, connsOpen, connsRefused, panics)
+	}, queued, inFlight, rejected, admitted, abandoned, redisUp, redisDown, upstream, breaker, dropped, logLost, spansDropped, connsOpen, connsRefused, panics)
 	return err
 }
 

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -419,12 +421,40 @@ func (g *Gateway) Ready() bool {
 	return false
 }
 
-// hashConfig is the first 16 hex digits of the SHA-256 of cfg as JSON.
+// hashConfig is the first 16 hex digits of the SHA-256 of cfg as JSON,
+// its secrets (backends' API keys and URL credentials, tenants' keys)
+// left out: the hash is served on /healthz to anyone.
 func hashConfig(cfg Config) string {
-	b, err := json.Marshal(cfg)
+	b, err := json.Marshal(withoutSecrets(cfg))
 	if err != nil {
 		return ""
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:8])
+}
+
+// withoutSecrets is a copy of cfg with every secret blanked; cfg's maps
+// and slices are not touched.
+func withoutSecrets(cfg Config) Config {
+	pools := make(map[string]PoolConfig, len(cfg.Pools))
+	for name, p := range cfg.Pools {
+		bs := slices.Clone(p.Backends)
+		for i := range bs {
+			bs[i].APIKey = ""
+			if u, err := url.Parse(bs[i].URL); err == nil && u.User != nil {
+				u.User = nil
+				bs[i].URL = u.String()
+			}
+		}
+		p.Backends = bs
+		pools[name] = p
+	}
+	cfg.Pools = pools
+	tenants := make(map[string]shaping.Tenant, len(cfg.Shaping.Tenants))
+	for name, t := range cfg.Shaping.Tenants {
+		t.APIKeys = nil
+		tenants[name] = t
+	}
+	cfg.Shaping.Tenants = tenants
+	return cfg
 }

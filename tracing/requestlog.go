@@ -116,11 +116,14 @@ type RequestLog struct {
 	written atomic.Int64
 	rate    atomic.Uint64 // float64 bits, changed on reload
 
-	f    *os.File
-	w    *bufio.Writer
-	size int64
-	line []byte // the writer's buffer for one line
-	err  error
+	f       *os.File
+	w       *bufio.Writer
+	size    int64
+	line    []byte // the writer's buffer for one line
+	pending int64  // lines written to w, not yet flushed
+	lost    atomic.Int64
+	lastTry time.Time
+	err     error // the last write error, for Close
 }
 
 // OpenRequestLog opens cfg.Path for appending and starts the writer.
@@ -139,7 +142,8 @@ func OpenRequestLog(cfg LogConfig) (*RequestLog, error) {
 }
 
 func (l *RequestLog) open() error {
-	f, err := os.OpenFile(l.cfg.Path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	// 0600: the log holds what clients sent (bodies, when kept).
+	f, err := os.OpenFile(l.cfg.Path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
 		return fmt.Errorf("request log: %w", err)
 	}
@@ -174,35 +178,72 @@ func (l *RequestLog) Log(e Entry) {
 // BodyBytes is the most body the log keeps.
 func (l *RequestLog) BodyBytes() int { return l.cfg.BodyBytes }
 
+// Lost counts lines that could not be written (write errors; the log
+// reopens its file and carries on).
+func (l *RequestLog) Lost() int64 { return l.lost.Load() }
+
 // Dropped and Written count lines since the log was opened.
 func (l *RequestLog) Dropped() int64 { return l.dropped.Load() }
 func (l *RequestLog) Written() int64 { return l.written.Load() }
 
 func (l *RequestLog) write(e Entry) {
-	if l.err != nil {
+	if l.f == nil && !l.reopen() {
+		l.lost.Add(1)
 		return
 	}
 	l.line = append(e.AppendJSON(l.line[:0]), '\n')
 	line := l.line
 	if l.size+int64(len(line)) > l.cfg.MaxBytes && l.size > 0 {
-		l.err = l.rotate()
-		if l.err != nil {
+		if err := l.rotate(); err != nil {
+			l.failed(err)
+			l.lost.Add(1)
 			return
 		}
 	}
 	n, err := l.w.Write(line)
 	l.size += int64(n)
 	if err != nil {
-		l.err = err
+		l.failed(err)
+		l.lost.Add(1)
 		return
 	}
-	l.written.Add(1)
+	l.pending++
 }
 
 func (l *RequestLog) flush() {
-	if l.err == nil {
-		l.err = l.w.Flush()
+	if l.f == nil {
+		return
 	}
+	if err := l.w.Flush(); err != nil {
+		l.failed(err)
+		return
+	}
+	l.written.Add(l.pending)
+	l.pending = 0
+}
+
+// failed handles a write error (a full disk, a file removed under the
+// log): the lines not yet on disk are counted lost, the file is closed,
+// and the next line opens it afresh. The log never stops for good.
+func (l *RequestLog) failed(err error) {
+	l.lost.Add(l.pending)
+	l.pending = 0
+	l.err = err
+	if l.f != nil {
+		l.f.Close()
+		l.f = nil
+	}
+}
+
+// reopen opens the file again after a failure, at most once a second.
+func (l *RequestLog) reopen() bool {
+	if now := time.Now(); now.Sub(l.lastTry) >= time.Second {
+		l.lastTry = now
+		if err := l.open(); err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // rotate shifts path.N-1 → path.N, ..., path → path.1 and starts afresh.
@@ -210,7 +251,10 @@ func (l *RequestLog) rotate() error {
 	if err := l.w.Flush(); err != nil {
 		return err
 	}
+	l.written.Add(l.pending)
+	l.pending = 0
 	l.f.Close()
+	l.f = nil
 	for i := l.cfg.MaxFiles; i >= 1; i-- {
 		from := l.cfg.Path
 		if i > 1 {
@@ -230,6 +274,7 @@ func (l *RequestLog) Close() error {
 	l.q.Close()
 	if l.f != nil {
 		l.f.Close()
+		l.f = nil
 	}
 	return l.err
 }

@@ -3,6 +3,7 @@ package tracing
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -78,5 +79,56 @@ func TestRequestLogSampling(t *testing.T) {
 	l.SetSampleRate(0)
 	if l.Sample() {
 		t.Error("sampled at rate 0")
+	}
+}
+
+// The log's file is private, and a write error (here a full device)
+// counts the lines lost without stopping the log.
+func TestRequestLogModeAndWriteErrors(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "requests.jsonl")
+	l, err := OpenRequestLog(LogConfig{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Log(Entry{ID: "a"})
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := st.Mode().Perm(); m != 0o600 {
+		t.Errorf("request log created %v, want 0600", m)
+	}
+
+	if _, err := os.Stat("/dev/full"); err != nil {
+		t.Skip("no /dev/full here")
+	}
+	full, err := OpenRequestLog(LogConfig{Path: "/dev/full"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		full.Log(Entry{ID: fmt.Sprint(i)})
+	}
+	waitLost := func(n int64) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); full.Lost() < n; {
+			if time.Now().After(deadline) {
+				t.Fatalf("lost %d lines, want %d", full.Lost(), n)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitLost(3) // flushed on the second's tick, which fails
+	time.Sleep(1100 * time.Millisecond)
+	full.Log(Entry{ID: "later"}) // the log reopened and tries again
+	waitLost(4)
+	if err := full.Close(); err == nil {
+		t.Error("Close reported no write error")
+	}
+	if full.Written() != 0 {
+		t.Errorf("%d lines counted written to a full device", full.Written())
 	}
 }
