@@ -262,16 +262,24 @@ func (st *state) lookup(model string) *route {
 }
 
 func (g *Gateway) loadCert(t ServerTLS) error {
+	cert, err := readCert(t)
+	if err != nil {
+		return err
+	}
+	g.cert.Store(cert)
+	return nil
+}
+
+// readCert reads the certificate and key t names; nil when TLS is off.
+func readCert(t ServerTLS) (*tls.Certificate, error) {
 	if t.CertFile == "" {
-		g.cert.Store(nil)
-		return nil
+		return nil, nil
 	}
 	cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
 	if err != nil {
-		return fmt.Errorf("server.tls: %w", err)
+		return nil, fmt.Errorf("server.tls: %w", err)
 	}
-	g.cert.Store(&cert)
-	return nil
+	return &cert, nil
 }
 
 // Config returns the configuration in force, defaults filled in.
@@ -307,9 +315,11 @@ func (g *Gateway) Serve(ln net.Listener) error {
 	return g.srv.Serve(ln)
 }
 
-// Reload validates cfg and swaps it in. On any error the running
-// configuration stays and the error is returned. The listen address and
-// server limits take effect only at restart.
+// Reload validates cfg and swaps it in, all or nothing: every check
+// that can refuse the file (its validity, the settings that need a
+// restart, the TLS files, the backends' settings) runs before anything of
+// the running gateway changes, so a refused file changes nothing. The
+// listen address and server limits take effect only at restart.
 func (g *Gateway) Reload(cfg Config) error {
 	g.reloadMu.Lock()
 	defer g.reloadMu.Unlock()
@@ -318,38 +328,37 @@ func (g *Gateway) Reload(cfg Config) error {
 		return err
 	}
 	old := g.state.Load()
-	if cfg.Server.Listen != old.cfg.Server.Listen {
+	switch {
+	case cfg.Server.Listen != old.cfg.Server.Listen:
 		return fmt.Errorf("server.listen: changing %s to %s needs a restart", old.cfg.Server.Listen, cfg.Server.Listen)
-	}
-	if (cfg.Server.TLS.CertFile == "") != (old.cfg.Server.TLS.CertFile == "") {
+	case (cfg.Server.TLS.CertFile == "") != (old.cfg.Server.TLS.CertFile == ""):
 		return errors.New("server.tls: turning TLS on or off needs a restart")
+	case cfg.Tracing != old.cfg.Tracing:
+		return errors.New("tracing: changing it needs a restart")
+	case cfg.Metrics != old.cfg.Metrics || cfg.Server.AdminListen != old.cfg.Server.AdminListen:
+		return errors.New("metrics, server.admin_listen: changing them needs a restart")
+	case cfg.RequestLog.Path != old.cfg.RequestLog.Path:
+		return errors.New("request_log.path: changing it needs a restart")
+	case cfg.Shaping.Redis != old.cfg.Shaping.Redis:
+		return errors.New("shaping.redis: changing it needs a restart")
+	}
+	cert, err := readCert(cfg.Server.TLS)
+	if err != nil {
+		return err
 	}
 	st, err := g.build(cfg, old)
 	if err != nil {
 		return err
 	}
-	if err := g.loadCert(cfg.Server.TLS); err != nil {
-		st.closeExcept(old)
-		return err
-	}
-	if cfg.Tracing != old.cfg.Tracing {
-		st.closeExcept(old)
-		return errors.New("tracing: changing it needs a restart")
-	}
-	if cfg.Metrics != old.cfg.Metrics || cfg.Server.AdminListen != old.cfg.Server.AdminListen {
-		st.closeExcept(old)
-		return errors.New("metrics, server.admin_listen: changing them needs a restart")
-	}
-	if cfg.RequestLog.Path != old.cfg.RequestLog.Path {
-		st.closeExcept(old)
-		return errors.New("request_log.path: changing it needs a restart")
-	}
-	if g.rlog != nil {
-		g.rlog.SetSampleRate(cfg.RequestLog.SampleRate)
-	}
+	// From here nothing refuses the file: the limiter first, as it is the
+	// one change that could still fail.
 	if err := g.lim.Reconfigure(cfg.Shaping); err != nil {
 		st.closeExcept(old)
 		return err
+	}
+	g.cert.Store(cert)
+	if g.rlog != nil {
+		g.rlog.SetSampleRate(cfg.RequestLog.SampleRate)
 	}
 	g.setTenantKeys(cfg.Shaping)
 	g.state.Store(st)

@@ -134,6 +134,13 @@ func TestRequestLog(t *testing.T) {
 	cfg := testConfig(b.URL)
 	cfg.RequestLog = tracing.LogConfig{Path: path, BodyBytes: 1 << 10}
 	gw := startGateway(t, cfg)
+	// A refused reload changes nothing: not the log's sample rate either.
+	refused := gw.Config()
+	refused.RequestLog.SampleRate = 0.000001
+	refused.Shaping.Redis.Addr = "127.0.0.1:1" // needs a restart
+	if err := gw.Reload(refused); err == nil {
+		t.Fatal("a reload that changes shaping.redis was accepted")
+	}
 	for range 3 {
 		post(t, gw.URL, "/v1/chat/completions", streamBody, "Authorization", "Bearer sk-1")
 	}

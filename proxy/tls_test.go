@@ -129,6 +129,18 @@ func TestTLSBothWays(t *testing.T) {
 	if s := serial(); s != 21 {
 		t.Errorf("after reload the gateway served certificate %d, want 21", s)
 	}
+	// A refused reload changes nothing, the certificate included: here
+	// the new certificate is fine but the file changes a setting that
+	// needs a restart.
+	ca.issue(t, dir, "gateway", 22)
+	refused := gw.Config()
+	refused.RequestLog.Path = filepath.Join(dir, "new.jsonl")
+	if err := gw.Reload(refused); err == nil {
+		t.Fatal("a reload that changes request_log.path was accepted")
+	}
+	if s := serial(); s != 21 {
+		t.Errorf("after a refused reload the gateway served certificate %d, want still 21", s)
+	}
 
 	// A backend whose certificate is not trusted is refused.
 	cfg3 := testConfig(be.URL)
