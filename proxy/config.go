@@ -70,6 +70,11 @@ type ServerConfig struct {
 	// IdleTimeout closes a client keep-alive connection idle this long.
 	// Default 120s.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// DrainDelay is how long the listener keeps accepting after SIGTERM,
+	// with /readyz answering 503 and every response closing its
+	// connection, before the drain proper: time for load balancers to
+	// notice (match it to their health-check period). Default 0.
+	DrainDelay time.Duration `yaml:"drain_delay"`
 	// DrainTimeout is how long SIGTERM waits for in-flight requests before
 	// cancelling them. Default 30s.
 	DrainTimeout time.Duration `yaml:"drain_timeout"`
@@ -306,6 +311,9 @@ func (c *Config) Validate() error {
 	}
 	if c.KeepAlive.Delay < 0 {
 		return errors.New("keepalive.delay: must not be negative")
+	}
+	if c.Server.DrainDelay < 0 {
+		return errors.New("server.drain_delay: must not be negative")
 	}
 	if c.Retries.Max < -1 {
 		return errors.New("retries.max: must be -1 (off) or more")

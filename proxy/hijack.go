@@ -37,7 +37,7 @@ import (
 func (g *Gateway) streamResponse(ctx context.Context, rc *fasthttp.RequestCtx, s streamer) {
 	// HTTP/1.0 has no chunked coding: its stream ends with the connection.
 	chunked := rc.Request.Header.IsHTTP11()
-	keep := chunked && !rc.Request.Header.ConnectionClose() && !g.closing.Load()
+	keep := chunked && !rc.Request.Header.ConnectionClose() && !g.draining.Load()
 	h := &rc.Response.Header
 	if chunked {
 		h.SetContentLength(-1)
@@ -112,7 +112,7 @@ func (g *Gateway) streamResponse(ctx context.Context, rc *fasthttp.RequestCtx, s
 		chunkPool.Put(cw)
 		stop()
 		cc.set(nil) // before the connection serves its next request
-		if !ok || !keep || g.closing.Load() {
+		if !ok || !keep || g.draining.Load() {
 			c.Close()
 			return
 		}

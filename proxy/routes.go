@@ -26,6 +26,10 @@ var (
 // handle is the API listener's handler: fasthttp calls it once the whole
 // request is read.
 func (g *Gateway) handle(rc *fasthttp.RequestCtx) {
+	if g.draining.Load() {
+		// Keep-alive clients learn to go elsewhere with this answer.
+		rc.SetConnectionClose()
+	}
 	path := rc.Path()
 	if bytes.HasPrefix(path, pathV1) && !plainPath(rc.URI().PathOriginal()) {
 		// The route is decided on the decoded path and the backend gets
@@ -58,9 +62,13 @@ func (g *Gateway) handle(rc *fasthttp.RequestCtx) {
 		rc.SetBodyString("ok\n")
 	case string(path) == "/readyz":
 		rc.SetContentType("text/plain")
-		if g.Ready() {
+		switch {
+		case g.draining.Load():
+			rc.SetStatusCode(http.StatusServiceUnavailable)
+			rc.SetBodyString("draining\n")
+		case g.Ready():
 			rc.SetBodyString("ready\n")
-		} else {
+		default:
 			rc.SetStatusCode(http.StatusServiceUnavailable)
 			rc.SetBodyString("no healthy backend\n")
 		}

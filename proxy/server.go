@@ -54,7 +54,7 @@ type Gateway struct {
 	cancelBase context.CancelCauseFunc
 	inflight   sync.WaitGroup
 	reloadMu   sync.Mutex
-	closing    atomic.Bool // Shutdown has begun
+	draining   atomic.Bool // BeginDrain or Shutdown was called
 	reservedMu sync.Mutex
 	reserved   map[net.Conn]struct{} // keep-alive connections given back after a stream
 	started    time.Time
@@ -369,11 +369,18 @@ func (g *Gateway) Reload(cfg Config) error {
 	return nil
 }
 
+// BeginDrain starts a graceful stop without stopping anything yet:
+// /readyz answers 503 at once, so load balancers take the gateway out,
+// and every response closes its connection, so keep-alive clients
+// reconnect elsewhere; requests are still accepted and served. Shutdown
+// follows (after server.drain_delay, in `infergate serve`).
+func (g *Gateway) BeginDrain() { g.draining.Store(true) }
+
 // Shutdown drains: it stops accepting, lets in-flight requests finish
 // until ctx ends, then cancels the rest (their streams end with an SSE
 // error event) and waits briefly for them to wind up.
 func (g *Gateway) Shutdown(ctx context.Context) error {
-	g.closing.Store(true)
+	g.draining.Store(true)
 	// Shared caps: leases still held expire by their TTL if not released
 	// by the drain; the limiter and the request log stop after it.
 	defer g.lim.Close()

@@ -292,3 +292,87 @@ func TestTopShowsTheLiveView(t *testing.T) {
 		t.Errorf("top against nothing exited 0: %s", out)
 	}
 }
+
+// SIGTERM: /readyz answers 503 at once while an in-flight stream
+// finishes, the listener keeps serving for drain_delay with connections
+// closed after each answer, and the process exits 0; a second SIGTERM
+// exits at once.
+func TestSigtermDrains(t *testing.T) {
+	sim := start(t, "sim", "--listen", "127.0.0.1:0", "--ttft", "5ms", "--itl", "20ms")
+	simURL := sim.url(t)
+	path := filepath.Join(t.TempDir(), "infergate.yaml")
+	writeConfig(t, path, simURL, "m")
+	raw, _ := os.ReadFile(path)
+	os.WriteFile(path, []byte(strings.Replace(string(raw), "server:\n", "server:\n  drain_delay: 700ms\n  drain_timeout: 10s\n", 1)), 0o600)
+
+	stream := func(gw string, tokens int) (*http.Response, error) {
+		return http.Post(gw+"/v1/chat/completions", "application/json", strings.NewReader(fmt.Sprintf(
+			`{"model":"m","stream":true,"max_tokens":%d,"ignore_eos":true,"messages":[{"role":"user","content":"hi"}]}`, tokens)))
+	}
+
+	t.Run("drain", func(t *testing.T) {
+		p := start(t, "serve", "--config", path)
+		url, admin := p.url(t), p.adminURL(t)
+		resp, err := stream(url, 60) // 60 tokens, 20 ms apart: about 1.2 s
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("stream: %v", err)
+		}
+		defer resp.Body.Close()
+		br := bufio.NewReader(resp.Body)
+		if _, err := br.ReadString('\n'); err != nil {
+			t.Fatal(err)
+		}
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		deadline := time.Now().Add(2 * time.Second)
+		for {
+			r, err := http.Get(admin + "/readyz")
+			if err == nil {
+				r.Body.Close()
+				if r.StatusCode == 503 {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("/readyz did not turn 503 after SIGTERM")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		// Within the drain delay a new request is still served, and told
+		// to close its connection.
+		r, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}`))
+		if err != nil || r.StatusCode != 200 || !r.Close {
+			t.Errorf("a request during the drain delay: %v %v, want 200 with Connection: close", r, err)
+		}
+		if r != nil {
+			r.Body.Close()
+		}
+		rest, _ := io.ReadAll(br)
+		if !strings.Contains(string(rest), "[DONE]") {
+			t.Errorf("the in-flight stream did not finish: %q", rest)
+		}
+		if err := p.wait(t); err != nil {
+			t.Errorf("exit after the drain: %v\n%s", err, p.log())
+		}
+	})
+
+	t.Run("second signal", func(t *testing.T) {
+		p := start(t, "serve", "--config", path)
+		url := p.url(t)
+		resp, err := stream(url, 1000) // 20 s
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		time.Sleep(900 * time.Millisecond) // past the drain delay: the drain waits for the stream
+		start := time.Now()
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		err = p.wait(t)
+		if err == nil {
+			t.Error("a forced exit exited 0")
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("the second SIGTERM took %v to end the process", d)
+		}
+	})
+}

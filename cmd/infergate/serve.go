@@ -35,8 +35,11 @@ read by infergate top) are on the admin listener, --admin-listen.
 flags override the file's shaping section, at start and at every reload.
 With --redis the caps hold across every replica that names the same Redis.
 
-SIGTERM or SIGINT drains: no new connections, in-flight streams finish
-until server.drain_timeout, then are cancelled; the exit status is 0.`
+SIGTERM or SIGINT drains: /readyz answers 503 and responses close their
+connections at once; new connections are still served for
+server.drain_delay (so load balancers notice); then no new connections, and
+in-flight streams finish until server.drain_timeout, then are cancelled;
+the exit status is 0. A second signal exits at once, status 1.`
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("serve", serveSynopsis, stderr)
@@ -162,17 +165,43 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 			log.Info("configuration reloaded", "file", *file)
 		case <-ctx.Done():
-			drain := g.Config().Server.DrainTimeout
-			log.Info("draining", "timeout", drain)
-			dctx, cancel := context.WithTimeout(context.Background(), drain)
-			err := g.Shutdown(dctx)
-			cancel()
-			if err != nil {
-				log.Error("shutdown", "err", err)
-			}
-			log.Info("stopped")
-			return nil
+			return drain(g, log, errc)
 		}
+	}
+}
+
+// drain stops the gateway after SIGTERM or SIGINT: /readyz turns 503 and
+// responses close their connections at once; the listener keeps accepting
+// for server.drain_delay, so load balancers notice; then in-flight
+// requests get server.drain_timeout to finish. A second signal at any
+// point exits at once, status 1.
+func drain(g *proxy.Gateway, log *slog.Logger, errc <-chan error) error {
+	force := make(chan os.Signal, 1)
+	signal.Notify(force, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(force)
+	g.BeginDrain()
+	sc := g.Config().Server
+	log.Info("draining", "delay", sc.DrainDelay, "timeout", sc.DrainTimeout)
+	select {
+	case <-time.After(sc.DrainDelay):
+	case sig := <-force:
+		return fmt.Errorf("second signal (%v) during the drain delay: exiting now", sig)
+	case err := <-errc:
+		return err
+	}
+	dctx, cancel := context.WithTimeout(context.Background(), sc.DrainTimeout)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- g.Shutdown(dctx) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			log.Error("shutdown", "err", err)
+		}
+		log.Info("stopped")
+		return nil
+	case sig := <-force:
+		return fmt.Errorf("second signal (%v) during the drain: exiting now, requests in flight cut off", sig)
 	}
 }
 
