@@ -65,6 +65,7 @@ type benchFlags struct {
 	slo                       *string
 	headers, refusals         stringList
 	apiKey                    *string
+	allowPlainKey             *bool
 	insecure, quiet, gwTiming *bool
 	out, html, csv, events    *string
 	cpuprofile, memprofile    *string
@@ -102,7 +103,8 @@ func registerBenchFlags(fs *flag.FlagSet) *benchFlags {
 	f.slo = fs.String("slo", "", "objectives for goodput, e.g. ttft=500ms,tpot=50ms (ttft, ttft_sched, tpot, e2e)")
 	fs.Var(&f.headers, "H", "extra header 'Name: value' (repeatable)")
 	fs.Var(&f.refusals, "refusal", "regular expression of a refusal (repeatable; default: common English refusals)")
-	f.apiKey = fs.String("api-key", "", "bearer token (default $OPENAI_API_KEY)")
+	f.apiKey = fs.String("api-key", "", "bearer token (default $OPENAI_API_KEY), sent to --url and --direct-url only")
+	f.allowPlainKey = fs.Bool("allow-plaintext-key", false, "send the API key over plain HTTP to a host off this machine")
 	f.insecure = fs.Bool("insecure", false, "accept any TLS certificate")
 	f.quiet = fs.Bool("quiet", false, "no progress bar (it is off anyway when stderr is not a terminal)")
 	f.directURL = fs.String("direct-url", "", "the backend behind the gateway at --url: after the run, send --pairs requests through both, paired, and print the gateway's added TTFT and end-to-end time")
@@ -118,7 +120,7 @@ func registerBenchFlags(fs *flag.FlagSet) *benchFlags {
 }
 
 // config turns the flags into a bench.Config; set says which flags were given.
-func (f *benchFlags) config(set map[string]bool) (bench.Config, error) {
+func (f *benchFlags) config(set map[string]bool, stderr io.Writer) (bench.Config, error) {
 	cfg := bench.Config{URL: *f.url, Refusals: f.refusals, InsecureSkipVerify: *f.insecure}
 	cfg.Workload = bench.WorkloadSpec{Endpoint: *f.endpoint, Model: *f.model, Stream: !*f.noStream, InputTokens: *f.input, OutputTokens: *f.output,
 		SharedPrefix: *f.shared, ForceOutputLength: *f.force, JSON: *f.json, Seed: *f.seed, Dataset: *f.dataset, Replay: *f.replay, Speedup: *f.speedup}
@@ -155,13 +157,11 @@ func (f *benchFlags) config(set map[string]bool) (bench.Config, error) {
 	if *f.gwTiming {
 		cfg.Headers = append(cfg.Headers, [2]string{"X-Infergate-Timing", "1"})
 	}
-	key := *f.apiKey
-	if key == "" {
-		key = os.Getenv("OPENAI_API_KEY")
+	auth, err := apiKeyHeader(*f.apiKey, *f.allowPlainKey, stderr, cfg.URL, cfg.DirectURL)
+	if err != nil {
+		return cfg, err
 	}
-	if key != "" {
-		cfg.Headers = append(cfg.Headers, [2]string{"Authorization", "Bearer " + key})
-	}
+	cfg.Headers = append(cfg.Headers, auth...)
 	return cfg, nil
 }
 
@@ -179,7 +179,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	set := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
-	cfg, err := f.config(set)
+	cfg, err := f.config(set, stderr)
 	if err != nil {
 		return err
 	}

@@ -78,7 +78,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if !set["gateway-timing"] {
 		*f.gwTiming = true
 	}
-	cfg, err := f.config(set)
+	cfg, err := f.config(set, stderr)
 	if err != nil {
 		return err
 	}

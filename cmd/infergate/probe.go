@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"github.com/infergate/infergate/bench"
@@ -30,6 +29,7 @@ func runProbe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	reuse := fs.Bool("reuse", false, "keep one connection for all requests")
 	insecure := fs.Bool("insecure", false, "accept any TLS certificate")
 	apiKey := fs.String("api-key", "", "bearer token (default $OPENAI_API_KEY)")
+	allowPlain := fs.Bool("allow-plaintext-key", false, "send the API key over plain HTTP to a host off this machine")
 	var headers stringList
 	fs.Var(&headers, "H", "extra header 'Name: value' (repeatable)")
 	// The URL may come before the flags.
@@ -58,12 +58,11 @@ func runProbe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		hs = append(hs, [2]string{strings.TrimSpace(k), strings.TrimSpace(v)})
 	}
-	if key := *apiKey + os.Getenv("OPENAI_API_KEY"); *apiKey != "" || key != "" {
-		if *apiKey != "" {
-			key = *apiKey
-		}
-		hs = append(hs, [2]string{"Authorization", "Bearer " + key})
+	auth, err := apiKeyHeader(*apiKey, *allowPlain, stderr, url)
+	if err != nil {
+		return err
 	}
+	hs = append(hs, auth...)
 	cfg := bench.Config{URL: url, Workload: bench.WorkloadSpec{Endpoint: "chat"}}
 	endpoint, err := cfg.Endpoint()
 	if err != nil {
