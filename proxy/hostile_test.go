@@ -323,3 +323,71 @@ func FuzzPlainPath(f *testing.F) {
 		}
 	})
 }
+
+// Request smuggling: a request whose framing two parsers could read
+// differently is refused, or reaches the backend exactly as the gateway
+// read it: one request, re-framed by the gateway, never a second one
+// hidden in the first's body.
+func TestSmugglingCases(t *testing.T) {
+	be := newTestBackend(t, jsonHandler(200, `{"ok":true}`))
+	cfg := testConfig(be.URL)
+	cfg.Server.ReadTimeout = 500 * time.Millisecond // a request fasthttp cannot finish reading ends here
+	gw := startGateway(t, cfg)
+	smuggled := "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: " + fmt.Sprint(len(plainBody)) + "\r\n\r\n" + plainBody
+	chunked := fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(plainBody), plainBody)
+	tests := []struct {
+		name string
+		req  string
+	}{
+		{"content-length and transfer-encoding", "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked + smuggled},
+		{"two content-lengths", "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: " + fmt.Sprint(len(plainBody)) + "\r\nContent-Length: 4\r\n\r\n" + plainBody + smuggled},
+		{"obs-fold", "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nX-A: b\r\n c\r\nContent-Length: " + fmt.Sprint(len(plainBody)) + "\r\n\r\n" + plainBody},
+		{"bare LF", "POST /v1/chat/completions HTTP/1.1\nHost: gw\nContent-Length: " + fmt.Sprint(len(plainBody)) + "\n\n" + plainBody},
+		{"transfer-encoding not chunked", "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: gzip, chunked\r\n\r\n" + chunked},
+		{"bad chunk size", "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n" + plainBody + "\r\n0\r\n\r\n"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			before := be.requests.Load()
+			c, err := net.Dial("tcp", gw.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+			io.WriteString(c, tc.req)
+			if tc.name == "content-length and transfer-encoding" {
+				defer func() {
+					// The connection is closed after the refusal: nothing
+					// behind the first request is read as a second one.
+					if _, err := bufio.NewReader(c).ReadByte(); err == nil {
+						t.Error("the connection stayed open after a CL+TE request")
+					}
+				}()
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatalf("no answer: %v", err)
+			}
+			resp.Body.Close()
+			time.Sleep(100 * time.Millisecond) // anything smuggled would reach the backend by now
+			n := be.requests.Load() - before
+			switch {
+			case resp.StatusCode == 400 || resp.StatusCode == 408:
+				if n != 0 {
+					t.Errorf("refused with %d, yet the backend saw %d requests", resp.StatusCode, n)
+				}
+			case resp.StatusCode == 200:
+				if n != 1 {
+					t.Errorf("answered 200 and the backend saw %d requests, want exactly the one the gateway read", n)
+				}
+				if _, body := be.last(); body != plainBody {
+					t.Errorf("the backend got body %q, want the one request's", body)
+				}
+			default:
+				t.Errorf("status %d, want 400 or 408 (or 200 with one request upstream)", resp.StatusCode)
+			}
+			t.Logf("%s: %d, %d request(s) upstream", tc.name, resp.StatusCode, n)
+		})
+	}
+}

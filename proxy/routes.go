@@ -30,6 +30,15 @@ func (g *Gateway) handle(rc *fasthttp.RequestCtx) {
 		// Keep-alive clients learn to go elsewhere with this answer.
 		rc.SetConnectionClose()
 	}
+	if rc.Request.Header.ContentLength() == -1 && hasHeader(rc.Request.Header.RawHeaders(), hdrContentLength) {
+		// Content-Length beside Transfer-Encoding: chunked is how requests
+		// are smuggled past a proxy (RFC 9112, section 6.1): refused, and
+		// the connection closed.
+		rc.SetConnectionClose()
+		writeError(rc, http.StatusBadRequest, openai.TypeInvalidRequest, "bad_request",
+			"Content-Length and Transfer-Encoding together")
+		return
+	}
 	path := rc.Path()
 	if bytes.HasPrefix(path, pathV1) && !plainPath(rc.URI().PathOriginal()) {
 		// The route is decided on the decoded path and the backend gets
@@ -146,4 +155,23 @@ func unhex(c byte) int {
 		return int(c - 'A' + 10)
 	}
 	return -1
+}
+
+var hdrContentLength = []byte("content-length")
+
+// hasHeader reports whether raw request headers name the header key
+// (lower case) at the start of a line, in any case.
+func hasHeader(raw, key []byte) bool {
+	for len(raw) > 0 {
+		line := raw
+		if i := bytes.IndexByte(raw, '\n'); i >= 0 {
+			line, raw = raw[:i], raw[i+1:]
+		} else {
+			raw = nil
+		}
+		if len(line) > len(key) && line[len(key)] == ':' && bytes.EqualFold(line[:len(key)], key) {
+			return true
+		}
+	}
+	return false
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"io"
 	"strings"
 	"testing"
 )
@@ -43,5 +42,4 @@ func TestAPIKeyNeverGoesInPlainTextOffHost(t *testing.T) {
 			}
 		})
 	}
-	_ = io.Discard
 }
