@@ -6,6 +6,7 @@
 package shaping
 
 import (
+	"errors"
 	"fmt"
 	"time"
 )
@@ -49,6 +50,11 @@ type QueueConfig struct {
 	MaxWaiting int `yaml:"max_waiting"`
 	// Timeout is the longest wait; default 30s.
 	Timeout time.Duration `yaml:"timeout"`
+	// MaxWaitingPerTenant is the most requests one tenant may have
+	// waiting, so that one tenant's flood cannot fill the queue and get
+	// everyone else refused. Default half of MaxWaiting (at least 1): a
+	// second tenant always finds room; -1 means no per-tenant bound.
+	MaxWaitingPerTenant int `yaml:"max_waiting_per_tenant"`
 }
 
 // Config is the shaping section of the configuration file. Its zero value
@@ -75,6 +81,9 @@ type Config struct {
 func (c *Config) Defaults() {
 	if c.Queue.MaxWaiting == 0 {
 		c.Queue.MaxWaiting = 1024
+	}
+	if c.Queue.MaxWaitingPerTenant == 0 && c.Queue.MaxWaiting > 0 {
+		c.Queue.MaxWaitingPerTenant = max(1, c.Queue.MaxWaiting/2)
 	}
 	if c.Queue.Timeout == 0 {
 		c.Queue.Timeout = 30 * time.Second
@@ -136,6 +145,9 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Redis.validate(); err != nil {
 		return err
+	}
+	if c.Queue.MaxWaitingPerTenant < -1 {
+		return errors.New("shaping.queue.max_waiting_per_tenant: must be -1 (no bound) or more")
 	}
 	if c.Queue.MaxWaiting < -1 || c.Queue.Timeout < 0 {
 		return fmt.Errorf("shaping: queue: max_waiting must be -1 or more and timeout not negative")

@@ -220,19 +220,29 @@ func (l *Limiter) Acquire(ctx context.Context, r Request) (Permit, error) {
 	if l.shared != nil && l.sharedUp.Load() {
 		// Redis is asked without the lock; meanwhile the tenant must not
 		// be forgotten as idle.
-		p.tenant.dispatching++
+		t := p.tenant
+		t.dispatching++
 		empty := l.q.empty()
 		l.mu.Unlock()
 		var ok bool
 		var full *sharedCap
+		var err error
 		if empty {
-			ok, full, _ = l.tryShared(ctx, &p)
+			ok, full, err = l.tryShared(ctx, &p)
 		}
 		l.mu.Lock()
-		p.tenant.dispatching--
+		t.dispatching--
 		if ok {
 			l.mu.Unlock()
 			return p, nil
+		}
+		if err != nil && ctx.Err() != nil {
+			// The request left while Redis was asked (its grant, if any,
+			// is given back): nothing to queue.
+			l.stats.Cancelled++
+			l.forget(t)
+			l.mu.Unlock()
+			return Permit{}, context.Cause(ctx)
 		}
 		tenantFull = full != nil && full.tenant
 	} else {
@@ -250,7 +260,14 @@ func (l *Limiter) Acquire(ctx context.Context, r Request) (Permit, error) {
 		}
 		tenantFull = !p.tenantCt.fits(r.Tokens)
 	}
-	if l.cfg.Queue.MaxWaiting < 0 || l.q.n >= l.cfg.Queue.MaxWaiting {
+	queueFull := l.cfg.Queue.MaxWaiting < 0 || l.q.n >= l.cfg.Queue.MaxWaiting
+	// A tenant past its share of a queue that still has room is refused
+	// as its own cap's doing (429): that room is kept for the others.
+	overShare := !queueFull && l.cfg.Queue.MaxWaitingPerTenant > 0 && p.tenant.waiting.Len() >= l.cfg.Queue.MaxWaitingPerTenant
+	if overShare {
+		tenantFull = true
+	}
+	if queueFull || overShare {
 		l.stats.RejectedFull++
 		if tenantFull {
 			l.stats.RejectedFullTenant++

@@ -3,10 +3,12 @@ package shaping
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/infergate/infergate/internal/testredis"
 )
 
 // sharedConfig caps the global level at n, shared through the Redis at
@@ -190,5 +192,79 @@ func TestRedisDownFailOpenAndClosed(t *testing.T) {
 				t.Errorf("%d down transitions, want 1", s.SharedDownTransitions)
 			}
 		})
+	}
+}
+
+// A request that has already left when its shared-cap call runs (here its
+// context is cancelled before Acquire) does not make Redis look down, and
+// the slot Redis granted it is given back at once: the cap stays whole.
+// On miniredis and on a real Redis.
+func TestCancelledAcquireLeavesRedisUpAndNoLease(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		addr func(t *testing.T) string
+	}{
+		{"miniredis", func(t *testing.T) string { return miniredis.RunT(t).Addr() }},
+		{"redis", func(t *testing.T) string { return testredis.Addr(t) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := sharedConfig(tc.addr(t), 2)
+			cfg.Redis.KeyPrefix = fmt.Sprintf("cancel-%d", time.Now().UnixNano())
+			l := newShared(t, cfg)
+			for range 20 {
+				ctx, cancel := context.WithCancelCause(context.Background())
+				cancel(errors.New("client gone"))
+				if _, err := l.Acquire(ctx, Request{}); err == nil {
+					t.Fatal("a cancelled request was admitted")
+				}
+			}
+			s := l.Stats()
+			if !s.SharedUp || s.SharedDownTransitions != 0 {
+				t.Errorf("cancelled requests marked Redis down: %+v", s)
+			}
+			// Both slots of the cap of 2 are free: nothing leaked.
+			var ps []Permit
+			for i := range 2 {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				p, err := l.Acquire(ctx, Request{})
+				cancel()
+				if err != nil {
+					t.Fatalf("slot %d of 2 after the cancelled requests: %v", i+1, err)
+				}
+				ps = append(ps, p)
+			}
+			for _, p := range ps {
+				p.Release()
+			}
+		})
+	}
+}
+
+// One tenant's flood cannot fill the queue: past its share (half of it by
+// default) it is refused as its own cap's doing, and another tenant still
+// finds room to wait.
+func TestTenantShareOfTheQueue(t *testing.T) {
+	l := mustNew(t, Config{Global: Cap{MaxRequests: 1}, Queue: QueueConfig{MaxWaiting: 8, Timeout: 2 * time.Second}})
+	hold, _ := l.Acquire(context.Background(), Request{Tenant: "flood"})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for range 20 {
+		go l.Acquire(ctx, Request{Tenant: "flood"})
+	}
+	waitFor(t, func() bool { return l.Stats().Waiting == 4 && l.Stats().RejectedFull == 16 })
+	if s := l.Stats(); s.RejectedFullTenant != 16 {
+		t.Errorf("the flood's refusals: %+v, want 16 as its tenant's share", s)
+	}
+	got := make(chan error, 1)
+	go func() {
+		p, err := l.Acquire(context.Background(), Request{Tenant: "other"})
+		p.Release()
+		got <- err
+	}()
+	waitFor(t, func() bool { return l.Stats().Waiting == 5 })
+	cancel() // the flood leaves; the other tenant is served
+	hold.Release()
+	if err := <-got; err != nil {
+		t.Errorf("the other tenant: %v, want served", err)
 	}
 }

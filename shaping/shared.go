@@ -117,7 +117,9 @@ func (l *Limiter) tryShared(ctx context.Context, p *Permit) (ok bool, full *shar
 	caps := l.sharedCaps(p)
 	l.mu.Unlock()
 	id := l.shared.leaseID(l.leaseN.Add(1))
-	ls, full, err := l.shared.acquire(ctx, id, caps, p.tokens)
+	// The call runs under Redis's own timeout, not the request's: a client
+	// that hangs up meanwhile must not make Redis look down.
+	ls, full, err := l.shared.acquire(context.WithoutCancel(ctx), id, caps, p.tokens)
 	if err != nil {
 		l.down(err)
 		return false, nil, err
@@ -130,6 +132,14 @@ func (l *Limiter) tryShared(ctx context.Context, p *Permit) (ok bool, full *shar
 	p.lease = &ls
 	l.leases[ls.id] = ls
 	l.mu.Unlock()
+	if ctx.Err() != nil {
+		// Granted to a request that already left: given back at once
+		// (Release clears the permit, so keep what the caller needs).
+		t := p.tenant
+		p.Release()
+		p.tenant = t
+		return false, nil, context.Cause(ctx)
+	}
 	return true, nil, nil
 }
 
