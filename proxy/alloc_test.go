@@ -32,15 +32,17 @@ func TestRelayAllocatesNothingPerEvent(t *testing.T) {
 // (the last two allocate nothing once warm): pinned, so a change that adds
 // allocations to the request path fails here and says by how many. Raise
 // a ceiling only with a reason in the commit; lower it when a change
-// saves some.
+// saves some. (36 and 46 since request bodies are streamed: fasthttp's
+// discard of what a handler left unread costs one small allocation, the
+// price of never reserving a body's declared size before it arrives.)
 func TestGatewayRequestAllocations(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		stream  bool
 		ceiling float64
 	}{
-		{"plain", false, 35},
-		{"stream", true, 45},
+		{"plain", false, 36},
+		{"stream", true, 46},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			bg := newBenchGateway(t, tc.stream)

@@ -107,7 +107,6 @@ func (g *Gateway) serveAPI(rc *fasthttp.RequestCtx, strict bool) {
 	} else {
 		x.rawPath = string(raw)
 	}
-	x.tl.Received = time.Now() // fasthttp calls the handler once the whole request is read
 	defer func() {
 		if v := recover(); v != nil {
 			x.recoverRequest(rc, v)
@@ -121,7 +120,12 @@ func (g *Gateway) serveAPI(rc *fasthttp.RequestCtx, strict bool) {
 		x.query = "?" + string(q)
 	}
 
-	body := rc.PostBody()
+	body, err := g.readBody(rc)
+	if err != nil {
+		g.bodyError(rc, err)
+		return
+	}
+	x.tl.Received = time.Now() // the whole request is read
 	if rl := g.rlog; rl != nil && rl.Sample() {
 		x.logged = true
 		if n := rl.BodyBytes(); n > 0 && len(body) <= n && len(body) > 0 {
@@ -129,7 +133,6 @@ func (g *Gateway) serveAPI(rc *fasthttp.RequestCtx, strict bool) {
 		}
 	}
 	var env openai.Envelope
-	var err error
 	if strict || len(body) > 0 {
 		env, err = openai.ScanRequest(body)
 		if err != nil && (strict || x.st.def == nil) {

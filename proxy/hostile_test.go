@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -389,5 +390,74 @@ func TestSmugglingCases(t *testing.T) {
 			}
 			t.Logf("%s: %d, %d request(s) upstream", tc.name, resp.StatusCode, n)
 		})
+	}
+}
+
+// Connections that declare large bodies and send little reserve nothing
+// like their declared size; a slowloris connection is cut at
+// server.read_timeout; and normal requests are served throughout.
+func TestSlowAndGreedyClientsHoldLittle(t *testing.T) {
+	be := newTestBackend(t, jsonHandler(200, `{"ok":true}`))
+	cfg := testConfig(be.URL)
+	cfg.Server.ReadTimeout = 2 * time.Second
+	gw := startGateway(t, cfg)
+
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	const greedy = 100
+	var conns []net.Conn
+	for range greedy {
+		c, err := net.Dial("tcp", gw.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		io.WriteString(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 8388608\r\n\r\n{\"model\":")
+	}
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	// A slowloris: one header byte at a time.
+	slow, err := net.Dial("tcp", gw.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	slowDone := make(chan time.Duration, 1)
+	go func() {
+		start := time.Now()
+		for _, b := range []byte("POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa") {
+			if _, err := slow.Write([]byte{b}); err != nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		slowDone <- time.Since(start)
+	}()
+	waitFor(t, 5*time.Second, "the greedy connections open", func() bool { return gw.conns.Load().open.Load() >= greedy })
+	time.Sleep(200 * time.Millisecond) // their handlers wait for the bodies
+	for i := range 5 {
+		if status, _, body := post(t, gw.URL, "/v1/chat/completions", plainBody); status != 200 {
+			t.Fatalf("request %d beside the greedy clients: %d %s", i, status, body)
+		}
+	}
+	runtime.GC()
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	grown := int64(after.HeapInuse) - int64(before.HeapInuse)
+	t.Logf("%d connections declaring 8 MiB each: heap grew %d KiB (%d KiB a connection)", greedy, grown>>10, grown>>10/greedy)
+	if grown > 32<<20 {
+		t.Errorf("heap grew %d MiB for %d connections that declared 8 MiB bodies, want under 32 MiB (declared: %d MiB)", grown>>20, greedy, greedy*8)
+	}
+	select {
+	case d := <-slowDone:
+		if d > 4*time.Second {
+			t.Errorf("the slowloris connection lasted %v, want it cut at the 2 s read timeout", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the slowloris connection was never cut")
 	}
 }

@@ -131,6 +131,7 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Gateway, error) {
 		NoDefaultContentType:          true,
 		DisableHeaderNamesNormalizing: false,
 		MaxRequestBodySize:            s.MaxBodyBytes,
+		StreamRequestBody:             true, // bodies read as they arrive (body.go)
 		ReadTimeout:                   s.ReadTimeout,
 		WriteTimeout:                  s.WriteTimeout,
 		IdleTimeout:                   s.IdleTimeout,

@@ -4,8 +4,10 @@
 package fastsrv
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
@@ -16,8 +18,18 @@ import (
 // sees) to a structured log at debug level.
 type Logger struct{ Log *slog.Logger }
 
-// Printf implements fasthttp.Logger.
+// Printf implements fasthttp.Logger. Nothing is formatted unless debug
+// logging is on: fasthttp calls it on the request path.
 func (l Logger) Printf(format string, args ...any) {
+	if !l.Log.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	// fasthttp warns on every Request.Body() of a streamed body; the
+	// gateway reads bodies that way on purpose, bounded by
+	// server.max_body_bytes (proxy/body.go).
+	if strings.HasPrefix(format, "WARNING: Request.Body() reads the entire stream") {
+		return
+	}
 	l.Log.Debug(fmt.Sprintf(format, args...), "component", "fasthttp")
 }
 
