@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 
 	"github.com/infergate/infergate/tracing"
@@ -91,6 +92,7 @@ func observe(meter metric.Meter, g *Gateway) error {
 	spansDropped := counter("infergate.spans.dropped", "{span}", "Spans dropped because the exporter was behind.")
 	connsOpen := gauge("infergate.connections.open", "{connection}", "Client connections open on the API listener.")
 	connsRefused := counter("infergate.connections.refused", "{connection}", "Client connections closed unread because server.max_connections were open.")
+	goroutines := gauge("infergate.goroutines", "{goroutine}", "Goroutines of the gateway process (a leak shows here first).")
 	panics := counter("infergate.panics", "{panic}", "Panics recovered, by where: a request, its stream, the keep-alive forwarder, telemetry, health checks, shaping, the hang-up watcher. Each ended one request or restarted one loop; the process carried on.")
 	if err := errors.Join(errs...); err != nil {
 		return err
@@ -141,6 +143,7 @@ func observe(meter metric.Meter, g *Gateway) error {
 			o.ObserveInt64(connsOpen, cl.open.Load())
 			o.ObserveInt64(connsRefused, cl.refused.Load())
 		}
+		o.ObserveInt64(goroutines, int64(runtime.NumGoroutine()))
 		var health int64
 		for _, p := range g.state.Load().pools {
 			if p.health != nil {
@@ -155,7 +158,7 @@ func observe(meter metric.Meter, g *Gateway) error {
 			o.ObserveInt64(panics, w.n, metric.WithAttributes(attribute.String("where", w.where)))
 		}
 		return nil
-	}, queued, inFlight, rejected, admitted, abandoned, redisUp, redisDown, upstream, breaker, dropped, logLost, spansDropped, connsOpen, connsRefused, panics)
+	}, queued, inFlight, rejected, admitted, abandoned, redisUp, redisDown, upstream, breaker, dropped, logLost, spansDropped, connsOpen, connsRefused, goroutines, panics)
 	return err
 }
 

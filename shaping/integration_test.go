@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net"
-	"os/exec"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -74,54 +71,6 @@ func TestRealRedisSharedCap(t *testing.T) {
 	}
 }
 
-// redisProc is a redis-server of the test's own, on a port it can stop
-// and start again.
-type redisProc struct {
-	port int
-	cmd  *exec.Cmd
-}
-
-func startRedis(t *testing.T, port int) *redisProc {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Skip("redis-server not installed")
-	}
-	r := &redisProc{port: port, cmd: exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")}
-	if err := r.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.kill)
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if c, err := net.Dial("tcp", r.addr()); err == nil {
-			c.Close()
-			return r
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatal("redis-server did not start")
-	return nil
-}
-
-func (r *redisProc) addr() string { return fmt.Sprintf("127.0.0.1:%d", r.port) }
-
-func (r *redisProc) kill() {
-	if r.cmd.Process != nil {
-		r.cmd.Process.Kill()
-		r.cmd.Wait()
-	}
-}
-
-func freePort(t *testing.T) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // Redis stopped and started again during load, in both modes: fail-open
 // keeps admitting under each replica's share, fail-closed refuses, and
 // both go back to the shared cap when Redis answers (slots granted while
@@ -132,11 +81,10 @@ func TestRedisRestartDuringLoad(t *testing.T) {
 	}
 	for _, mode := range []string{"open", "closed"} {
 		t.Run(mode, func(t *testing.T) {
-			port := freePort(t)
-			r := startRedis(t, port)
+			r := testredis.Start(t, 0)
 			var lims []*Limiter
 			for range 2 {
-				cfg := sharedConfig(r.addr(), 4)
+				cfg := sharedConfig(r.Addr(), 4)
 				cfg.Redis.OnFailure, cfg.Redis.ExpectedReplicas = mode, 2
 				cfg.Redis.PollInterval = 50 * time.Millisecond
 				lims = append(lims, newShared(t, cfg))
@@ -147,7 +95,7 @@ func TestRedisRestartDuringLoad(t *testing.T) {
 				done <- [2]int64{p, g}
 			}()
 			time.Sleep(500 * time.Millisecond)
-			r.kill()
+			r.Kill()
 			// Longer than a client's 1s wait, so new requests arrive
 			// while Redis is down.
 			time.Sleep(1300 * time.Millisecond)
@@ -156,7 +104,7 @@ func TestRedisRestartDuringLoad(t *testing.T) {
 					t.Error("a replica did not notice Redis was down")
 				}
 			}
-			r = startRedis(t, port)
+			r = testredis.Start(t, r.Port)
 			res := <-done
 			waitFor(t, func() bool { return lims[0].Stats().SharedUp && lims[1].Stats().SharedUp })
 			// Fail-closed never exceeds the cap. Fail-open gives each replica
