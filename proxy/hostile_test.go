@@ -2,8 +2,10 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -459,5 +461,53 @@ func TestSlowAndGreedyClientsHoldLittle(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Error("the slowloris connection was never cut")
+	}
+}
+
+// Everything keyed by client input is bounded: thousands of distinct API
+// keys, model names and request ids leave the gateway's memory flat.
+func TestDistinctKeysModelsAndIDsLeaveMemoryFlat(t *testing.T) {
+	// A backend that keeps nothing (testBackend records every request).
+	cfg := testConfig(rawBackend(t, plainResponseBytes()))
+	cfg.DefaultPool = "p"
+	cfg.Shaping.Global.MaxRequests = 64
+	// Its log is discarded: startGateway's keeps every line in memory.
+	g, err := New(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go g.Serve(ln)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		g.Shutdown(ctx)
+	})
+	gw := &testGateway{Gateway: g, URL: "http://" + ln.Addr().String()}
+	send := func(from, to int) {
+		for i := from; i < to; i++ {
+			body := fmt.Sprintf(`{"model":"model-%d-%s","messages":[]}`, i, strings.Repeat("q", 200))
+			if status, _, _ := post(t, gw.URL, "/v1/chat/completions", body, "Authorization", fmt.Sprintf("Bearer sk-%d", i), "X-Request-Id", fmt.Sprintf("id-%d", i)); status != 200 {
+				t.Fatalf("request %d: %d", i, status)
+			}
+		}
+	}
+	heap := func() uint64 {
+		gw.syncTelemetry()
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapInuse
+	}
+	send(0, 500) // the bounded sets fill up
+	before := heap()
+	send(500, 4500)
+	after := heap()
+	t.Logf("4,000 more distinct keys, models and ids: heap %d KiB → %d KiB", before>>10, after>>10)
+	if after > before+512<<10 {
+		t.Errorf("heap grew %d KiB over 4,000 distinct keys, models and ids, want flat (under 512 KiB)", (after-before)>>10)
 	}
 }

@@ -166,6 +166,18 @@ func TestServeDefaultsAndSigterm(t *testing.T) {
 	if code != 200 || !strings.HasSuffix(body, "data: [DONE]\n\n") {
 		t.Fatalf("status %d body %q", code, body)
 	}
+	// A fault the built-in sim cannot honour (this once took the whole
+	// process down) gets 400, and the gateway carries on.
+	req, _ := http.NewRequest("POST", url+"/v1/chat/completions", strings.NewReader(`{"model":"sim-model","messages":[{"role":"user","content":"hi"}]}`))
+	req.Header.Set("X-Sim-Fault", "net_delay=-2ns;net_jitter=-3ns")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 400 {
+		t.Errorf("negative fault delays: %v %v, want 400", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	if code, _ := chat(t, url, "sim-model"); code != 200 {
+		t.Errorf("after the refused fault: %d", code)
+	}
 	p.cmd.Process.Signal(syscall.SIGTERM)
 	if err := p.wait(t); err != nil {
 		t.Errorf("exit after SIGTERM: %v\n%s", err, p.log())
