@@ -161,7 +161,16 @@ func (s *syncBuffer) String() string {
 func startGateway(t testing.TB, cfg Config, opts ...Option) *testGateway {
 	t.Helper()
 	logs := &syncBuffer{}
-	g, err := New(cfg, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), opts...)
+	gw := serveGateway(t, cfg, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), opts...)
+	gw.logs = logs
+	return gw
+}
+
+// serveGateway runs a gateway logging to log on loopback ports (the API
+// and the admin listener) until the test ends.
+func serveGateway(t testing.TB, cfg Config, log *slog.Logger, opts ...Option) *testGateway {
+	t.Helper()
+	g, err := New(cfg, log, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +189,7 @@ func startGateway(t testing.TB, cfg Config, opts ...Option) *testGateway {
 		defer cancel()
 		g.Shutdown(ctx)
 	})
-	return &testGateway{Gateway: g, URL: "http://" + ln.Addr().String(), Addr: ln.Addr().String(), AdminURL: "http://" + aln.Addr().String(), logs: logs}
+	return &testGateway{Gateway: g, URL: "http://" + ln.Addr().String(), Addr: ln.Addr().String(), AdminURL: "http://" + aln.Addr().String()}
 }
 
 const streamBody = `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`

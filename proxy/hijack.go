@@ -270,19 +270,12 @@ func (cw *chunkWriter) Write(p []byte) (int, error) {
 	cw.head = nil
 	if cw.raw {
 		b = append(b, p...)
-		if cap(b) <= 64<<10 {
-			cw.buf = b
-		}
-		if _, err := cw.write(b); err != nil {
-			cw.err = err
-			return 0, err
-		}
-		return len(p), nil
+	} else {
+		b = strconv.AppendInt(b, int64(len(p)), 16)
+		b = append(b, '\r', '\n')
+		b = append(b, p...)
+		b = append(b, '\r', '\n')
 	}
-	b = strconv.AppendInt(b, int64(len(p)), 16)
-	b = append(b, '\r', '\n')
-	b = append(b, p...)
-	b = append(b, '\r', '\n')
 	if cap(b) <= 64<<10 {
 		cw.buf = b
 	}

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -472,21 +471,7 @@ func TestDistinctKeysModelsAndIDsLeaveMemoryFlat(t *testing.T) {
 	cfg.DefaultPool = "p"
 	cfg.Shaping.Global.MaxRequests = 64
 	// Its log is discarded: startGateway's keeps every line in memory.
-	g, err := New(cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go g.Serve(ln)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		g.Shutdown(ctx)
-	})
-	gw := &testGateway{Gateway: g, URL: "http://" + ln.Addr().String()}
+	gw := serveGateway(t, cfg, slog.New(slog.DiscardHandler))
 	send := func(from, to int) {
 		for i := from; i < to; i++ {
 			body := fmt.Sprintf(`{"model":"model-%d-%s","messages":[]}`, i, strings.Repeat("q", 200))
