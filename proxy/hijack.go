@@ -78,11 +78,16 @@ func (g *Gateway) streamResponse(ctx context.Context, rc *fasthttp.RequestCtx, s
 			stop()
 			cc.set(nil)
 		}()
+		owned := true // cw is this stream's until it goes back to the pool
 		defer func() {
 			if v := recover(); v != nil {
 				// The writer's state is unknown: it is not pooled again,
 				// and the connection is not reused.
-				g.endAfterPanic(s, cw, v)
+				if owned {
+					g.endAfterPanic(s, cw, v)
+				} else {
+					g.recovered(panicStream, v, s.reqID())
+				}
 				c.Close()
 			}
 		}()
@@ -109,6 +114,7 @@ func (g *Gateway) streamResponse(ctx context.Context, rc *fasthttp.RequestCtx, s
 		if cap(cw.headBuf) > 16<<10 {
 			cw.headBuf = nil
 		}
+		owned = false
 		chunkPool.Put(cw)
 		stop()
 		cc.set(nil) // before the connection serves its next request
