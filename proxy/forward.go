@@ -29,14 +29,19 @@ func (x *exchange) forward(fill bool) error {
 			return err
 		}
 		b.outstanding.Add(1)
+		// The attempt is the request's from here: whatever happens, a
+		// panic included, finishWith gives its permit and count back.
+		x.backend, x.done = b, done
+		if h := x.g.testHook; h != nil {
+			h("attempt", x.id)
+		}
 		x.prepare(b)
 		x.tl.Attempts++
 		up, err := b.roundTrip(x.ctx, x, &cfg.Timeouts)
 		if err != nil {
 			cause := context.Cause(x.ctx)
 			// A client that left or a total timeout is not the backend's fault.
-			done(cause != nil)
-			b.outstanding.Add(-1)
+			x.dropAttempt(cause != nil)
 			// Connect errors and resets before any response byte move on;
 			// a first-byte timeout does not (it would double the wait).
 			if cause == nil && (errors.Is(err, errConnect) || errors.Is(err, errUpstream)) && x.canRetry(pool, tried[:nTried], b) {
@@ -47,24 +52,32 @@ func (x *exchange) forward(fill bool) error {
 			}
 			return err
 		}
+		x.up = up
 		status := up.resp.StatusCode()
 		if status >= 500 || status == http.StatusTooManyRequests {
 			if x.canRetry(pool, tried[:nTried], b) {
 				up.finish(false)
-				done(status == http.StatusTooManyRequests) // 429 is load, not failure
-				b.outstanding.Add(-1)
+				x.up = nil
+				x.dropAttempt(status == http.StatusTooManyRequests) // 429 is load, not failure
 				tried[nTried] = b
 				nTried++
 				x.g.log.Warn("backend answered with an error, trying another backend", "id", x.id, "backend", b.name, "status", status)
 				continue
 			}
 		}
-		x.backend, x.done, x.up = b, done, up
 		if fill && bytes.HasPrefix(up.resp.Header.ContentType(), eventStream) {
 			x.fillFirst()
 		}
 		return nil
 	}
+}
+
+// dropAttempt gives back the attempt's breaker permit, reporting ok, and
+// its count of outstanding requests: the request moves on or fails.
+func (x *exchange) dropAttempt(ok bool) {
+	x.done(ok)
+	x.backend.outstanding.Add(-1)
+	x.backend, x.done = nil, nil
 }
 
 // canRetry reports whether another attempt is allowed and has somewhere to go.

@@ -51,6 +51,10 @@ func TestPanicEndsOneRequestOnly(t *testing.T) {
 	if hdr.Get("X-Request-Id") != "boom-admitted" {
 		t.Errorf("X-Request-Id %q", hdr.Get("X-Request-Id"))
 	}
+	// During a backend attempt: the attempt's permit and count go back.
+	if status, _, body := post(t, gw.URL, "/v1/chat/completions", plainBody, "X-Request-Id", "boom-attempt"); status != 500 {
+		t.Errorf("panic during an attempt: %d %s, want 500", status, body)
+	}
 	// After the first byte: the stream ends with an error event.
 	status, _, body = post(t, gw.URL, "/v1/chat/completions", streamBody, "X-Request-Id", "boom-stream")
 	evs := events(body)
@@ -68,13 +72,20 @@ func TestPanicEndsOneRequestOnly(t *testing.T) {
 		t.Fatalf("after the panics: %d %s", status, body)
 	}
 	waitFor(t, 2*time.Second, "slots released", func() bool { return gw.lim.Stats().InFlightRequests == 0 })
-	for _, where := range []string{"request", "stream"} {
-		if got := counterValue(t, gw.Gateway, "infergate_panics_total", "where", where); got != 1 {
-			t.Errorf("infergate_panics_total{where=%q} = %v, want 1", where, got)
+	for _, p := range gw.state.Load().pools {
+		for _, b := range p.backends {
+			if n := b.Outstanding(); n != 0 {
+				t.Errorf("backend %s has %d requests outstanding after the panics", b.name, n)
+			}
 		}
 	}
-	if got := counterValue(t, gw.Gateway, "infergate_requests_total", "outcome", "panic"); got != 2 {
-		t.Errorf("requests with outcome panic: %v, want 2", got)
+	for where, want := range map[string]float64{"request": 2, "stream": 1} {
+		if got := counterValue(t, gw.Gateway, "infergate_panics_total", "where", where); got != want {
+			t.Errorf("infergate_panics_total{where=%q} = %v, want %v", where, got, want)
+		}
+	}
+	if got := counterValue(t, gw.Gateway, "infergate_requests_total", "outcome", "panic"); got != 3 {
+		t.Errorf("requests with outcome panic: %v, want 3", got)
 	}
 	if !strings.Contains(gw.logs.String(), "panic recovered") || !strings.Contains(gw.logs.String(), "goroutine") {
 		t.Error("the panic was not logged with its stack")
