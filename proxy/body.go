@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
+	"sync"
 
 	"github.com/infergate/infergate/openai"
 	"github.com/valyala/fasthttp"
@@ -14,45 +14,78 @@ import (
 // Request bodies are read as they arrive. The server streams them
 // (StreamRequestBody): fasthttp reads at most 8 KiB of a body before the
 // handler runs, so a connection that declares an 8 MiB body and sends
-// nothing holds 8 KiB, not 8 MiB. The handler reads the rest into
-// fasthttp's pooled body buffer, growing it with the bytes that come,
-// bounded by server.max_body_bytes, and within server.read_timeout, the
-// deadline fasthttp set on the connection for the request.
+// nothing holds 8 KiB, not 8 MiB. The handler reads the rest into a
+// pooled buffer, growing it only with bytes that came, bounded by
+// server.max_body_bytes, and within server.read_timeout, the deadline
+// fasthttp set on the connection for the request.
 
 var (
 	errBodyTooLarge = errors.New("proxy: request body exceeds server.max_body_bytes")
 	errBodyRead     = errors.New("proxy: request body not read whole")
 )
 
-// readBody returns the whole request body.
-func (g *Gateway) readBody(rc *fasthttp.RequestCtx) ([]byte, error) {
+// bodyPool holds the buffers bodies are read into; a buffer past
+// maxPooledBody is left to the collector.
+var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+
+const maxPooledBody = 1 << 20
+
+// body is a request's body, read whole; release gives its buffer back
+// once nothing refers to it (the upstream request holds a copy).
+type body struct {
+	b   []byte
+	buf *[]byte
+}
+
+func (b *body) release() {
+	if b.buf != nil && cap(*b.buf) <= maxPooledBody {
+		*b.buf = b.b[:0]
+		bodyPool.Put(b.buf)
+	}
+	b.buf, b.b = nil, nil
+}
+
+// readBody reads the whole request body.
+func (g *Gateway) readBody(rc *fasthttp.RequestCtx) (body, error) {
 	req := &rc.Request
 	if !req.IsBodyStream() {
-		return req.Body(), nil
+		return body{b: req.Body()}, nil
 	}
 	limit := g.state.Load().cfg.Server.MaxBodyBytes
-	switch cl := req.Header.ContentLength(); {
-	case cl > limit:
-		return nil, errBodyTooLarge
-	case cl >= 0:
-		// fasthttp reads exactly cl bytes; a read that fails leaves its
-		// error's text as the body, which the length gives away.
-		body := req.Body()
-		if len(body) != cl {
-			return nil, fmt.Errorf("%w: %s", errBodyRead, body)
+	cl := req.Header.ContentLength()
+	if cl > limit {
+		return body{}, errBodyTooLarge
+	}
+	buf := bodyPool.Get().(*[]byte)
+	b := (*buf)[:0]
+	r := req.BodyStream()
+	for {
+		if len(b) == cap(b) {
+			// Grow with what came, never to a declared size ahead of it.
+			b = append(b, 0)[:len(b)]
 		}
-		return body, nil
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if len(b) > limit {
+			*buf = b[:0]
+			bodyPool.Put(buf)
+			return body{}, errBodyTooLarge
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			*buf = b[:0]
+			bodyPool.Put(buf)
+			return body{}, fmt.Errorf("%w: %w", errBodyRead, err)
+		}
 	}
-	// Chunked: bounded by the limit as it is read.
-	b, err := io.ReadAll(io.LimitReader(req.BodyStream(), int64(limit)+1))
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", errBodyRead, err)
+	if cl >= 0 && len(b) != cl {
+		*buf = b[:0]
+		bodyPool.Put(buf)
+		return body{}, fmt.Errorf("%w: %d of %d bytes", errBodyRead, len(b), cl)
 	}
-	if len(b) > limit {
-		return nil, errBodyTooLarge
-	}
-	req.SetBodyRaw(b)
-	return b, nil
+	return body{b: b, buf: buf}, nil
 }
 
 // bodyError answers a request whose body could not be read; the
@@ -63,15 +96,9 @@ func (g *Gateway) bodyError(rc *fasthttp.RequestCtx, err error) {
 	case errors.Is(err, errBodyTooLarge):
 		writeError(rc, http.StatusRequestEntityTooLarge, openai.TypeInvalidRequest, "request_too_large",
 			fmt.Sprintf("request body exceeds %d bytes", g.state.Load().cfg.Server.MaxBodyBytes))
-	case isTimeout(err) || errors.Is(err, errBodyRead) && isTimeoutText(err):
+	case isTimeout(err):
 		writeError(rc, http.StatusRequestTimeout, openai.TypeInvalidRequest, "request_timeout", "the request body was not read in time")
 	default:
 		writeError(rc, http.StatusBadRequest, openai.TypeInvalidRequest, "bad_request", "the request body could not be read")
 	}
-}
-
-// isTimeoutText tells a timeout that fasthttp reported as the body's text.
-func isTimeoutText(err error) bool {
-	s := err.Error()
-	return strings.Contains(s, "timeout") || strings.Contains(s, "deadline exceeded")
 }

@@ -120,11 +120,13 @@ func (g *Gateway) serveAPI(rc *fasthttp.RequestCtx, strict bool) {
 		x.query = "?" + string(q)
 	}
 
-	body, err := g.readBody(rc)
+	rb, err := g.readBody(rc)
 	if err != nil {
 		g.bodyError(rc, err)
 		return
 	}
+	defer rb.release() // the upstream request holds its own copy
+	body := rb.b
 	x.tl.Received = time.Now() // the whole request is read
 	if rl := g.rlog; rl != nil && rl.Sample() {
 		x.logged = true

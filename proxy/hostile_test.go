@@ -496,3 +496,56 @@ func TestDistinctKeysModelsAndIDsLeaveMemoryFlat(t *testing.T) {
 		t.Errorf("heap grew %d KiB over 4,000 distinct keys, models and ids, want flat (under 512 KiB)", (after-before)>>10)
 	}
 }
+
+// Bodies that are cut short, too large, or too slow never reach the
+// backend, and each gets its own answer.
+func TestBodiesCutShortTooLargeOrSlow(t *testing.T) {
+	be := newTestBackend(t, jsonHandler(200, `{"ok":true}`))
+	cfg := testConfig(be.URL)
+	cfg.Server.MaxBodyBytes = 64 << 10
+	cfg.Server.ReadTimeout = 500 * time.Millisecond
+	gw := startGateway(t, cfg)
+	big := strings.Repeat("a", 100<<10)
+	tests := []struct {
+		name      string
+		req       string
+		halfClose bool
+		status    int
+	}{
+		// An upload over the limit is refused as soon as the handler runs
+		// (fasthttp first reads up to 8 KiB of it).
+		{"declared over the limit", "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: " + fmt.Sprint(len(big)) + "\r\n\r\n" + big, false, 413},
+		{"chunked over the limit", "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: chunked\r\n\r\n" + fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(big), big), false, 413},
+		{"cut short", "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 100\r\n\r\n{\"model\":\"m\"", true, 400},
+		{"too slow", "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 100\r\n\r\n{\"model\":\"m\"", false, 408},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			before := be.requests.Load()
+			c, err := net.Dial("tcp", gw.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+			io.WriteString(c, tc.req)
+			if tc.halfClose {
+				c.(*net.TCPConn).CloseWrite()
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				if tc.halfClose {
+					return // closed without an answer: a client that is gone gets none
+				}
+				t.Fatalf("no answer: %v", err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tc.status || !resp.Close {
+				t.Errorf("status %d (connection close %v), want %d and the connection closed", resp.StatusCode, resp.Close, tc.status)
+			}
+			if n := be.requests.Load() - before; n != 0 {
+				t.Errorf("the backend saw %d requests", n)
+			}
+		})
+	}
+}
