@@ -53,7 +53,12 @@ type ServerConfig struct {
 	// MaxResponseBytes bounds a non-streaming response body buffered from a
 	// backend, in bytes. Default 64 MiB.
 	MaxResponseBytes int `yaml:"max_response_bytes"`
-	// ReadTimeout bounds reading one request from a client. Default 30s.
+	// HeaderTimeout bounds reading a request's line and headers, from
+	// their first byte (nginx's client_header_timeout): a slowloris
+	// sending a byte at a time is cut here. Default 10s.
+	HeaderTimeout time.Duration `yaml:"header_timeout"`
+	// ReadTimeout bounds reading a request's body, from the end of its
+	// headers (nginx's client_body_timeout). Default 30s.
 	ReadTimeout time.Duration `yaml:"read_timeout"`
 	// MaxConnections caps the client connections open at once; past it a
 	// new connection is closed at once, unread, and counted
@@ -235,6 +240,7 @@ func (c *Config) Defaults() {
 	setDefault(&s.AdminListen, DefaultAdminListen)
 	setDefault(&s.MaxBodyBytes, 8<<20)
 	setDefault(&s.MaxResponseBytes, 64<<20)
+	setDefault(&s.HeaderTimeout, 10*time.Second)
 	setDefault(&s.ReadTimeout, 30*time.Second)
 	setDefault(&s.WriteTimeout, 30*time.Second)
 	setDefault(&s.MaxConnections, 16384)
@@ -293,6 +299,17 @@ func (c *Config) Validate() error {
 	s := &c.Server
 	if s.MaxBodyBytes < 1 {
 		return errors.New("server.max_body_bytes: must be positive")
+	}
+	for _, d := range [...]struct {
+		name string
+		v    time.Duration
+	}{{"header_timeout", s.HeaderTimeout}, {"read_timeout", s.ReadTimeout}, {"write_timeout", s.WriteTimeout}, {"idle_timeout", s.IdleTimeout}} {
+		if d.v < 0 {
+			return fmt.Errorf("server.%s: must not be negative", d.name)
+		}
+	}
+	if s.MaxConnections < 0 || s.MaxHeaderBytes < 0 {
+		return errors.New("server.max_connections, server.max_header_bytes: must not be negative")
 	}
 	if (s.TLS.CertFile == "") != (s.TLS.KeyFile == "") {
 		return errors.New("server.tls: cert_file and key_file must be set together")

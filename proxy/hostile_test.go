@@ -333,7 +333,7 @@ func FuzzPlainPath(f *testing.F) {
 func TestSmugglingCases(t *testing.T) {
 	be := newTestBackend(t, jsonHandler(200, `{"ok":true}`))
 	cfg := testConfig(be.URL)
-	cfg.Server.ReadTimeout = 500 * time.Millisecond // a request fasthttp cannot finish reading ends here
+	cfg.Server.HeaderTimeout = 500 * time.Millisecond // headers fasthttp cannot finish reading end here
 	gw := startGateway(t, cfg)
 	smuggled := "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: " + fmt.Sprint(len(plainBody)) + "\r\n\r\n" + plainBody
 	chunked := fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(plainBody), plainBody)
@@ -400,7 +400,9 @@ func TestSmugglingCases(t *testing.T) {
 func TestSlowAndGreedyClientsHoldLittle(t *testing.T) {
 	be := newTestBackend(t, jsonHandler(200, `{"ok":true}`))
 	cfg := testConfig(be.URL)
-	cfg.Server.ReadTimeout = 2 * time.Second
+	// The headers' own timeout cuts a slowloris, whatever the body's is.
+	cfg.Server.HeaderTimeout = time.Second
+	cfg.Server.ReadTimeout = 30 * time.Second
 	gw := startGateway(t, cfg)
 
 	runtime.GC()
@@ -455,8 +457,8 @@ func TestSlowAndGreedyClientsHoldLittle(t *testing.T) {
 	}
 	select {
 	case d := <-slowDone:
-		if d > 4*time.Second {
-			t.Errorf("the slowloris connection lasted %v, want it cut at the 2 s read timeout", d)
+		if d > 3*time.Second {
+			t.Errorf("the slowloris connection lasted %v, want it cut at the 1 s header timeout", d)
 		}
 	case <-time.After(10 * time.Second):
 		t.Error("the slowloris connection was never cut")
@@ -503,6 +505,7 @@ func TestBodiesCutShortTooLargeOrSlow(t *testing.T) {
 	be := newTestBackend(t, jsonHandler(200, `{"ok":true}`))
 	cfg := testConfig(be.URL)
 	cfg.Server.MaxBodyBytes = 64 << 10
+	cfg.Server.HeaderTimeout = 5 * time.Second // the body's own timeout is what ends the slow one
 	cfg.Server.ReadTimeout = 500 * time.Millisecond
 	gw := startGateway(t, cfg)
 	big := strings.Repeat("a", 100<<10)

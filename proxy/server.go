@@ -132,7 +132,15 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Gateway, error) {
 		DisableHeaderNamesNormalizing: false,
 		MaxRequestBodySize:            s.MaxBodyBytes,
 		StreamRequestBody:             true, // bodies read as they arrive (body.go)
-		ReadTimeout:                   s.ReadTimeout,
+		// The headers get HeaderTimeout; a body, from the end of the
+		// headers, ReadTimeout.
+		HeaderReceived: func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+			if h.ContentLength() == 0 {
+				return fasthttp.RequestConfig{}
+			}
+			return fasthttp.RequestConfig{ReadTimeout: s.ReadTimeout}
+		},
+		ReadTimeout:                   s.HeaderTimeout,
 		WriteTimeout:                  s.WriteTimeout,
 		IdleTimeout:                   s.IdleTimeout,
 		ReadBufferSize:                s.MaxHeaderBytes,
@@ -145,7 +153,7 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Gateway, error) {
 		Handler:               g.handleAdmin,
 		Name:                  "infergate-admin",
 		NoDefaultServerHeader: true,
-		ReadTimeout:           s.ReadTimeout,
+		ReadTimeout:           s.HeaderTimeout,
 		IdleTimeout:           s.IdleTimeout,
 		CloseOnShutdown:       true,
 		Logger:                fastsrv.Logger{Log: log},

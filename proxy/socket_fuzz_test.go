@@ -28,6 +28,7 @@ func FuzzServerSocket(f *testing.F) {
 	be := newTestBackend(f, jsonHandler(200, `{"ok":true}`))
 	cfg := testConfig(be.URL)
 	cfg.DefaultPool = "p"
+	cfg.Server.HeaderTimeout = 300 * time.Millisecond
 	cfg.Server.ReadTimeout = 300 * time.Millisecond
 	cfg.Server.WriteTimeout = 300 * time.Millisecond
 	gw := startGateway(f, cfg)
