@@ -140,14 +140,14 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Gateway, error) {
 			}
 			return fasthttp.RequestConfig{ReadTimeout: s.ReadTimeout}
 		},
-		ReadTimeout:                   s.HeaderTimeout,
-		WriteTimeout:                  s.WriteTimeout,
-		IdleTimeout:                   s.IdleTimeout,
-		ReadBufferSize:                s.MaxHeaderBytes,
-		Concurrency:                   1 << 20,
-		CloseOnShutdown:               true,
-		KeepHijackedConns:             true, // streamResponse closes or re-serves them
-		Logger:                        fastsrv.Logger{Log: log},
+		ReadTimeout:       s.HeaderTimeout,
+		WriteTimeout:      s.WriteTimeout,
+		IdleTimeout:       s.IdleTimeout,
+		ReadBufferSize:    s.MaxHeaderBytes,
+		Concurrency:       1 << 20,
+		CloseOnShutdown:   true,
+		KeepHijackedConns: true, // streamResponse closes or re-serves them
+		Logger:            fastsrv.Logger{Log: log},
 	}
 	g.admin = &fasthttp.Server{
 		Handler:               g.handleAdmin,
