@@ -106,3 +106,22 @@ func copyResponseHeaders(dst *fasthttp.ResponseHeader, src *fasthttp.ResponseHea
 		}
 	}
 }
+
+var hdrContentLength = []byte("content-length")
+
+// hasHeader reports whether raw request headers name the header key
+// (lower case) at the start of a line, in any case.
+func hasHeader(raw, key []byte) bool {
+	for len(raw) > 0 {
+		line := raw
+		if i := bytes.IndexByte(raw, '\n'); i >= 0 {
+			line, raw = raw[:i], raw[i+1:]
+		} else {
+			raw = nil
+		}
+		if len(line) > len(key) && line[len(key)] == ':' && bytes.EqualFold(line[:len(key)], key) {
+			return true
+		}
+	}
+	return false
+}
