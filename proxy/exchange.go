@@ -45,9 +45,8 @@ type exchange struct {
 	watch  *hangup.Handle
 
 	ureq    *fasthttp.Request
-	trying  *Backend // the backend of the round trip under way
 	route   *route
-	backend *Backend
+	backend *Backend      // the attempt's backend, from its pick (forward) to finishWith
 	done    func(ok bool) // the breaker permit of backend
 	up      *upstream
 	reuse   bool                // the upstream body was read to its end

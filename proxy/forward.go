@@ -53,7 +53,7 @@ func (x *exchange) forward(fill bool) error {
 			return err
 		}
 		x.up = up
-		status := up.resp.StatusCode()
+		status := up.Resp.StatusCode()
 		if status >= 500 || status == http.StatusTooManyRequests {
 			if x.canRetry(pool, tried[:nTried], b) {
 				up.finish(false)
@@ -65,7 +65,7 @@ func (x *exchange) forward(fill bool) error {
 				continue
 			}
 		}
-		if fill && bytes.HasPrefix(up.resp.Header.ContentType(), eventStream) {
+		if fill && bytes.HasPrefix(up.Resp.Header.ContentType(), eventStream) {
 			x.fillFirst()
 		}
 		return nil

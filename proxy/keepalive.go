@@ -79,8 +79,8 @@ func (k *keepAliveStream) body(w *bufio.Writer) {
 			continue
 		case err := <-k.res:
 			k.answered = true
-			if err == nil && (x.up.resp.StatusCode() >= 300 || !bytes.HasPrefix(x.up.resp.Header.ContentType(), eventStream)) {
-				err = fmt.Errorf("%w: status %d after the stream was committed", errUpstream, x.up.resp.StatusCode())
+			if err == nil && (x.up.Resp.StatusCode() >= 300 || !bytes.HasPrefix(x.up.Resp.Header.ContentType(), eventStream)) {
+				err = fmt.Errorf("%w: status %d after the stream was committed", errUpstream, x.up.Resp.StatusCode())
 			}
 			if err != nil || !alive {
 				if err == nil {

@@ -23,13 +23,13 @@ import (
 // by event after the handler returns; any other body is read whole first.
 func (x *exchange) commit(rc *fasthttp.RequestCtx) {
 	up := x.up
-	x.status = up.resp.StatusCode()
+	x.status = up.Resp.StatusCode()
 	rc.SetStatusCode(x.status)
-	if st, ok := openai.ServerTimingOfHeaders(up.resp.Header.Peek); ok {
+	if st, ok := openai.ServerTimingOfHeaders(up.Resp.Header.Peek); ok {
 		x.tl.Server = st // TGI; a body's own account replaces it
 	}
-	copyResponseHeaders(&rc.Response.Header, &up.resp.Header)
-	if bytes.HasPrefix(up.resp.Header.ContentType(), eventStream) && x.status < 300 {
+	copyResponseHeaders(&rc.Response.Header, &up.Resp.Header)
+	if bytes.HasPrefix(up.Resp.Header.ContentType(), eventStream) && x.status < 300 {
 		rc.Response.Header.Set("X-Accel-Buffering", "no")
 		x.g.streamResponse(x.ctx, rc, x)
 		return
@@ -70,14 +70,14 @@ func (x *exchange) readWhole() ([]byte, error) {
 	limit := x.st.cfg.Server.MaxResponseBytes
 	idle := x.st.cfg.Timeouts.Idle
 	buf := make([]byte, 0, 4096)
-	if n := x.up.resp.Header.ContentLength(); n > 0 && n <= limit {
+	if n := x.up.Resp.Header.ContentLength(); n > 0 && n <= limit {
 		buf = make([]byte, 0, n)
 	}
 	for {
 		if len(buf) == cap(buf) {
 			buf = append(buf, 0)[:len(buf)]
 		}
-		_ = x.up.conn.SetReadDeadline(time.Now().Add(idle))
+		_ = x.up.Conn.SetReadDeadline(time.Now().Add(idle))
 		n, err := x.up.body.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
 		if len(buf) > limit {

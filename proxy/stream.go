@@ -39,7 +39,7 @@ func (x *exchange) relayStream(w *bufio.Writer) {
 	}
 	er := x.reader()
 	cfg := &x.st.cfg
-	out := relay(w, er, x.up.conn, cfg.Timeouts.FirstByte, cfg.Timeouts.Idle, &x.tl, x.timing)
+	out := relay(w, er, x.up.Conn, cfg.Timeouts.FirstByte, cfg.Timeouts.Idle, &x.tl, x.timing)
 	x.endStream(w, out)
 	x.putReader(er)
 }
@@ -113,6 +113,6 @@ func (x *exchange) putReader(er *openai.EventReader) {
 func (x *exchange) fillFirst() {
 	x.er = readerPool.Get().(*openai.EventReader)
 	x.er.Reset(&x.up.body, nil, maxEventBytes)
-	_ = x.up.conn.SetReadDeadline(time.Now().Add(x.st.cfg.Timeouts.FirstByte))
+	_ = x.up.Conn.SetReadDeadline(time.Now().Add(x.st.cfg.Timeouts.FirstByte))
 	x.er.Fill()
 }

@@ -14,28 +14,27 @@ import (
 )
 
 // upstream is an in-flight backend response whose body is still to be
-// read. finish must be called exactly once.
+// read. finish (not the Trip's Finish, which it calls) must be called
+// exactly once.
 type upstream struct {
-	trip roundtrip.Trip
-	resp *fasthttp.Response // headers only; the body is read by body
-	body httpbody.Reader
-	conn net.Conn
+	roundtrip.Trip // Resp holds the headers; Conn the connection
+	body           httpbody.Reader
 }
 
 // finish releases the connection: back to the pool when reuse is set, the
 // body was read to its end and the backend did not ask to close; closed
 // otherwise.
 func (up *upstream) finish(reuse bool) {
-	reuse = reuse && up.body.Complete() && !up.resp.ConnectionClose()
-	up.trip.Finish(reuse)
-	fasthttp.ReleaseResponse(up.resp)
+	reuse = reuse && up.body.Complete() && !up.Resp.ConnectionClose()
+	up.Finish(reuse)
+	fasthttp.ReleaseResponse(up.Resp)
 }
 
-// roundTrip sends x's request to b and waits for the response headers
-// (internal/roundtrip). The connection is closed at once when ctx ends,
-// which unblocks every read and tells the backend to stop.
+// roundTrip sends x's request to b, its attempt's backend (x.backend),
+// and waits for the response headers (internal/roundtrip). The
+// connection is closed at once when ctx ends, which unblocks every read
+// and tells the backend to stop.
 func (b *Backend) roundTrip(ctx context.Context, x *exchange, t *Timeouts) (*upstream, error) {
-	x.trying = b
 	// A stream's headers come before its first token; a plain answer's
 	// come with the whole generation, which only timeouts.total bounds
 	// (the request's context): timeouts.first_byte would cut a long
@@ -60,7 +59,7 @@ func (b *Backend) roundTrip(ctx context.Context, x *exchange, t *Timeouts) (*ups
 		return nil, fmt.Errorf("%w %s: read headers: %w", errUpstream, b.name, re.Err)
 	}
 	x.tl.Headers = time.Now()
-	up := &upstream{trip: trip, resp: trip.Resp, conn: trip.Conn}
+	up := &upstream{Trip: trip}
 	up.body.Reset(trip.Reader, httpbody.Mode(x.ureq, trip.Resp), int64(trip.Resp.Header.ContentLength()))
 	return up, nil
 }
@@ -89,10 +88,10 @@ func (x *exchange) Reader(conn net.Conn, last *bufio.Reader) *bufio.Reader {
 	if last != nil {
 		return nil
 	}
-	return x.trying.hc.AcquireReader(conn)
+	return x.backend.hc.AcquireReader(conn)
 }
 
-func (x *exchange) ReleaseReader(br *bufio.Reader) { x.trying.hc.ReleaseReader(br) }
+func (x *exchange) ReleaseReader(br *bufio.Reader) { x.backend.hc.ReleaseReader(br) }
 
 var _ roundtrip.Observer = (*exchange)(nil)
 
