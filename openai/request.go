@@ -26,6 +26,28 @@ type Envelope struct {
 	// ModelStart and ModelEnd delimit the model's JSON value, quotes
 	// included: body[ModelStart:ModelEnd] is `"name"`.
 	ModelStart, ModelEnd int
+	// The fields the policy reads or rewrites, each the span of its whole
+	// member (key, colon and value, from the key's opening quote to the
+	// value's end) and of its value; a zero Span is an absent field.
+	Messages, Tools, MaxTokens, MaxCompletionTokens, StreamOptions Field
+}
+
+// Span is a range of a body: b[Start:End].
+type Span struct{ Start, End int }
+
+// Field is a top-level member of a request body: Member spans `"key": value`,
+// Value the value alone. A zero Field is a member the body does not have.
+type Field struct{ Member, Value Span }
+
+// Present reports whether the body has the member.
+func (f Field) Present() bool { return f.Member.End > 0 }
+
+// Of returns the member's value in body, nil when absent.
+func (f Field) Of(body []byte) []byte {
+	if !f.Present() {
+		return nil
+	}
+	return body[f.Value.Start:f.Value.End]
 }
 
 // ScanRequest validates body as JSON and reads the top-level model and
@@ -66,6 +88,7 @@ func ScanRequest(body []byte) (Envelope, error) {
 		valStart := i
 		i = skipValue(body, i)
 		val := body[valStart:i]
+		f := Field{Member: Span{keyStart, i}, Value: Span{valStart, i}}
 		switch {
 		case keyIs(key, "model"):
 			if val[0] != '"' {
@@ -81,6 +104,16 @@ func ScanRequest(body []byte) (Envelope, error) {
 				return env, ErrModelNotUTF8
 			}
 			env.Model, env.ModelStart, env.ModelEnd, haveModel = m, valStart, i, true
+		case keyIs(key, "messages"):
+			env.Messages = f
+		case keyIs(key, "tools"):
+			env.Tools = f
+		case keyIs(key, "max_tokens"):
+			env.MaxTokens = f
+		case keyIs(key, "max_completion_tokens"):
+			env.MaxCompletionTokens = f
+		case keyIs(key, "stream_options"):
+			env.StreamOptions = f
 		case keyIs(key, "stream"):
 			switch string(val) {
 			case "true":
@@ -196,4 +229,71 @@ func skipValue(b []byte, i int) int {
 		}
 		return i
 	}
+}
+
+// EachMember calls fn for every member of the JSON object obj, in order,
+// with its key (quoted, as written) and its spans within obj, until fn
+// returns false. obj must be valid JSON (a value ScanRequest's body
+// holds); it reports false when obj is not an object.
+func EachMember(obj []byte, fn func(key []byte, f Field) bool) bool {
+	i := skipSpace(obj, 0)
+	if i >= len(obj) || obj[i] != '{' {
+		return false
+	}
+	i++
+	for {
+		i = skipSpace(obj, i)
+		if i >= len(obj) || obj[i] == '}' {
+			return true
+		}
+		if obj[i] == ',' {
+			i = skipSpace(obj, i+1)
+		}
+		keyStart := i
+		i = skipString(obj, i)
+		key := obj[keyStart:i]
+		i = skipSpace(obj, i)
+		i = skipSpace(obj, i+1) // the colon
+		valStart := i
+		i = skipValue(obj, i)
+		if !fn(key, Field{Member: Span{keyStart, i}, Value: Span{valStart, i}}) {
+			return true
+		}
+	}
+}
+
+// EachElement calls fn with the span of every element of the JSON array
+// arr, in order, until fn returns false. arr must be valid JSON; it
+// reports false when arr is not an array.
+func EachElement(arr []byte, fn func(s Span) bool) bool {
+	i := skipSpace(arr, 0)
+	if i >= len(arr) || arr[i] != '[' {
+		return false
+	}
+	i++
+	for {
+		i = skipSpace(arr, i)
+		if i >= len(arr) || arr[i] == ']' {
+			return true
+		}
+		if arr[i] == ',' {
+			i = skipSpace(arr, i+1)
+		}
+		start := i
+		i = skipValue(arr, i)
+		if !fn(Span{start, i}) {
+			return true
+		}
+	}
+}
+
+// KeyIs reports whether a quoted JSON key equals name.
+func KeyIs(key []byte, name string) bool { return keyIs(key, name) }
+
+// Unquote decodes a JSON string value, quotes included.
+func Unquote(q []byte) (string, error) {
+	if len(q) < 2 || q[0] != '"' {
+		return "", ErrInvalidJSON
+	}
+	return unquote(q)
 }

@@ -1,7 +1,8 @@
 // Package tokens counts and builds text in tokens of a real BPE vocabulary
-// (cl100k_base, shipped inside tiktoken-go-loader, so nothing is
-// downloaded at run time). The simulator counts prompts with it and the
-// load generator builds prompts of an exact length with it.
+// (cl100k_base and o200k_base, shipped inside tiktoken-go-loader, so
+// nothing is downloaded at run time). The simulator counts prompts with
+// it, the load generator builds prompts of an exact length with it, and
+// the gateway's policy counts chat messages with it.
 package tokens
 
 import (
@@ -12,39 +13,79 @@ import (
 	tiktokenloader "github.com/pkoukk/tiktoken-go-loader"
 )
 
-// Tokenizer is cl100k_base. It is safe for concurrent use.
+// The encodings served offline.
+const (
+	CL100K = "cl100k_base"
+	O200K  = "o200k_base"
+)
+
+// Tokenizer is one encoding. It is safe for concurrent use.
 type Tokenizer struct {
-	enc *tiktoken.Tiktoken
+	name  string
+	enc   *tiktoken.Tiktoken
+	cache *chunkCache
 
 	wordsOnce sync.Once
 	words     []string
 }
 
 // New loads cl100k_base (about 150 ms).
-func New() (*Tokenizer, error) {
+func New() (*Tokenizer, error) { return Load(CL100K) }
+
+// Load loads a tiktoken encoding by name: cl100k_base or o200k_base.
+func Load(name string) (*Tokenizer, error) {
+	if name != CL100K && name != O200K {
+		return nil, fmt.Errorf("tokens: unknown encoding %q (cl100k_base or o200k_base)", name)
+	}
 	// SetBpeLoader is the library's own process-wide setting.
 	tiktoken.SetBpeLoader(tiktokenloader.NewOfflineLoader())
-	enc, err := tiktoken.GetEncoding("cl100k_base")
+	enc, err := tiktoken.GetEncoding(name)
 	if err != nil {
-		return nil, fmt.Errorf("tokens: cl100k_base: %w", err)
+		return nil, fmt.Errorf("tokens: %s: %w", name, err)
 	}
-	return &Tokenizer{enc: enc}, nil
+	return &Tokenizer{name: name, enc: enc, cache: newChunkCache()}, nil
 }
 
-// Count returns the number of tokens of s.
+// Name is the encoding's name.
+func (t *Tokenizer) Name() string { return t.name }
+
+// Count returns the number of tokens of s, exactly as the encoding splits
+// it (special tokens are counted as text). Text is counted a word at a
+// time, and each word's count is remembered (chunk.go): the library's
+// regular-expression split runs only on words not seen before.
 func (t *Tokenizer) Count(s string) int {
+	n := 0
+	for len(s) > 0 {
+		var w string
+		w, s = nextChunk(s)
+		n += t.countChunk(w)
+	}
+	return n
+}
+
+// countUncached counts s with the library alone.
+func (t *Tokenizer) countUncached(s string) int {
 	if s == "" {
 		return 0
 	}
 	return len(t.enc.EncodeOrdinary(s))
 }
 
+func (t *Tokenizer) countChunk(w string) int {
+	if n, ok := t.cache.get(w); ok {
+		return n
+	}
+	n := t.countUncached(w)
+	t.cache.put(w, n)
+	return n
+}
+
 // Words returns lower-case words, each with a leading space, that are one
-// token each whatever precedes them: the pre-tokenizer of cl100k_base
-// splits " word" off as a unit, and the word is one entry of the
-// vocabulary. So n of them, concatenated, are exactly n tokens, which is
-// how the load generator makes a prompt of an exact length. The list is
-// built once, in vocabulary order, and is the same on every machine.
+// token each whatever precedes them: the pre-tokenizer splits " word" off
+// as a unit, and the word is one entry of the vocabulary. So n of them,
+// concatenated, are exactly n tokens, which is how the load generator
+// makes a prompt of an exact length. The list is built once, in
+// vocabulary order, and is the same on every machine.
 func (t *Tokenizer) Words() []string {
 	t.wordsOnce.Do(func() {
 		for id := 0; id < 100000 && len(t.words) < 4096; id++ {

@@ -41,3 +41,68 @@ func TestCount(t *testing.T) {
 		}
 	}
 }
+
+// chunkTexts are texts that stress the cut rule: runs of spaces, newlines,
+// contractions, digits beside letters, punctuation, non-Latin scripts,
+// marks and mixed case (o200k_base splits on case).
+var chunkTexts = []string{
+	"The quick brown fox jumps over the lazy dog.",
+	"it's   they're  I'LL we've 'd x'S",
+	"a  b   c\n\nd \n e\t\tf \r\n g",
+	"12345 678 9a 1,000,000 3.14159 2026-12-03T08:00Z",
+	"HelloWorld camelCase HTTPServer XMLHttpRequest iPhone",
+	"日本語のテキスト と 中文 混合 text 한국어 문장",
+	"Ünïcödé naïve café résumé e\u0301 a\u0308b",
+	"func main() {\n\tfmt.Println(\"hi\")\n}\n",
+	"    indented code   \n    more  ",
+	"emoji 🙂 🚀🚀 done ",
+	"x /path/to/file.go:12 a/b c//d",
+	" leading space and trailing space ",
+	"<|endoftext|> special tokens count as text <|im_start|>",
+}
+
+func TestChunkedCountIsExact(t *testing.T) {
+	for _, enc := range []string{CL100K, O200K} {
+		tok, err := Load(enc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range chunkTexts {
+			for range 2 { // the second time from the cache
+				if got, want := tok.Count(s), tok.countUncached(s); got != want {
+					t.Errorf("%s: Count(%q) = %d, the library counts %d", enc, s, got, want)
+				}
+			}
+		}
+	}
+}
+
+func FuzzChunkedCount(f *testing.F) {
+	for _, s := range chunkTexts {
+		f.Add(s)
+	}
+	cl, err := Load(CL100K)
+	if err != nil {
+		f.Fatal(err)
+	}
+	o2, err := Load(O200K)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if len(s) > 2048 {
+			return
+		}
+		for _, tok := range []*Tokenizer{cl, o2} {
+			if got, want := tok.Count(s), tok.countUncached(s); got != want {
+				t.Fatalf("%s: Count(%q) = %d, the library counts %d", tok.Name(), s, got, want)
+			}
+		}
+	})
+}
+
+func TestLoadRefusesUnknownEncoding(t *testing.T) {
+	if _, err := Load("p99k_base"); err == nil || !strings.Contains(err.Error(), "p99k_base") {
+		t.Fatalf("Load(p99k_base) = %v, want an error naming it", err)
+	}
+}
