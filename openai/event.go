@@ -216,3 +216,19 @@ func MaxOutputTokens(body []byte) int {
 	}
 	return 0
 }
+
+var keyChoices = []byte(`"choices"`)
+
+// IsUsageOnly reports whether a chunk is the usage chunk that
+// stream_options.include_usage adds: an empty choices array and a usage.
+func IsUsageOnly(data []byte) bool {
+	v := nextValue(data, keyChoices)
+	if len(v) == 0 || v[0] != '[' {
+		return false
+	}
+	if i := skipSpace(v, 1); i >= len(v) || v[i] != ']' {
+		return false
+	}
+	_, ok := UsageOf(data)
+	return ok
+}

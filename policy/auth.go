@@ -90,3 +90,14 @@ func (k keyring) identify(authorization []byte) Identity {
 	hex.Encode(b[4:], d[:6])
 	return Identity{Tenant: string(b[:])}
 }
+
+// KeyMatches reports whether an Authorization header value carries the key
+// whose SHA-256 is want (ParseKey), comparing digests in constant time.
+func KeyMatches(want [32]byte, authorization []byte) bool {
+	key := bearerKey(authorization)
+	if len(key) == 0 || len(key) > maxKeyBytes {
+		return false
+	}
+	d := sha256.Sum256(key)
+	return subtle.ConstantTimeCompare(d[:], want[:]) == 1
+}

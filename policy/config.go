@@ -213,6 +213,10 @@ func sortedKeys[V any](m map[string]V) []string {
 // maxKeyBytes bounds a key, configured or presented.
 const maxKeyBytes = 512
 
+// ParseKey checks a configured key, written as the key or as sha256:HEX,
+// and returns its SHA-256. Its errors never repeat the key.
+func ParseKey(k string) ([32]byte, error) { return keyDigest(k) }
+
 // keyDigest is the SHA-256 of a configured key, written as the key or as
 // sha256:HEX.
 func keyDigest(k string) ([32]byte, error) {

@@ -10,12 +10,21 @@ import (
 
 	"github.com/infergate/infergate/internal/fastsrv"
 	"github.com/infergate/infergate/openai"
+	"github.com/infergate/infergate/policy"
 	"github.com/infergate/infergate/tracing"
 	"github.com/valyala/fasthttp"
 )
 
 // handleAdmin serves the admin listener.
 func (g *Gateway) handleAdmin(rc *fasthttp.RequestCtx) {
+	switch p := string(rc.Path()); {
+	case p == "/healthz" || p == "/readyz":
+		// Probes stay open.
+	case !g.adminAllowed(rc):
+		rc.Response.Header.Set("WWW-Authenticate", `Bearer realm="infergate-admin"`)
+		writeError(rc, http.StatusUnauthorized, openai.TypeInvalidRequest, "invalid_api_key", "the admin listener needs server.admin_auth's key as `Authorization: Bearer KEY`")
+		return
+	}
 	switch string(rc.Path()) {
 	case "/metrics", "/admin/stats":
 		// Every request that ended before the scrape is in it.
@@ -37,6 +46,13 @@ func (g *Gateway) handleAdmin(rc *fasthttp.RequestCtx) {
 	default:
 		writeError(rc, http.StatusNotFound, openai.TypeNotFound, "not_found", "no admin route for "+string(rc.Path()))
 	}
+}
+
+// adminAllowed reports whether the request carries server.admin_auth's
+// key, or none is configured.
+func (g *Gateway) adminAllowed(rc *fasthttp.RequestCtx) bool {
+	k := g.state.Load().adminKey
+	return k == nil || policy.KeyMatches(*k, rc.Request.Header.Peek("Authorization"))
 }
 
 // Stats is the live view: the recent window's percentiles and attribution

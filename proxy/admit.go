@@ -1,10 +1,7 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -19,54 +16,30 @@ import (
 // request path). It may wait in the limiter's queue; a client that leaves
 // meanwhile cancels the wait through the request's context.
 
-// setTenantKeys indexes the configured API keys by tenant.
-func (g *Gateway) setTenantKeys(c shaping.Config) {
-	m := map[string]string{}
-	for name, t := range c.Tenants {
-		for _, k := range t.APIKeys {
-			m[k] = name
-		}
-	}
-	g.tenantKeys.Store(&m)
-}
-
-var bearer = []byte("Bearer ")
-
-// tenantOf names the request's tenant: the configured tenant of its API
-// key, else "key-" and 12 hex digits of the key's SHA-256 (the key itself
-// never reaches logs or metrics), else "anonymous".
-func (g *Gateway) tenantOf(rc *fasthttp.RequestCtx) string {
-	auth := rc.Request.Header.Peek("Authorization")
-	key, ok := bytes.CutPrefix(auth, bearer)
-	if !ok || len(key) == 0 {
-		return "anonymous"
-	}
-	if name, ok := (*g.tenantKeys.Load())[string(key)]; ok {
-		return name
-	}
-	sum := sha256.Sum256(key)
-	return "key-" + hex.EncodeToString(sum[:6])
-}
-
-// tokenBudget is what a request may hold of a token cap: its prompt,
-// estimated at 4 bytes of body per token (cl100k's average for English;
-// exact counts come with the policy package), plus the output it asks for
-// (max_completion_tokens or max_tokens, else the configured default).
-func tokenBudget(body []byte, defaultOutput int64) int64 {
-	out := int64(openai.MaxOutputTokens(body))
+// tokenBudget is what a request may hold of a token cap: its prompt as
+// the policy counted it, else estimated at 4 bytes of body per token
+// (cl100k's average for English), plus the output it may ask for (the
+// limit the backend gets, else the configured default).
+func (x *exchange) tokenBudget(body []byte) int64 {
+	out := int64(x.pol.MaxTokens)
 	if out <= 0 {
-		out = defaultOutput
+		out = int64(openai.MaxOutputTokens(body))
 	}
-	return int64(len(body)/4) + out
+	if out <= 0 {
+		out = x.st.cfg.Shaping.DefaultOutputTokens
+	}
+	in := int64(x.pol.InputTokens)
+	if in == 0 {
+		in = int64(len(body) / 4)
+	}
+	return in + out
 }
 
 // admit waits for the request's slot. On success the permit is the
 // exchange's until finishWith releases it.
 func (x *exchange) admit(rc *fasthttp.RequestCtx, body []byte) error {
 	g := x.g
-	x.tenant = g.tenantOf(rc)
-	r := shaping.Request{Tenant: x.tenant, Pool: x.route.pool.name, Model: x.model,
-		Tokens: tokenBudget(body, x.st.cfg.Shaping.DefaultOutputTokens)}
+	r := shaping.Request{Tenant: x.tenant, Pool: x.route.pool.name, Model: x.model, Tokens: x.tokenBudget(body)}
 	p, err := g.lim.Acquire(x.ctx, r)
 	x.tl.Admitted = time.Now()
 	if err != nil {

@@ -3,11 +3,14 @@ package proxy
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
+	"slices"
 	"sort"
 	"time"
 
+	"github.com/infergate/infergate/policy"
 	"github.com/infergate/infergate/shaping"
 	"github.com/infergate/infergate/tracing"
 )
@@ -26,6 +29,13 @@ type Config struct {
 	// means such requests get 404 model_not_found. With no Models, GET
 	// /v1/models is passed through to this pool.
 	DefaultPool string `yaml:"default_pool"`
+	// Auth and Tenants say who may call (package policy); a tenant also
+	// carries its admission caps and share of the queue (package shaping).
+	Auth    policy.Auth             `yaml:"auth"`
+	Tenants map[string]TenantConfig `yaml:"tenants"`
+	// Policy counts, trims and caps the tokens of each request (package
+	// policy).
+	Policy policy.Config `yaml:"policy"`
 	// Shaping caps what is in flight and queues the rest (package shaping).
 	Shaping shaping.Config `yaml:"shaping"`
 	// RequestLog writes one JSON line per request (package tracing).
@@ -36,6 +46,27 @@ type Config struct {
 	// Metrics are served at /metrics on server.admin_listen and may be
 	// pushed by OTLP (package tracing). A reload cannot change them.
 	Metrics tracing.MetricsConfig `yaml:"metrics"`
+
+	// LegacyTenants is set when the file listed tenants under
+	// shaping.tenants, the deprecated place (the gateway warns).
+	LegacyTenants bool `yaml:"-" json:"-"`
+	// tenantsMerged: Defaults moved the tenants once; tenantConflicts
+	// names tenants listed in both places.
+	tenantsMerged   bool
+	tenantConflicts []string
+}
+
+// TenantConfig is one tenant: its keys, models and token limits (package
+// policy) and its caps, weight and priority in the queue (package
+// shaping), in one section.
+type TenantConfig struct {
+	policy.Tenant `yaml:",inline"`
+	shaping.Cap   `yaml:",inline"`
+	// Weight is the tenant's share when tenants of one priority wait
+	// together (deficit round robin); default 1.
+	Weight int `yaml:"weight"`
+	// Priority: waiting requests of a higher priority go first; default 0.
+	Priority int `yaml:"priority"`
 }
 
 // ServerConfig is the listening side.
@@ -86,6 +117,12 @@ type ServerConfig struct {
 	// ForwardAuthorization passes the client's Authorization header to the
 	// backend. Default false: it is dropped, and a backend's api_key is sent.
 	ForwardAuthorization bool `yaml:"forward_authorization"`
+	// AdminAuth is the key the admin listener's /metrics and /admin/*
+	// routes require, as "Authorization: Bearer KEY"; it may be written
+	// as sha256:HEX. /healthz and /readyz stay open for probes. Empty (the
+	// default): anyone who reaches admin_listen reads the metrics (model
+	// names, backend addresses, tenant names, traffic) and the live view.
+	AdminAuth string `yaml:"admin_auth"`
 	// ForwardSimFault passes the client's X-Sim-Fault header (the
 	// simulator's fault injection) to the backends. Default false;
 	// `infergate serve` turns it on for its built-in simulator.
@@ -276,6 +313,7 @@ func (c *Config) Defaults() {
 		}
 		c.Pools[name] = p
 	}
+	c.mergeTenants()
 	c.Shaping.Defaults()
 	c.RequestLog.Defaults()
 	c.Tracing.Defaults()
@@ -386,7 +424,49 @@ func (c *Config) Validate() error {
 	if err := c.Metrics.Validate(); err != nil {
 		return err
 	}
+	if len(c.tenantConflicts) > 0 {
+		return fmt.Errorf("tenants.%s: also under shaping.tenants; keep it in tenants only", c.tenantConflicts[0])
+	}
+	if c.Server.AdminAuth != "" {
+		if _, err := policy.ParseKey(c.Server.AdminAuth); err != nil {
+			return fmt.Errorf("server.admin_auth: %w", err)
+		}
+	}
+	if err := c.Policy.Validate(); err != nil {
+		return err
+	}
 	return c.Shaping.Validate()
+}
+
+// mergeTenants makes the top-level tenants the one list: tenants written
+// under shaping.tenants (the old place, still read) move there, and the
+// policy and the limiter each get their part. It runs once per Config.
+func (c *Config) mergeTenants() {
+	if c.tenantsMerged {
+		return
+	}
+	c.tenantsMerged = true
+	if len(c.Shaping.Tenants) > 0 {
+		c.LegacyTenants = true
+		if c.Tenants == nil {
+			c.Tenants = map[string]TenantConfig{}
+		}
+		for _, name := range slices.Sorted(maps.Keys(c.Shaping.Tenants)) {
+			t := c.Shaping.Tenants[name]
+			if _, dup := c.Tenants[name]; dup {
+				c.tenantConflicts = append(c.tenantConflicts, name)
+				continue
+			}
+			c.Tenants[name] = TenantConfig{Tenant: policy.Tenant{APIKeys: t.APIKeys}, Cap: t.Cap, Weight: t.Weight, Priority: t.Priority}
+		}
+	}
+	c.Shaping.Tenants = make(map[string]shaping.Tenant, len(c.Tenants))
+	c.Policy.Tenants = make(map[string]policy.Tenant, len(c.Tenants))
+	for name, t := range c.Tenants {
+		c.Shaping.Tenants[name] = shaping.Tenant{Cap: t.Cap, Weight: t.Weight, Priority: t.Priority}
+		c.Policy.Tenants[name] = t.Tenant
+	}
+	c.Policy.Auth = c.Auth
 }
 
 func (p PoolConfig) validate(at string) error {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/infergate/infergate/internal/hangup"
 	"github.com/infergate/infergate/openai"
+	"github.com/infergate/infergate/policy"
 	"github.com/infergate/infergate/shaping"
 	"github.com/infergate/infergate/tracing"
 	"github.com/valyala/fasthttp"
@@ -53,7 +54,8 @@ type exchange struct {
 	er      *openai.EventReader // set once the first event was awaited
 	permit  shaping.Permit      // the admission slot, released by finishWith
 	timing  bool                // the client asked for X-Infergate-Timing
-	tenant  string              // as admission named it
+	tenant  string              // as the policy named it
+	pol     policy.Decision     // what the policy made of the request
 	logged  bool                // this request goes to the request log
 	logBody []byte              // its body, copied, when the log keeps bodies
 	// parent is the client's span (from its traceparent), sc the
@@ -118,6 +120,9 @@ func (g *Gateway) serveAPI(rc *fasthttp.RequestCtx, strict bool) {
 	if q := rc.URI().QueryString(); len(q) > 0 {
 		x.query = "?" + string(q)
 	}
+	if !x.identify(rc) {
+		return
+	}
 
 	rb, err := g.readBody(rc)
 	if err != nil {
@@ -161,8 +166,17 @@ func (g *Gateway) serveAPI(rc *fasthttp.RequestCtx, strict bool) {
 		return
 	}
 	x.beginSpan(rc)
-	if x.route.upstreamModel != "" && err == nil && env.Model != "" {
-		body = openai.RewriteModel(body, env, x.route.upstreamModel)
+	if err == nil {
+		var ok bool
+		if body, ok = x.applyPolicy(rc, body, env); !ok {
+			return
+		}
+		if x.route.upstreamModel != "" && env.Model != "" {
+			if x.pol.Body != nil {
+				env, _ = openai.ScanRequest(body) // the policy rewrote it
+			}
+			body = openai.RewriteModel(body, env, x.route.upstreamModel)
+		}
 	}
 	x.start(rc, body)
 	if err := x.admit(rc, body); err != nil {

@@ -19,6 +19,14 @@ var readerPool = sync.Pool{New: func() any { return openai.NewEventReader(nil, m
 // readDeadliner is the part of the backend connection the relay uses.
 type readDeadliner interface{ SetReadDeadline(time.Time) error }
 
+// relayMode is what the relay adds to or takes from a stream.
+type relayMode struct {
+	// timing: the client asked for the gateway's timeline on the usage
+	// chunk; stripUsage: the policy asked the backend for a usage chunk
+	// the client did not ask for.
+	timing, stripUsage bool
+}
+
 // relayOutcome is how a relayed stream ended.
 type relayOutcome struct {
 	// err is the read error that ended the stream (io.EOF at a clean end).
@@ -36,9 +44,12 @@ type relayOutcome struct {
 // write. conn is the backend connection: before each read that may block it
 // gets a deadline, the first-byte timeout until content starts and the idle
 // timeout after. The timeline gets the first and last content events,
-// counts and relay time. With timing set, the usage chunk carries the
-// gateway's timeline (timing.go).
-func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByte, idle time.Duration, tl *tracing.Timeline, timing bool) relayOutcome {
+// counts and relay time. With m.timing set, the usage chunk carries the
+// gateway's timeline (timing.go); with m.stripUsage (the gateway asked
+// for the usage, the client did not), the usage chunk is read and not
+// relayed.
+func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByte, idle time.Duration, tl *tracing.Timeline, m relayMode) relayOutcome {
+	timing := m.timing
 	var out relayOutcome
 	var timed []byte
 	content := false
@@ -94,6 +105,9 @@ func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByt
 				break
 			}
 			ev = usage(ev, data, tl, timing, readAt, &timed)
+			if m.stripUsage && !timing && openai.IsUsageOnly(data) {
+				continue
+			}
 		case openai.IsDone(ev):
 			out.done = true
 		case openai.IsErrorChunk(data):

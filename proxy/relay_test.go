@@ -45,7 +45,7 @@ func TestRelayFlushesEachEventAndCounts(t *testing.T) {
 	src := &eventSource{ev: benchEvent, tail: []byte(finishEvent + doneEvent), n: 10}
 	cw := &countWriter{}
 	var tl tracing.Timeline
-	out := relay(bufio.NewWriter(cw), openai.NewEventReader(src, nil, 1<<20), noDeadline{}, time.Second, time.Second, &tl, false)
+	out := relay(bufio.NewWriter(cw), openai.NewEventReader(src, nil, 1<<20), noDeadline{}, time.Second, time.Second, &tl, relayMode{})
 	if out.err != io.EOF || !out.done || !out.finish || out.clientErr || out.backendError {
 		t.Fatalf("outcome %+v, want a clean EOF with finish and [DONE]", out)
 	}
@@ -64,7 +64,7 @@ func TestRelayFlushesEachEventAndCounts(t *testing.T) {
 
 func TestRelayReportsClientGone(t *testing.T) {
 	src := &eventSource{ev: benchEvent, tail: []byte(doneEvent), n: 5}
-	out := relay(bufio.NewWriterSize(failWriter{}, 16), openai.NewEventReader(src, nil, 1<<20), noDeadline{}, time.Second, time.Second, &tracing.Timeline{}, false)
+	out := relay(bufio.NewWriterSize(failWriter{}, 16), openai.NewEventReader(src, nil, 1<<20), noDeadline{}, time.Second, time.Second, &tracing.Timeline{}, relayMode{})
 	if !out.clientErr {
 		t.Errorf("outcome %+v, want clientErr", out)
 	}
@@ -87,7 +87,7 @@ func BenchmarkRelay(b *testing.B) {
 		src.n, src.i = perStream, 0
 		er.Reset(src, nil, 1<<20)
 		tl.Reset()
-		relay(w, er, noDeadline{}, time.Second, time.Second, &tl, false)
+		relay(w, er, noDeadline{}, time.Second, time.Second, &tl, relayMode{})
 	}
 }
 

@@ -61,6 +61,11 @@ func (g *Gateway) handle(rc *fasthttp.RequestCtx) {
 			writeError(rc, http.StatusMethodNotAllowed, openai.TypeInvalidRequest, "method_not_allowed", "use GET for /v1/models")
 			return
 		}
+		if _, err := g.state.Load().pol.Identify(rc.Request.Header.Peek("Authorization")); err != nil {
+			rc.Response.Header.Set("WWW-Authenticate", `Bearer realm="infergate"`)
+			writeError(rc, http.StatusUnauthorized, openai.TypeInvalidRequest, "invalid_api_key", err.Error())
+			return
+		}
 		rc.SetContentType("application/json")
 		rc.SetBody(g.state.Load().modelList)
 	case bytes.HasPrefix(path, pathV1):

@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/infergate/infergate/policy"
 	"github.com/infergate/infergate/shaping"
 	"github.com/infergate/infergate/tracing"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -47,8 +48,6 @@ type Gateway struct {
 	// (WithSpanProcessor).
 	tracer         *tracing.Tracer
 	spanProcessors []sdktrace.SpanProcessor
-	// tenantKeys maps a configured API key to its tenant; swapped on reload.
-	tenantKeys atomic.Pointer[map[string]string]
 
 	base       context.Context
 	cancelBase context.CancelCauseFunc
@@ -77,6 +76,12 @@ type state struct {
 	def       *route // default_pool, or nil
 	modelList []byte // GET /v1/models, rendered; nil means pass through
 	budget    *retryBudget
+	// pol is the compiled policy; tokenCaps is set when admission caps
+	// tokens, so every chat request's prompt is counted.
+	pol       *policy.Policy
+	tokenCaps bool
+	// adminKey is the SHA-256 of server.admin_auth, nil when unset.
+	adminKey *[32]byte
 	// configHash identifies the configuration (header
 	// X-Infergate-Config-Hash on /healthz), so a benchmark record can say
 	// which gateway settings it measured.
@@ -108,7 +113,7 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Gateway, error) {
 		return nil, err
 	}
 	g.startTelemetry()
-	g.setTenantKeys(cfg.Shaping)
+	g.warnDeprecated(cfg)
 	g.base, g.cancelBase = context.WithCancelCause(context.Background())
 	st, err := g.build(cfg, nil)
 	if err == nil {
@@ -214,8 +219,22 @@ func (g *Gateway) build(cfg Config, old *state) (*state, error) {
 			}
 		}
 	}
-	st := &state{cfg: cfg, pools: map[string]*Pool{}, models: map[string]*route{},
+	var prev *policy.Policy
+	if old != nil {
+		prev = old.pol
+	}
+	// The policy first: a tokenizer that cannot be loaded refuses the
+	// file before any pool is built.
+	pol, err := policy.Compile(cfg.Policy, prev)
+	if err != nil {
+		return nil, err
+	}
+	st := &state{cfg: cfg, pools: map[string]*Pool{}, models: map[string]*route{}, pol: pol, tokenCaps: cfg.Shaping.HasTokenCaps(),
 		budget: newRetryBudget(cfg.Retries.BudgetRatio, cfg.Retries.BudgetMinPerSecond), configHash: hashConfig(cfg)}
+	if k := cfg.Server.AdminAuth; k != "" {
+		d, _ := policy.ParseKey(k) // Validate checked it
+		st.adminKey = &d
+	}
 	for name, pc := range cfg.Pools {
 		p, err := newPool(name, pc, cfg.Timeouts.Connect, g.log, reuse)
 		if err != nil {
@@ -369,13 +388,21 @@ func (g *Gateway) Reload(cfg Config) error {
 	if g.rlog != nil {
 		g.rlog.SetSampleRate(cfg.RequestLog.SampleRate)
 	}
-	g.setTenantKeys(cfg.Shaping)
+	g.warnDeprecated(cfg)
 	g.state.Store(st)
 	// Requests in flight keep the old pools until they end; closing stops
 	// the old health checks and drops idle connections of backends that
 	// are gone. Unchanged backends carry on in the new pools.
 	old.closeExcept(st)
 	return nil
+}
+
+// warnDeprecated logs what the file says in a way that still works but
+// will not for ever.
+func (g *Gateway) warnDeprecated(cfg Config) {
+	if cfg.LegacyTenants {
+		g.log.Warn("shaping.tenants is deprecated: move the tenants to the top-level tenants section (same fields)")
+	}
 }
 
 // BeginDrain starts a graceful stop without stopping anything yet:
@@ -481,5 +508,13 @@ func withoutSecrets(cfg Config) Config {
 		tenants[name] = t
 	}
 	cfg.Shaping.Tenants = tenants
+	top := make(map[string]TenantConfig, len(cfg.Tenants))
+	for name, t := range cfg.Tenants {
+		t.APIKeys = nil
+		top[name] = t
+	}
+	cfg.Tenants = top
+	cfg.Policy.Tenants = nil // a copy of Tenants
+	cfg.Server.AdminAuth = ""
 	return cfg
 }

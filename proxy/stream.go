@@ -39,7 +39,7 @@ func (x *exchange) relayStream(w *bufio.Writer) {
 	}
 	er := x.reader()
 	cfg := &x.st.cfg
-	out := relay(w, er, x.up.Conn, cfg.Timeouts.FirstByte, cfg.Timeouts.Idle, &x.tl, x.timing)
+	out := relay(w, er, x.up.Conn, cfg.Timeouts.FirstByte, cfg.Timeouts.Idle, &x.tl, relayMode{timing: x.timing, stripUsage: x.pol.StripUsage})
 	x.endStream(w, out)
 	x.putReader(er)
 }

@@ -77,6 +77,17 @@ func (x *exchange) logLine() {
 	if x.stream {
 		attrs = append(attrs, slog.Float64("ttft_ms", ms(tl.TTFT())), slog.Int("events", tl.Events))
 	}
+	if p := tl.Policy; p != (tracing.PolicyNote{}) {
+		attrs = append(attrs, slog.Group("policy", slog.Int("input_tokens", p.InputTokens), slog.Bool("estimated", p.Estimated),
+			slog.Int("trimmed_tokens", p.TrimmedTokens), slog.Int("trimmed_messages", p.TrimmedMessages),
+			slog.Int("max_tokens", p.MaxTokens), slog.Int("requested_max_tokens", p.RequestedMaxTokens)))
+		if tl.LengthByPolicy() {
+			attrs = append(attrs, slog.Bool("length_by_policy", true))
+		}
+	}
+	if x.tenant != "" && x.tenant != "anonymous" {
+		attrs = append(attrs, slog.String("tenant", x.tenant))
+	}
 	if x.err != nil {
 		attrs = append(attrs, slog.String("err", x.err.Error()))
 	}
@@ -90,7 +101,11 @@ func (x *exchange) logEntry() {
 	tl := &x.tl
 	e := tracing.Entry{Time: tl.Received, ID: x.id, Path: x.path, Tenant: x.tenant, Model: x.model, Stream: x.stream, Status: x.status,
 		Outcome: x.outcome, InputTokens: tl.PromptTokens, OutputTokens: tl.OutputTokens, Events: tl.Events, Attempts: tl.Attempts,
-		TTFT: ms(tl.TTFT()), FinishReason: tl.FinishReason, Body: x.logBody}
+		TTFT: ms(tl.TTFT()), FinishReason: tl.FinishReason, LengthByPolicy: tl.LengthByPolicy(), Body: x.logBody}
+	if tl.Policy != (tracing.PolicyNote{}) {
+		p := tl.Policy
+		e.Policy = &p
+	}
 	if x.backend != nil {
 		e.Backend = x.backend.name
 	}

@@ -31,10 +31,11 @@ func (c Cap) validate(field string) error {
 // Tenant is a tenant's cap and its share of the queue.
 type Tenant struct {
 	Cap `yaml:",inline"`
-	// APIKeys are the bearer tokens that identify the tenant. A request
-	// with another key is a tenant of its own under DefaultTenant (named
-	// by a hash of the key, never the key); one without a key is
-	// "anonymous".
+	// APIKeys is read from the deprecated shaping.tenants section only:
+	// keys belong to the top-level tenants section (package policy),
+	// where the gateway moves them. Admission knows tenants by name.
+	//
+	// Deprecated: write keys under the top-level tenants section.
 	APIKeys []string `yaml:"api_keys"`
 	// Weight is the tenant's share when tenants of one priority wait
 	// together (deficit round robin); default 1.
@@ -105,6 +106,27 @@ func (c *Config) Defaults() {
 	}
 }
 
+// HasTokenCaps reports whether any level caps tokens, so that requests
+// need their prompt counted.
+func (c *Config) HasTokenCaps() bool {
+	if c.Global.MaxTokens > 0 || c.DefaultTenant.MaxTokens > 0 {
+		return true
+	}
+	for _, m := range []map[string]Cap{c.Pools, c.Models} {
+		for _, cp := range m {
+			if cp.MaxTokens > 0 {
+				return true
+			}
+		}
+	}
+	for _, t := range c.Tenants {
+		if t.MaxTokens > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // Validate reports the first invalid field, named.
 func (c *Config) Validate() error {
 	if err := c.Global.validate("global"); err != nil {
@@ -130,15 +152,6 @@ func (c *Config) Validate() error {
 	}
 	if err := c.DefaultTenant.validate("default_tenant"); err != nil {
 		return err
-	}
-	owner := map[string]string{}
-	for name, t := range c.Tenants {
-		for _, k := range t.APIKeys {
-			if other, dup := owner[k]; dup && other != name {
-				return fmt.Errorf("shaping: tenants.%s.api_keys: a key of tenant %s too", name, other)
-			}
-			owner[k] = name
-		}
 	}
 	if c.DefaultOutputTokens < 0 {
 		return fmt.Errorf("shaping: default_output_tokens: cannot be negative")

@@ -39,6 +39,25 @@ func (e *Entry) AppendJSON(dst []byte) []byte {
 		dst = openai.AppendJSONFloat(append(dst, `,"ttft_ms":`...), e.TTFT)
 	}
 	dst = optString(dst, `,"finish_reason":`, e.FinishReason)
+	if e.LengthByPolicy {
+		dst = append(dst, `,"length_by_policy":true`...)
+	}
+	if p := e.Policy; p != nil {
+		dst = append(dst, `,"policy":{`...)
+		n := len(dst)
+		dst = optInt(dst, `,"input_tokens":`, p.InputTokens)
+		if p.Estimated {
+			dst = append(dst, `,"estimated":true`...)
+		}
+		dst = optInt(dst, `,"trimmed_tokens":`, p.TrimmedTokens)
+		dst = optInt(dst, `,"trimmed_messages":`, p.TrimmedMessages)
+		dst = optInt(dst, `,"max_tokens":`, p.MaxTokens)
+		dst = optInt(dst, `,"requested_max_tokens":`, p.RequestedMaxTokens)
+		if len(dst) > n {
+			dst = append(dst[:n], dst[n+1:]...) // the first comma
+		}
+		dst = append(dst, '}')
+	}
 	if e.Timing != nil {
 		dst = e.Timing.AppendJSON(append(dst, `,"timing":`...))
 	}

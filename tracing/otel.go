@@ -190,7 +190,7 @@ func (t *Tracer) End(parent, sc trace.SpanContext, tl *Timeline, r RequestSpans)
 		name += " " + r.Model
 	}
 	// Room for every attribute below: the slice never grows.
-	attrs := make([]attribute.KeyValue, 0, 24)
+	attrs := make([]attribute.KeyValue, 0, 32)
 	attrs = append(attrs,
 		attribute.String("gen_ai.operation.name", r.Operation),
 		attribute.String("gen_ai.request.model", r.Model),
@@ -208,6 +208,16 @@ func (t *Tracer) End(parent, sc trace.SpanContext, tl *Timeline, r RequestSpans)
 	}
 	if tl.FinishReason != "" {
 		attrs = append(attrs, attribute.StringSlice("gen_ai.response.finish_reasons", []string{tl.FinishReason}))
+	}
+	if p := tl.Policy; p != (PolicyNote{}) {
+		attrs = append(attrs, attribute.Int("infergate.policy.input_tokens", p.InputTokens),
+			attribute.Int("infergate.policy.trimmed_tokens", p.TrimmedTokens),
+			attribute.Int("infergate.policy.trimmed_messages", p.TrimmedMessages))
+		if p.MaxTokens > 0 {
+			attrs = append(attrs, attribute.Int("infergate.policy.max_tokens", p.MaxTokens),
+				attribute.Int("infergate.policy.requested_max_tokens", p.RequestedMaxTokens),
+				attribute.Bool("infergate.policy.length_by_policy", tl.LengthByPolicy()))
+		}
 	}
 	var status sdktrace.Status
 	if r.Outcome != "" && r.Outcome != "ok" {

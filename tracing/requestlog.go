@@ -82,6 +82,11 @@ type Entry struct {
 	Attempts     int             `json:"attempts,omitempty"`
 	TTFT         float64         `json:"ttft_ms,omitempty"`
 	FinishReason string          `json:"finish_reason,omitempty"`
+	// LengthByPolicy is set when a finish_reason "length" came from the
+	// output limit the gateway's policy set, not the model's own.
+	LengthByPolicy bool `json:"length_by_policy,omitempty"`
+	// Policy is what the policy did, nil when it left the request alone.
+	Policy *PolicyNote `json:"policy,omitempty"`
 	Timing       *openai.Timing  `json:"timing,omitempty"`
 	Error        string          `json:"error,omitempty"`
 	Body         json.RawMessage `json:"body,omitempty"`

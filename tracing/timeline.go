@@ -41,6 +41,11 @@ type Timeline struct {
 	PromptTokens, OutputTokens int
 	// FinishReason is the backend's finish_reason, when it sent one.
 	FinishReason string
+	// PolicyTime is the time the policy took (counting, trimming), between
+	// receipt and admission: gateway time, not queueing.
+	PolicyTime time.Duration
+	// Policy is what the policy did to the request.
+	Policy PolicyNote
 	// Server is the backend's own account of its time (vLLM's
 	// per-request metrics, llama.cpp's timings, TGI's headers); Source is
 	// empty when it gave none.
@@ -72,8 +77,34 @@ func (t *Timeline) Connect() time.Duration { return since(t.UpstreamStart, t.Con
 // network round trip to the backend.
 func (t *Timeline) ModelTTFT() time.Duration { return since(t.Sent, t.FirstTokenIn) }
 
-// QueueWait is the time the request waited for an admission slot.
-func (t *Timeline) QueueWait() time.Duration { return since(t.Received, t.Admitted) }
+// QueueWait is the time the request waited for an admission slot: from
+// receipt to admission, less the policy's work.
+func (t *Timeline) QueueWait() time.Duration {
+	return max(0, since(t.Received, t.Admitted)-t.PolicyTime)
+}
+
+// PolicyNote is what the gateway's policy did to a request (package
+// policy); its zero value is a request it left alone.
+type PolicyNote struct {
+	// InputTokens is the prompt as the policy counted it (after any
+	// trim); Estimated is set when no tokenizer counted it exactly.
+	InputTokens int  `json:"input_tokens,omitempty"`
+	Estimated   bool `json:"estimated,omitempty"`
+	// TrimmedTokens and TrimmedMessages are what trimming removed.
+	TrimmedTokens   int `json:"trimmed_tokens,omitempty"`
+	TrimmedMessages int `json:"trimmed_messages,omitempty"`
+	// MaxTokens is the output limit the policy set (clamped or defaulted),
+	// 0 when it set none; RequestedMaxTokens is what the client asked
+	// for, -1 when it asked for none.
+	MaxTokens          int `json:"max_tokens,omitempty"`
+	RequestedMaxTokens int `json:"requested_max_tokens,omitempty"`
+}
+
+// LengthByPolicy reports whether a finish_reason "length" is the policy's
+// doing: it set the output limit the model ran into.
+func (t *Timeline) LengthByPolicy() bool {
+	return t.FinishReason == "length" && t.Policy.MaxTokens > 0
+}
 
 // FinishReasonOf returns b, a finish_reason read off the wire, as a
 // string: the common ones without allocating.

@@ -1,0 +1,84 @@
+package proxy
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/infergate/infergate/openai"
+	"github.com/infergate/infergate/policy"
+	"github.com/valyala/fasthttp"
+)
+
+// The policy step (DESIGN: the request path): the tenant is named from
+// the key before the body is read, so an unauthenticated request costs
+// nothing more; after routing, the policy may refuse the model, trim the
+// context, cap the output and ask for usage, before admission.
+
+// identify names the request's tenant, or answers 401.
+func (x *exchange) identify(rc *fasthttp.RequestCtx) bool {
+	id, err := x.st.pol.Identify(rc.Request.Header.Peek("Authorization"))
+	x.tenant = id.Tenant
+	if err != nil {
+		rc.Response.Header.Set("WWW-Authenticate", `Bearer realm="infergate"`)
+		x.policyReject(rc, err)
+		return false
+	}
+	return true
+}
+
+// applyPolicy runs the policy on the routed request, returning the body to
+// forward. It reports false when the request was refused.
+func (x *exchange) applyPolicy(rc *fasthttp.RequestCtx, body []byte, env openai.Envelope) ([]byte, bool) {
+	p := x.st.pol
+	chat := x.path == "/v1/chat/completions"
+	count := x.st.tokenCaps && chat
+	if !count && !p.Needs(x.tenant, x.model, x.stream) {
+		return body, true
+	}
+	start := time.Now()
+	d, err := p.Apply(policy.Request{Tenant: x.tenant, Model: x.model, Body: body, Env: env, Chat: chat, Count: count})
+	x.tl.PolicyTime = time.Since(start)
+	if err != nil {
+		x.policyReject(rc, err)
+		return nil, false
+	}
+	x.pol = d
+	n := &x.tl.Policy
+	n.InputTokens, n.Estimated = d.InputTokens, d.Estimated
+	n.TrimmedTokens, n.TrimmedMessages = d.TrimmedTokens, d.TrimmedMessages
+	if d.Clamped {
+		n.MaxTokens, n.RequestedMaxTokens = d.MaxTokens, d.ClampedFrom
+	}
+	h := &rc.Response.Header
+	if d.TrimmedTokens > 0 || d.TrimmedMessages > 0 {
+		h.Set("X-Infergate-Trimmed-Tokens", strconv.Itoa(d.TrimmedTokens))
+		h.Set("X-Infergate-Trimmed-Messages", strconv.Itoa(d.TrimmedMessages))
+	}
+	if d.Clamped {
+		h.Set("X-Infergate-Max-Tokens-Clamped", strconv.Itoa(d.MaxTokens))
+		req := "none"
+		if d.ClampedFrom >= 0 {
+			req = strconv.Itoa(d.ClampedFrom)
+		}
+		h.Set("X-Infergate-Max-Tokens-Requested", req)
+	}
+	if d.InputTokens > 0 {
+		h.Set("X-Infergate-Input-Tokens", strconv.Itoa(d.InputTokens))
+	}
+	if d.Body == nil {
+		return body, true
+	}
+	return d.Body, true
+}
+
+// policyReject answers a request the policy refused.
+func (x *exchange) policyReject(rc *fasthttp.RequestCtx, err error) {
+	var pe *policy.Error
+	if !errors.As(err, &pe) {
+		x.reject(rc, http.StatusInternalServerError, openai.TypeServer, "internal_error", "the policy failed")
+		return
+	}
+	x.reject(rc, pe.Status, pe.Type, pe.Code, pe.Message)
+}
