@@ -170,15 +170,15 @@ func TestStreamUsage(t *testing.T) {
 func TestMalformedMessagesNameTheField(t *testing.T) {
 	p := mustCompile(t, Config{Limits: Limits{MaxInputTokens: 5}})
 	for body, field := range map[string]string{
-		`{"model":"m","messages":"hello there, a long string"}`:                               "messages:",
-		`{"model":"m","messages":[{"content":"no role at all, and long"}]}`:                   "messages[0].role: missing",
-		`{"model":"m","messages":[{"role":"user","content":"ok"},{"role":7,"content":"x"}]}`:  "messages[1].role",
+		`{"model":"m","messages":"hello there, a long string"}`:                                "messages:",
+		`{"model":"m","messages":[{"content":"no role at all, and long"}]}`:                    "messages[0].role: missing",
+		`{"model":"m","messages":[{"role":"user","content":"ok"},{"role":7,"content":"x"}]}`:   "messages[1].role",
 		`{"model":"m","messages":[{"role":"user","content":{"text":"an object, not parts"}}]}`: "messages[0].content",
 		`{"model":"m","messages":[{"role":"user","content":[42, "not parts either"]}]}`:        "messages[0].content[0]",
-		`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":5}]}]}`:     "messages[0].content[0].text",
-		`{"model":"m","messages":["a string message that is long"]}`:                          "messages[0]",
-		`{"model":"m","messages":[{"role":"assistant","tool_calls":{"id":"x"}}]}`:             "messages[0].tool_calls",
-		`{"model":"m","prompt":"no messages at all, and long enough"}`:                        "messages: missing",
+		`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":5}]}]}`:      "messages[0].content[0].text",
+		`{"model":"m","messages":["a string message that is long"]}`:                           "messages[0]",
+		`{"model":"m","messages":[{"role":"assistant","tool_calls":{"id":"x"}}]}`:              "messages[0].tool_calls",
+		`{"model":"m","prompt":"no messages at all, and long enough"}`:                         "messages: missing",
 	} {
 		_, err := apply(t, p, "", []byte(body))
 		var pe *Error
