@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/infergate/infergate/policy"
 	"github.com/infergate/infergate/proxy"
 	"github.com/infergate/infergate/sim"
 	"go.opentelemetry.io/otel"
@@ -35,6 +36,15 @@ read by infergate top) are on the admin listener, --admin-listen.
 flags override the file's shaping section, at start and at every reload.
 With --redis the caps hold across every replica that names the same Redis.
 
+--auth-keys FILE requires a key of the file (401 invalid_api_key
+otherwise). --max-input-tokens N counts each chat request's messages (with
+--tokenizer) and, above N, rejects it with 400 context_length_exceeded or
+trims it (--trim drop_oldest: whole older turns go, system messages stay;
+--trim truncate_middle: the longest message loses its middle).
+--max-output-tokens N clamps max_tokens. The client is told in
+X-Infergate-Trimmed-Tokens and X-Infergate-Max-Tokens-Clamped. Like the
+shaping flags, these override the file at start and at every reload.
+
 SIGTERM or SIGINT drains: /readyz answers 503 and responses close their
 connections at once; new connections are still served for
 server.drain_delay (so load balancers notice); then no new connections, and
@@ -54,6 +64,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	maxQueue := fs.Int("max-queue", 0, "requests that may wait for a slot (shaping.queue.max_waiting; default 1024, -1: none)")
 	queueTimeout := fs.Duration("queue-timeout", 0, "longest wait for a slot (shaping.queue.timeout; default 30s)")
 	redisAddr := fs.String("redis", "", "share the caps with other replicas through the Redis at host:port (shaping.redis.addr)")
+	authKeys := fs.String("auth-keys", "", "require an API key from this file: one key or sha256:HEX per line, optionally after a tenant name (auth.required; the keys join the tenants section; re-read on SIGHUP)")
+	maxInput := fs.Int("max-input-tokens", 0, "cap a chat request's messages at this many tokens (policy.max_input_tokens; 0: none)")
+	trim := fs.String("trim", "", "above --max-input-tokens: reject (default), drop_oldest or truncate_middle (policy.trim)")
+	maxOutput := fs.Int("max-output-tokens", 0, "clamp max_tokens to this, and set it when a request has none (policy.max_output_tokens; 0: none)")
+	tokenizer := fs.String("tokenizer", "", "count tokens with cl100k_base, o200k_base, backend (the backend's /tokenize) or estimate (policy.tokenizer; default estimate)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile (pprof) to this file until exit")
 	memprofile := fs.String("memprofile", "", "write an allocation profile (pprof) to this file at exit")
 	if err := fs.Parse(args); err != nil {
@@ -98,7 +113,34 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *listen != "" {
 		cfg.Server.Listen = *listen
 	}
-	overrides := func(c *proxy.Config) {
+	overrides := func(c *proxy.Config) error {
+		if *authKeys != "" {
+			keys, err := readAuthKeys(*authKeys)
+			if err != nil {
+				return err
+			}
+			if c.Tenants == nil {
+				c.Tenants = map[string]proxy.TenantConfig{}
+			}
+			for name, t := range keys {
+				ct := c.Tenants[name]
+				ct.APIKeys = append(ct.APIKeys, t.APIKeys...)
+				c.Tenants[name] = ct
+			}
+			c.Auth.Required = true
+		}
+		if *maxInput != 0 {
+			c.Policy.MaxInputTokens = *maxInput
+		}
+		if *trim != "" {
+			c.Policy.Trim = policy.Strategy(*trim)
+		}
+		if *maxOutput != 0 {
+			c.Policy.MaxOutputTokens = *maxOutput
+		}
+		if *tokenizer != "" {
+			c.Policy.Tokenizer = *tokenizer
+		}
 		if *adminListen != "" {
 			c.Server.AdminListen = *adminListen
 		}
@@ -114,8 +156,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if *redisAddr != "" {
 			c.Shaping.Redis.Addr = *redisAddr
 		}
+		return nil
 	}
-	overrides(&cfg)
+	if err := overrides(&cfg); err != nil {
+		return err
+	}
 	g, err := proxy.New(cfg, log)
 	if err != nil {
 		return err
@@ -154,7 +199,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				next.Server.Listen = *listen
 			}
 			if err == nil {
-				overrides(&next)
+				err = overrides(&next)
 			}
 			if err == nil {
 				err = g.Reload(next)
