@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -185,14 +186,21 @@ func skipSpace(b []byte, i int) int {
 func skipString(b []byte, i int) int {
 	i++ // opening quote
 	for i < len(b) {
-		switch b[i] {
-		case '\\':
-			i += 2
-		case '"':
-			return i + 1
-		default:
-			i++
+		j := bytes.IndexByte(b[i:], '"')
+		if j < 0 {
+			return len(b)
 		}
+		q := i + j
+		// The quote closes the string unless an odd run of backslashes
+		// escapes it (a run cannot reach back past an earlier quote).
+		n := 0
+		for p := q - 1; p >= i && b[p] == '\\'; p-- {
+			n++
+		}
+		if n%2 == 0 {
+			return q + 1
+		}
+		i = q + 1
 	}
 	return i
 }

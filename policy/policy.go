@@ -293,8 +293,11 @@ func scale(msgs []message, total int) {
 
 func contextExceeded(sent, allowed int, s Strategy) error {
 	msg := fmt.Sprintf("This request's messages are %d tokens; this gateway allows at most %d. Shorten the messages.", sent, allowed)
-	if s == DropOldest || s == TruncateMiddle {
-		msg = fmt.Sprintf("This request's messages are %d tokens and cannot be trimmed (%s) to the %d allowed: the newest turn alone is longer. Shorten the messages.", sent, s, allowed)
+	switch s {
+	case DropOldest:
+		msg = fmt.Sprintf("This request's messages are %d tokens and cannot be trimmed to the %d allowed by dropping older turns: the system messages and the newest turn alone are longer. Shorten the messages.", sent, allowed)
+	case TruncateMiddle:
+		msg = fmt.Sprintf("This request's messages are %d tokens and cannot be trimmed to the %d allowed by shortening the longest message. Shorten the messages.", sent, allowed)
 	}
 	return &Error{Status: 400, Type: openai.TypeInvalidRequest, Code: "context_length_exceeded", Message: msg}
 }

@@ -2,8 +2,7 @@ package tokens
 
 import (
 	"hash/maphash"
-	"strings"
-	"sync"
+	"sync/atomic"
 )
 
 // Counting a word at a time. The encodings' split patterns (cl100k_base's
@@ -35,53 +34,69 @@ func isASCIIAlnum(c byte) bool {
 	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
 }
 
-// chunkCache remembers the token counts of chunks: sharded maps, each
-// bounded, and emptied when full (text keeps its common words, which come
-// back at once).
+// chunkCache remembers the token counts of chunks in a direct-mapped
+// table of a fixed size, allocated once: a chunk's slot is picked by its
+// hash, and a new chunk takes the slot over. Each slot is one cache line
+// with its own lock, taken by compare-and-swap: a reader that finds the
+// slot busy counts the chunk itself rather than wait. A chunk found is
+// compared in full, so a count is never another chunk's.
 type chunkCache struct {
-	seed   maphash.Seed
-	shards [32]cacheShard
+	seed  maphash.Seed
+	slots []cacheSlot
 }
 
-type cacheShard struct {
-	mu sync.RWMutex
-	m  map[string]int32
+type cacheSlot struct {
+	busy atomic.Uint32
+	n    uint16
+	len  uint8
+	hash uint64
+	word [cachedChunk]byte
 }
 
-const shardEntries = 4096 // 32 shards: 128k words at most, a few MiB
+const (
+	cacheSlots  = 1 << 16 // 4 MiB
+	cachedChunk = 40      // longer chunks are not cached
+)
 
 func newChunkCache() *chunkCache {
-	c := &chunkCache{seed: maphash.MakeSeed()}
-	for i := range c.shards {
-		c.shards[i].m = make(map[string]int32)
+	return &chunkCache{seed: maphash.MakeSeed(), slots: make([]cacheSlot, cacheSlots)}
+}
+
+func (c *chunkCache) get(w string) (int, uint64, bool) {
+	if len(w) > cachedChunk {
+		return 0, 0, false
 	}
-	return c
-}
-
-func (c *chunkCache) shard(w string) *cacheShard {
-	return &c.shards[maphash.String(c.seed, w)%uint64(len(c.shards))]
-}
-
-func (c *chunkCache) get(w string) (int, bool) {
-	if len(w) > maxChunk {
-		return 0, false
+	h := maphash.String(c.seed, w)
+	s := &c.slots[h&(cacheSlots-1)]
+	if !s.busy.CompareAndSwap(0, 1) {
+		return 0, h, false
 	}
-	s := c.shard(w)
-	s.mu.RLock()
-	n, ok := s.m[w]
-	s.mu.RUnlock()
-	return int(n), ok
+	n, ok := int(s.n), s.hash == h && int(s.len) == len(w) && string(s.word[:len(w)]) == w
+	s.busy.Store(0)
+	return n, h, ok
 }
 
-func (c *chunkCache) put(w string, n int) {
-	if len(w) > maxChunk {
+func (c *chunkCache) put(w string, h uint64, n int) {
+	if len(w) > cachedChunk || n > 0xffff {
 		return
 	}
-	s := c.shard(w)
-	s.mu.Lock()
-	if len(s.m) >= shardEntries {
-		clear(s.m)
+	s := &c.slots[h&(cacheSlots-1)]
+	if !s.busy.CompareAndSwap(0, 1) {
+		return
 	}
-	s.m[strings.Clone(w)] = int32(n) // w may point into a request body
-	s.mu.Unlock()
+	s.hash, s.n, s.len = h, uint16(n), uint8(len(w))
+	copy(s.word[:], w)
+	s.busy.Store(0)
+}
+
+// ResetCache forgets every remembered word count (for benchmarks of the
+// cold path).
+func (t *Tokenizer) ResetCache() {
+	for i := range t.cache.slots {
+		s := &t.cache.slots[i]
+		for !s.busy.CompareAndSwap(0, 1) {
+		}
+		s.len, s.hash = 0, 0
+		s.busy.Store(0)
+	}
 }

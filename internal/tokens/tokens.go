@@ -8,6 +8,7 @@ package tokens
 import (
 	"fmt"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/pkoukk/tiktoken-go"
 	tiktokenloader "github.com/pkoukk/tiktoken-go-loader"
@@ -22,7 +23,9 @@ const (
 // Tokenizer is one encoding. It is safe for concurrent use.
 type Tokenizer struct {
 	name  string
-	enc   *tiktoken.Tiktoken
+	enc   *tiktoken.Tiktoken // the library: building Words, and the reference in tests
+	bpe   bpe
+	piece func(s string, i int) int // the encoding's pre-tokenizer (split.go)
 	cache *chunkCache
 
 	wordsOnce sync.Once
@@ -38,12 +41,21 @@ func Load(name string) (*Tokenizer, error) {
 		return nil, fmt.Errorf("tokens: unknown encoding %q (cl100k_base or o200k_base)", name)
 	}
 	// SetBpeLoader is the library's own process-wide setting.
-	tiktoken.SetBpeLoader(tiktokenloader.NewOfflineLoader())
+	loader := tiktokenloader.NewOfflineLoader()
+	tiktoken.SetBpeLoader(loader)
 	enc, err := tiktoken.GetEncoding(name)
 	if err != nil {
 		return nil, fmt.Errorf("tokens: %s: %w", name, err)
 	}
-	return &Tokenizer{name: name, enc: enc, cache: newChunkCache()}, nil
+	ranks, err := loader.LoadTiktokenBpe(name + ".tiktoken")
+	if err != nil {
+		return nil, fmt.Errorf("tokens: %s: %w", name, err)
+	}
+	t := &Tokenizer{name: name, enc: enc, bpe: bpe{ranks: ranks}, piece: pieceCL100K, cache: newChunkCache()}
+	if name == O200K {
+		t.piece = pieceO200K
+	}
+	return t, nil
 }
 
 // Name is the encoding's name.
@@ -51,9 +63,15 @@ func (t *Tokenizer) Name() string { return t.name }
 
 // Count returns the number of tokens of s, exactly as the encoding splits
 // it (special tokens are counted as text). Text is counted a word at a
-// time, and each word's count is remembered (chunk.go): the library's
-// regular-expression split runs only on words not seen before.
+// time, and each word's count is remembered (chunk.go); a word not seen
+// before is split by the encoding's pattern, written out (split.go), and
+// each piece merged (bpe.go).
 func (t *Tokenizer) Count(s string) int {
+	if !utf8.ValidString(s) {
+		// Each invalid byte counts as U+FFFD, as the library and JSON
+		// decoders read it.
+		s = string([]rune(s))
+	}
 	n := 0
 	for len(s) > 0 {
 		var w string
@@ -63,20 +81,32 @@ func (t *Tokenizer) Count(s string) int {
 	return n
 }
 
-// countUncached counts s with the library alone.
-func (t *Tokenizer) countUncached(s string) int {
+// libraryCount counts s with the library alone: the reference.
+func (t *Tokenizer) libraryCount(s string) int {
 	if s == "" {
 		return 0
 	}
 	return len(t.enc.EncodeOrdinary(s))
 }
 
+// countUncached counts s piece by piece, without the cache.
+func (t *Tokenizer) countUncached(s string) int {
+	n := 0
+	for i := 0; i < len(s); {
+		e := t.piece(s, i)
+		n += t.bpe.count(s[i:e])
+		i = e
+	}
+	return n
+}
+
 func (t *Tokenizer) countChunk(w string) int {
-	if n, ok := t.cache.get(w); ok {
+	n, h, ok := t.cache.get(w)
+	if ok {
 		return n
 	}
-	n := t.countUncached(w)
-	t.cache.put(w, n)
+	n = t.countUncached(w)
+	t.cache.put(w, h, n)
 	return n
 }
 

@@ -69,7 +69,7 @@ func TestChunkedCountIsExact(t *testing.T) {
 		}
 		for _, s := range chunkTexts {
 			for range 2 { // the second time from the cache
-				if got, want := tok.Count(s), tok.countUncached(s); got != want {
+				if got, want := tok.Count(s), tok.libraryCount(s); got != want {
 					t.Errorf("%s: Count(%q) = %d, the library counts %d", enc, s, got, want)
 				}
 			}
@@ -94,7 +94,7 @@ func FuzzChunkedCount(f *testing.F) {
 			return
 		}
 		for _, tok := range []*Tokenizer{cl, o2} {
-			if got, want := tok.Count(s), tok.countUncached(s); got != want {
+			if got, want := tok.Count(s), tok.libraryCount(s); got != want {
 				t.Fatalf("%s: Count(%q) = %d, the library counts %d", tok.Name(), s, got, want)
 			}
 		}
@@ -104,5 +104,76 @@ func FuzzChunkedCount(f *testing.F) {
 func TestLoadRefusesUnknownEncoding(t *testing.T) {
 	if _, err := Load("p99k_base"); err == nil || !strings.Contains(err.Error(), "p99k_base") {
 		t.Fatalf("Load(p99k_base) = %v, want an error naming it", err)
+	}
+}
+
+// TestSplitMatchesLibrary holds the written-out pre-tokenizers to the
+// library's regular expressions: the same pieces, not only the same count.
+func TestSplitMatchesLibrary(t *testing.T) {
+	for _, enc := range []string{CL100K, O200K} {
+		tok, err := Load(enc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range chunkTexts {
+			var ours []string
+			for i := 0; i < len(s); {
+				e := tok.piece(s, i)
+				ours = append(ours, s[i:e])
+				i = e
+			}
+			var lib []string
+			for _, id := range tok.enc.EncodeOrdinary(s) {
+				lib = append(lib, tok.enc.Decode([]int{id}))
+			}
+			// Pieces hold one or more tokens: compare the joined text at
+			// piece boundaries by counting.
+			n := 0
+			for _, p := range ours {
+				n += tok.bpe.count(p)
+			}
+			if n != len(lib) || strings.Join(ours, "") != s {
+				t.Errorf("%s: %q: pieces %q count %d, library %d tokens %q", enc, s, ours, n, len(lib), lib)
+			}
+		}
+	}
+}
+
+func TestLongPieces(t *testing.T) {
+	tok, err := Load(CL100K)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{strings.Repeat("-", 3000), strings.Repeat("ab", 2000), strings.Repeat("日本", 800), strings.Repeat(" ", 5000) + "x"} {
+		if got, want := tok.Count(s), tok.libraryCount(s); got != want {
+			t.Errorf("%.20q×%d: %d, library %d", s, len(s), got, want)
+		}
+	}
+}
+
+// TestRandomScripts draws strings from runes of every class the patterns
+// tell apart (cased and uncased letters, titlecase, modifier letters,
+// marks, the three kinds of numbers, Unicode spaces, newlines,
+// apostrophes, slashes, punctuation) and holds the count to the library's.
+func TestRandomScripts(t *testing.T) {
+	alphabet := []rune("aZ'sStTrReEvVmMlLdD \t\n\r\v\f/.,!?-_\"(0123456789" +
+		"\u00e9\u0301\u0308\u01c5\u02b0\u05d0\u4e2d\u3042\u0660\u2163\u00bd\u00a0\u2003\u3000\u2028\u0085" +
+		"\u0391\u03b1\u0416\u0436\u1e9e\u00df\U0001F600\u200b\u00ad")
+	rng := rand.New(rand.NewPCG(7, 11))
+	for _, enc := range []string{CL100K, O200K} {
+		tok, err := Load(enc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 3000 {
+			rs := make([]rune, 1+rng.IntN(24))
+			for i := range rs {
+				rs[i] = alphabet[rng.IntN(len(alphabet))]
+			}
+			s := string(rs)
+			if got, want := tok.countUncached(s), tok.libraryCount(s); got != want {
+				t.Fatalf("%s: %q (%+q): %d, library %d", enc, s, s, got, want)
+			}
+		}
 	}
 }
