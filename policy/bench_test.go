@@ -104,16 +104,17 @@ func proseChat(b *testing.B, turns, per int, rng *rand.Rand) []msg {
 	return msgs
 }
 
-// BenchmarkTrim trims a 100-turn, 32k-token conversation to 8k tokens
+// BenchmarkTrim trims a 100-turn, 38k-token conversation to 8k tokens
 // (drop_oldest), and a conversation with a 30k-token document in it
-// (truncate_middle). Warm: the tokenizer has counted other text of the
-// same language before (its word cache holds the common words, not this
-// conversation); cold: its cache is empty.
+// (truncate_middle). repeat: the conversation was counted before, as a
+// chat's history is at its every turn (its messages are in the policy's
+// message cache); words: the messages are new but their words are in the
+// tokenizer's word cache; cold: both caches are empty, every word is
+// split and merged.
 func BenchmarkTrim(b *testing.B) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	chat := proseChat(b, 100, 140, rng)
 	doc := append(proseChat(b, 3, 100, rng), msg{"role": "user", "content": "Summarise: " + prose(b, 30000, rng)})
-	warm := prose(b, 50000, rand.New(rand.NewPCG(3, 4)))
 	for _, s := range []Strategy{DropOldest, TruncateMiddle} {
 		in := chat
 		if s == TruncateMiddle {
@@ -121,23 +122,21 @@ func BenchmarkTrim(b *testing.B) {
 		}
 		body := chatBody(b, "m", in, nil)
 		env := scan(b, body)
-		for _, cold := range []bool{false, true} {
+		for _, state := range []string{"repeat", "words", "cold"} {
 			p := mustCompile(b, Config{Tokenizer: TokenizerCL100K, Limits: Limits{MaxInputTokens: 8192, Trim: s}})
 			tok := p.def.count.tok.(*tokens.Tokenizer)
-			name := string(s) + "/warm"
-			if cold {
-				name = string(s) + "/cold"
-			}
-			b.Run(name, func(b *testing.B) {
+			b.Run(string(s)+"/"+state, func(b *testing.B) {
 				total := 0
 				b.ReportAllocs()
 				for b.Loop() {
-					b.StopTimer()
-					tok.ResetCache()
-					if !cold {
-						tok.Count(warm)
+					if state != "repeat" {
+						b.StopTimer()
+						p.def.count.cache = newCountCache()
+						if state == "cold" {
+							tok.ResetCache()
+						}
+						b.StartTimer()
 					}
-					b.StartTimer()
 					d, err := p.Apply(Request{Model: "m", Body: body, Env: env, Chat: true})
 					if err != nil || d.InputTokens > 8192 || d.TrimmedTokens == 0 {
 						b.Fatalf("%+v %v", d, err)

@@ -85,6 +85,18 @@ type counter struct {
 	name      string // the tokenizer's name, for the log
 	estimated bool   // the count is an estimate
 	backend   bool   // the backend's /tokenize gives the exact total
+	// cache remembers messages' counts (cache.go); nil when not counting.
+	cache *countCache
+}
+
+// noCount counts nothing: parsing a message whose counts are cached.
+type noCount struct{}
+
+func (noCount) Count(string) int { return 0 }
+
+// structureOnly is c without counting or caching.
+func (c *counter) structureOnly() *counter {
+	return &counter{tok: noCount{}, tpl: template{}, name: c.name}
 }
 
 func (c *counter) text(s string) int {

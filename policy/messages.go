@@ -22,6 +22,8 @@ type message struct {
 	// decoded length in bytes.
 	text    openai.Span
 	textLen int
+	// contentTokens is what the text counted.
+	contentTokens int
 	// edit is the shortened content, JSON-quoted, that replaces text.
 	edit []byte
 }
@@ -66,6 +68,16 @@ func parseMessages(arr []byte, c *counter) ([]message, error) {
 func parseMessage(arr []byte, s openai.Span, i int, c *counter) (message, error) {
 	m := message{raw: s}
 	b := arr[s.Start:s.End]
+	// A message counted before is read for its structure only.
+	var h1, h2 uint64
+	if c.cache != nil {
+		h1, h2 = c.cache.key(b)
+		if tokens, content, ok := c.cache.get(h1, h2); ok {
+			m, err := parseMessage(arr, s, i, c.structureOnly())
+			m.tokens, m.contentTokens = tokens, content
+			return m, err
+		}
+	}
 	var err error
 	haveRole := false
 	isObject := openai.EachMember(b, func(key []byte, f openai.Field) bool {
@@ -91,6 +103,7 @@ func parseMessage(arr []byte, s openai.Span, i int, c *counter) (message, error)
 			}
 			m.tokens += n
 			if v[0] == '"' {
+				m.contentTokens = n
 				m.text = openai.Span{Start: s.Start + f.Value.Start, End: s.Start + f.Value.End}
 				m.textLen = len(text)
 			}
@@ -133,6 +146,9 @@ func parseMessage(arr []byte, s openai.Span, i int, c *counter) (message, error)
 		return m, invalid("messages[%d].role: missing", i)
 	}
 	m.tokens += c.tpl.perMessage
+	if c.cache != nil {
+		c.cache.put(h1, h2, m.tokens, m.contentTokens)
+	}
 	return m, nil
 }
 

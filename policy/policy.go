@@ -84,7 +84,7 @@ func (p *Policy) model(field string, m Model, c Config) (*modelPolicy, error) {
 	}
 	return &modelPolicy{
 		limits: m.Limits.merge(c.Limits),
-		count: counter{tok: tok, tpl: templates[tpl], name: tn,
+		count: counter{tok: tok, tpl: templates[tpl], name: tn, cache: newCountCache(),
 			estimated: tn == TokenizerEstimate || tn == TokenizerBackend, backend: tn == TokenizerBackend},
 	}, nil
 }

@@ -1,8 +1,11 @@
 package policy
 
 import (
+	"bytes"
 	"encoding/json"
 	"unicode/utf8"
+
+	"github.com/infergate/infergate/openai"
 )
 
 // alwaysKept reports whether a message of this role survives every trim.
@@ -102,37 +105,45 @@ func truncateMiddle(arr []byte, msgs []message, budget int, c *counter) ([]messa
 		return nil, nil
 	}
 	m := msgs[longest]
-	var text string
-	if err := json.Unmarshal(arr[m.text.Start:m.text.End], &text); err != nil {
+	text, err := openai.Unquote(arr[m.text.Start:m.text.End])
+	if err != nil {
 		return nil, invalid("messages[%d].content: %v", longest, err)
 	}
-	contentTokens := c.text(text)
-	rest := total - contentTokens // everything but this content
-	allowed := budget - rest - c.text(truncateMarker)
-	if allowed <= 0 {
+	rest := total - m.contentTokens // everything but this content
+	allowed := budget - rest
+	if allowed-c.text(truncateMarker) <= 0 {
 		return nil, nil
 	}
-	// Cut by bytes in proportion, then count; a few rounds settle it,
-	// as tokens are not spread evenly.
-	keep := len(text) * allowed / max(contentTokens, 1)
-	for range 8 {
+	// Cut by bytes in proportion, aiming a little low as tokens are not
+	// spread evenly, then count; another round when it still does not fit.
+	keep := int(float64(len(text)) * float64(allowed) / float64(max(m.contentTokens, 1)) * 0.97)
+	for range 6 {
 		short := headTail(text, keep)
 		n := c.text(short)
-		if n <= budget-rest {
-			m.tokens += n - contentTokens
-			q, _ := json.Marshal(short) // a string always marshals
-			m.edit = q
+		if n <= allowed {
+			m.tokens += n - m.contentTokens
+			m.contentTokens = n
+			m.edit = appendJSONString(nil, short)
 			out := append([]message(nil), msgs...)
 			out[longest] = m
 			return out, nil
 		}
-		keep = keep * (budget - rest) / max(n, 1)
-		keep -= 4
+		keep = int(float64(keep)*float64(allowed)/float64(n)*0.97) - 4
 		if keep <= 0 {
 			break
 		}
 	}
 	return nil, nil
+}
+
+// appendJSONString appends s as a JSON string, leaving <, > and & as they
+// are (json.Marshal would escape them).
+func appendJSONString(dst []byte, s string) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s) // a string always encodes
+	return append(dst, bytes.TrimSuffix(b.Bytes(), []byte("\n"))...)
 }
 
 // headTail keeps about keep bytes of s: its head and its tail, split at

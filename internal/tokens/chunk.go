@@ -36,9 +36,9 @@ func isASCIIAlnum(c byte) bool {
 
 // chunkCache remembers the token counts of chunks in a direct-mapped
 // table of a fixed size, allocated once: a chunk's slot is picked by its
-// hash, and a new chunk takes the slot over. Each slot is one cache line
-// with its own lock, taken by compare-and-swap: a reader that finds the
-// slot busy counts the chunk itself rather than wait. A chunk found is
+// hash, and a new chunk takes the slot over. A slot is a sequence lock
+// over atomic words: a reader never writes or waits (it takes a slot
+// being written, or changed while read, as a miss), and a chunk found is
 // compared in full, so a count is never another chunk's.
 type chunkCache struct {
 	seed  maphash.Seed
@@ -46,11 +46,11 @@ type chunkCache struct {
 }
 
 type cacheSlot struct {
-	busy atomic.Uint32
-	n    uint16
-	len  uint8
-	hash uint64
-	word [cachedChunk]byte
+	seq  atomic.Uint32 // odd while written
+	_    uint32
+	hash atomic.Uint64
+	meta atomic.Uint64 // count<<8 | length
+	word [cachedChunk / 8]atomic.Uint64
 }
 
 const (
@@ -62,41 +62,62 @@ func newChunkCache() *chunkCache {
 	return &chunkCache{seed: maphash.MakeSeed(), slots: make([]cacheSlot, cacheSlots)}
 }
 
+// wordAt is bytes 8i to 8i+8 of w, little-endian, zero-padded.
+func wordAt(w string, i int) uint64 {
+	var v uint64
+	for j := min(len(w), 8*i+8) - 1; j >= 8*i; j-- {
+		v = v<<8 | uint64(w[j])
+	}
+	return v
+}
+
 func (c *chunkCache) get(w string) (int, uint64, bool) {
 	if len(w) > cachedChunk {
 		return 0, 0, false
 	}
 	h := maphash.String(c.seed, w)
 	s := &c.slots[h&(cacheSlots-1)]
-	if !s.busy.CompareAndSwap(0, 1) {
+	seq := s.seq.Load()
+	if seq&1 != 0 || s.hash.Load() != h {
 		return 0, h, false
 	}
-	n, ok := int(s.n), s.hash == h && int(s.len) == len(w) && string(s.word[:len(w)]) == w
-	s.busy.Store(0)
-	return n, h, ok
+	meta := s.meta.Load()
+	if int(meta&0xff) != len(w) {
+		return 0, h, false
+	}
+	for i := 0; 8*i < len(w); i++ {
+		if s.word[i].Load() != wordAt(w, i) {
+			return 0, h, false
+		}
+	}
+	if s.seq.Load() != seq {
+		return 0, h, false
+	}
+	return int(meta >> 8), h, true
 }
 
 func (c *chunkCache) put(w string, h uint64, n int) {
-	if len(w) > cachedChunk || n > 0xffff {
+	if len(w) > cachedChunk {
 		return
 	}
 	s := &c.slots[h&(cacheSlots-1)]
-	if !s.busy.CompareAndSwap(0, 1) {
-		return
+	seq := s.seq.Load()
+	if seq&1 != 0 || !s.seq.CompareAndSwap(seq, seq+1) {
+		return // another writer has it
 	}
-	s.hash, s.n, s.len = h, uint16(n), uint8(len(w))
-	copy(s.word[:], w)
-	s.busy.Store(0)
+	s.hash.Store(h)
+	s.meta.Store(uint64(n)<<8 | uint64(len(w)))
+	for i := 0; 8*i < len(w); i++ {
+		s.word[i].Store(wordAt(w, i))
+	}
+	s.seq.Store(seq + 2)
 }
 
 // ResetCache forgets every remembered word count (for benchmarks of the
-// cold path).
+// cold path). It must not run beside Count.
 func (t *Tokenizer) ResetCache() {
 	for i := range t.cache.slots {
-		s := &t.cache.slots[i]
-		for !s.busy.CompareAndSwap(0, 1) {
-		}
-		s.len, s.hash = 0, 0
-		s.busy.Store(0)
+		t.cache.slots[i].hash.Store(0)
+		t.cache.slots[i].meta.Store(0)
 	}
 }
