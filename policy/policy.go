@@ -127,6 +127,10 @@ func (p *Policy) Needs(tenant, model string, stream bool) bool {
 	return m.limits != Limits{} || p.usage && stream
 }
 
+// UsesBackend reports whether a model's tokens are counted by its
+// backend's /tokenize (Request.Exact).
+func (p *Policy) UsesBackend(model string) bool { return p.modelOf(model).count.backend }
+
 func (p *Policy) modelOf(model string) *modelPolicy {
 	if m, ok := p.models[model]; ok {
 		return m

@@ -38,7 +38,7 @@ func (x *exchange) applyPolicy(rc *fasthttp.RequestCtx, body []byte, env openai.
 		return body, true
 	}
 	start := time.Now()
-	d, err := p.Apply(policy.Request{Tenant: x.tenant, Model: x.model, Body: body, Env: env, Chat: chat, Count: count})
+	d, err := p.Apply(policy.Request{Tenant: x.tenant, Model: x.model, Body: body, Env: env, Chat: chat, Count: count, Exact: x.exactCounter()})
 	x.tl.PolicyTime = time.Since(start)
 	if err != nil {
 		x.policyReject(rc, err)
@@ -81,4 +81,28 @@ func (x *exchange) policyReject(rc *fasthttp.RequestCtx, err error) {
 		return
 	}
 	x.reject(rc, pe.Status, pe.Type, pe.Code, pe.Message)
+}
+
+// exactCounter returns the count of a model whose tokenizer is "backend":
+// the backend's own /tokenize (vLLM's form: the messages, rendered by the
+// model's chat template, counted by its tokenizer), exact at the cost of
+// a round trip. An error leaves the policy's estimate.
+func (x *exchange) exactCounter() func(messages []byte) (int, error) {
+	if !x.st.pol.UsesBackend(x.model) {
+		return nil
+	}
+	return func(messages []byte) (int, error) {
+		now := time.Now()
+		for _, b := range x.route.pool.backends {
+			if !b.Available(now) {
+				continue
+			}
+			model := x.model
+			if x.route.upstreamModel != "" {
+				model = x.route.upstreamModel
+			}
+			return b.tokenize(model, messages, x.st.cfg.Timeouts.Connect+time.Second)
+		}
+		return 0, ErrNoBackend
+	}
 }

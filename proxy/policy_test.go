@@ -262,3 +262,28 @@ func TestPolicyReload(t *testing.T) {
 		t.Fatalf("a refused reload changed the clamp to %q", got)
 	}
 }
+
+// TestBackendTokenizer: with tokenizer "backend" the prompt is counted by
+// the backend's /tokenize (the simulator's, vLLM's form), exactly as the
+// backend then counts it, and trimmed by that count.
+func TestBackendTokenizer(t *testing.T) {
+	s := simtest.Start(t, simtest.Fixed(time.Millisecond, time.Millisecond))
+	cfg := testConfig(s.URL)
+	cfg.Models[0].UpstreamModel = "sim-model"
+	cfg.Policy = policy.Config{Tokenizer: policy.TokenizerBackend, Limits: policy.Limits{MaxInputTokens: 400, Trim: policy.DropOldest}}
+	gw := startGateway(t, cfg)
+	status, h, body := post(t, gw.URL, "/v1/chat/completions", longChatBody("m", 10, `,"max_tokens":2`))
+	var resp openai.ChatResponse
+	if status != 200 || json.Unmarshal([]byte(body), &resp) != nil || resp.Usage == nil {
+		t.Fatalf("%d %s", status, body)
+	}
+	counted, _ := strconv.Atoi(h.Get("X-Infergate-Input-Tokens"))
+	if counted > 400 || h.Get("X-Infergate-Trimmed-Tokens") == "" {
+		t.Errorf("headers %v", h)
+	}
+	// The backend's count of what it got is within the rounding of the
+	// proportional split of its count of the whole.
+	if d := resp.Usage.PromptTokens - counted; d < -10 || d > 10 || resp.Usage.PromptTokens > 400 {
+		t.Errorf("the gateway counted %d, the backend %d", counted, resp.Usage.PromptTokens)
+	}
+}

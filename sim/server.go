@@ -113,6 +113,12 @@ func (s *Server) handle(rc *fasthttp.RequestCtx) {
 		b, _ := json.Marshal(openai.ModelList{Object: "list", Data: []openai.Model{{ID: s.cfg.Model, Object: "model", Created: s.created, OwnedBy: "infergate-sim"}}})
 		rc.SetContentType("application/json")
 		rc.SetBody(b)
+	case "/tokenize":
+		if !rc.IsPost() {
+			vllmError(rc, fasthttp.StatusMethodNotAllowed, "MethodNotAllowed", "use POST")
+			return
+		}
+		s.tokenize(rc)
 	case "/health":
 		rc.SetStatusCode(fasthttp.StatusOK)
 	case "/metrics":
@@ -120,6 +126,32 @@ func (s *Server) handle(rc *fasthttp.RequestCtx) {
 	default:
 		vllmError(rc, fasthttp.StatusNotFound, "NotFoundError", "no route "+path)
 	}
+}
+
+// tokenize counts a prompt as vLLM's /tokenize does, from messages (with
+// the chat template's framing) or a prompt, as the completions count it.
+// It answers the count and the context length; not the token ids.
+func (s *Server) tokenize(rc *fasthttp.RequestCtx) {
+	var req openai.Request
+	if err := json.Unmarshal(rc.PostBody(), &req); err != nil {
+		vllmError(rc, fasthttp.StatusBadRequest, "BadRequestError", "invalid JSON body: "+err.Error())
+		return
+	}
+	if req.Model != s.cfg.Model {
+		vllmError(rc, fasthttp.StatusNotFound, "NotFoundError", fmt.Sprintf("The model `%s` does not exist.", req.Model))
+		return
+	}
+	_, n, err := promptText(s.tok, &req)
+	if err != nil {
+		vllmError(rc, fasthttp.StatusBadRequest, "BadRequestError", err.Error())
+		return
+	}
+	b, _ := json.Marshal(struct {
+		Count       int `json:"count"`
+		MaxModelLen int `json:"max_model_len"`
+	}{n, s.cfg.Output.MaxModelLen})
+	rc.SetContentType("application/json")
+	rc.SetBody(b)
 }
 
 // vllmError writes an error the way vLLM's OpenAI server does.
