@@ -167,6 +167,8 @@ func (c *Client) do(ctx context.Context, body []byte, stream bool, p *parser, r 
 	r.TTFB = time.Since(r.Sent)
 	r.Status = resp.StatusCode()
 	isSSE := stream && r.Status == 200 && bytes.HasPrefix(resp.Header.ContentType(), textEventStream)
+	// An infergate gateway says when its policy set the output limit.
+	r.ClampedByGateway = len(resp.Header.Peek("X-Infergate-Max-Tokens-Clamped")) > 0
 	var b httpbody.Reader
 	b.Reset(trip.Reader, httpbody.Mode(req, resp), int64(resp.Header.ContentLength()))
 	closeAfter := resp.ConnectionClose()

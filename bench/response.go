@@ -49,6 +49,10 @@ type Result struct {
 	// InputTokens and MaxTokens are what the request asked for (0 unknown).
 	InputTokens, MaxTokens int
 	Finish                 string
+	// ClampedByGateway is set when a gateway's policy set the request's
+	// output limit (X-Infergate-Max-Tokens-Clamped): a finish "length"
+	// is then the policy's doing, not the model's.
+	ClampedByGateway bool
 	// ErrClass is empty for a success; Err the error's text.
 	ErrClass, Err string
 	// Quality signals of a successful answer.

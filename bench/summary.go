@@ -201,11 +201,14 @@ type Summary struct {
 // QualityCounts are the answers that showed each quality signal, of the
 // successful ones.
 type QualityCounts struct {
-	JSONChecked  bool `json:"json_checked,omitempty"`
-	InvalidJSON  int  `json:"invalid_json"`
-	FinishLength int  `json:"finish_length"`
-	Empty        int  `json:"empty"`
-	Refusal      int  `json:"refusal"`
+	JSONChecked bool `json:"json_checked,omitempty"`
+	InvalidJSON int  `json:"invalid_json"`
+	// FinishLength counts answers the model cut at their output limit;
+	// LengthByPolicy those cut at a limit a gateway's policy set.
+	FinishLength   int `json:"finish_length"`
+	LengthByPolicy int `json:"length_by_policy,omitempty"`
+	Empty          int `json:"empty"`
+	Refusal        int `json:"refusal"`
 }
 
 // Bucket is one second of a stage: what ended in it, and the output
@@ -268,6 +271,9 @@ func (c *Collector) Summarize(n int, l LoadSpec, win Window, slos []SLO) *Summar
 		}
 		if w.finishLength {
 			s.Quality.FinishLength++
+		}
+		if w.lengthByPolicy {
+			s.Quality.LengthByPolicy++
 		}
 		if w.empty {
 			s.Quality.Empty++

@@ -145,9 +145,11 @@ type Request struct {
 	Model string
 	Body  []byte
 	Env   openai.Envelope
-	// Chat is set for the chat completions route: only its messages are
-	// counted and trimmed; other routes get the output caps.
-	Chat bool
+	// Chat is set for the chat completions route, Completion for the
+	// legacy completions route. Only chat messages are counted and
+	// trimmed; only these two routes get output caps and usage; any route
+	// gets the tenant's model list.
+	Chat, Completion bool
 	// Count asks for the input tokens even when no limit needs them
 	// (token caps of admission).
 	Count bool
@@ -205,6 +207,9 @@ func (p *Policy) Apply(r Request) (Decision, error) {
 		if err := p.input(r, m, lim, &d, &ed); err != nil {
 			return d, err
 		}
+	}
+	if !r.Chat && !r.Completion {
+		return d, nil
 	}
 	if err := p.output(r, lim, &d, &ed); err != nil {
 		return d, err

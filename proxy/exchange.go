@@ -166,7 +166,7 @@ func (g *Gateway) serveAPI(rc *fasthttp.RequestCtx, strict bool) {
 		return
 	}
 	x.beginSpan(rc)
-	if err == nil {
+	if err == nil && env.Model != "" {
 		var ok bool
 		if body, ok = x.applyPolicy(rc, body, env); !ok {
 			return

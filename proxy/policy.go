@@ -32,13 +32,13 @@ func (x *exchange) identify(rc *fasthttp.RequestCtx) bool {
 // forward. It reports false when the request was refused.
 func (x *exchange) applyPolicy(rc *fasthttp.RequestCtx, body []byte, env openai.Envelope) ([]byte, bool) {
 	p := x.st.pol
-	chat := x.path == "/v1/chat/completions"
+	chat, completion := x.path == "/v1/chat/completions", x.path == "/v1/completions"
 	count := x.st.tokenCaps && chat
 	if !count && !p.Needs(x.tenant, x.model, x.stream) {
 		return body, true
 	}
 	start := time.Now()
-	d, err := p.Apply(policy.Request{Tenant: x.tenant, Model: x.model, Body: body, Env: env, Chat: chat, Count: count, Exact: x.exactCounter()})
+	d, err := p.Apply(policy.Request{Tenant: x.tenant, Model: x.model, Body: body, Env: env, Chat: chat, Completion: completion, Count: count, Exact: x.exactCounter()})
 	x.tl.PolicyTime = time.Since(start)
 	if err != nil {
 		x.policyReject(rc, err)

@@ -194,6 +194,15 @@ func TestPolicyPassThroughIsByteIdentical(t *testing.T) {
 	if _, got := b.last(); got != sent {
 		t.Errorf("the backend got\n%s\nthe client sent\n%s", got, sent)
 	}
+	// Output caps are for the completion routes: an embeddings request
+	// gets no max_tokens.
+	emb := `{"model":"m","input":"hello"}`
+	if status, _, _ := post(t, gw.URL, "/v1/embeddings", emb, "Authorization", "Bearer sk-acme-secret"); status != 200 {
+		t.Fatalf("embeddings: %d", status)
+	}
+	if _, got := b.last(); got != emb {
+		t.Errorf("the embeddings request became %s", got)
+	}
 }
 
 func TestAdminAuth(t *testing.T) {

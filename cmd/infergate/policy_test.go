@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/infergate/infergate/bench"
 )
 
 // TestQuickStartPolicyFlags: serve --upstream with the policy flags and
@@ -52,5 +54,30 @@ func TestQuickStartPolicyFlags(t *testing.T) {
 	}
 	if strings.Contains(p.log(), "sk-file-key") {
 		t.Errorf("a key reached the log:\n%s", p.log())
+	}
+}
+
+// TestBenchCountsPolicyLengthApart: bench through a gateway whose output
+// cap is below what it asks for counts the length finishes as the
+// policy's, not the model's.
+func TestBenchCountsPolicyLengthApart(t *testing.T) {
+	sim := start(t, "sim", "--listen", "127.0.0.1:0", "--ttft", "1ms", "--itl", "1ms")
+	gw := start(t, "serve", "--listen", "127.0.0.1:0", "--upstream", sim.url(t), "--max-output-tokens", "4").url(t)
+	out := filepath.Join(t.TempDir(), "run.json")
+	code, output := exitCode(t, "bench", "--url", gw, "--input-tokens", "16", "--output-tokens", "32", "--concurrency", "2",
+		"--requests", "10", "--warmup", "0", "--out", out)
+	if code != 0 {
+		t.Fatalf("bench: exit %d\n%s", code, output)
+	}
+	rec, err := bench.LoadRecord(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := rec.Stages[0].Quality
+	if q.LengthByPolicy != 10 || q.FinishLength != 0 {
+		t.Errorf("quality %+v: want all 10 length finishes the policy's\n%s", q, output)
+	}
+	if !strings.Contains(output, "length at the gateway's output cap 10") {
+		t.Errorf("the report does not say so:\n%s", output)
 	}
 }
