@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/infergate/infergate/policy"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttputil"
 )
@@ -90,12 +91,25 @@ type benchGateway struct {
 }
 
 func newBenchGateway(tb testing.TB, stream bool) *benchGateway {
+	return newBenchGatewayWith(tb, stream, nil, "")
+}
+
+// newBenchGatewayWith is newBenchGateway with the config changed by
+// setup and the request body, when not empty, replaced.
+func newBenchGatewayWith(tb testing.TB, stream bool, setup func(*Config), reqBody string) *benchGateway {
 	tb.Helper()
 	resp, body := plainResponseBytes(), plainBody
 	if stream {
 		resp, body = streamResponseBytes(benchEvents), streamBody
 	}
-	g, err := New(testConfig(rawBackend(tb, resp)), slog.New(slog.DiscardHandler))
+	if reqBody != "" {
+		body = reqBody
+	}
+	cfg := testConfig(rawBackend(tb, resp))
+	if setup != nil {
+		setup(&cfg)
+	}
+	g, err := New(cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -123,6 +137,49 @@ func (bg *benchGateway) do(tb testing.TB) {
 	}
 	if bg.res.StatusCode() != 200 || len(bg.res.Body()) == 0 {
 		tb.Fatalf("status %d, body %q", bg.res.StatusCode(), bg.res.Body())
+	}
+}
+
+// BenchmarkGatewayPolicy is the plain request with the policy on: auth
+// required (100 tenants), limits on input (cl100k_base, drop_oldest) and
+// output, and a 4 KiB chat body. none: the same body without a policy,
+// the baseline; pass: nothing to change, the bytes go as received; clamp:
+// max_tokens above the cap, the body rewritten.
+//
+//	go test ./proxy -run '^$' -bench BenchmarkGatewayPolicy -benchmem
+func BenchmarkGatewayPolicy(b *testing.B) {
+	var msgs strings.Builder
+	msgs.WriteString(`{"role":"system","content":"You are a helpful assistant."}`)
+	for i := 0; msgs.Len() < 4000; i++ {
+		fmt.Fprintf(&msgs, `,{"role":"user","content":"question %d about the queue, the batch and the memory of the model"}`, i)
+	}
+	for _, tc := range []struct {
+		name, maxTokens string
+	}{{"none", "256"}, {"pass", "256"}, {"clamp", "4096"}} {
+		b.Run(tc.name, func(b *testing.B) {
+			body := `{"model":"m","messages":[` + msgs.String() + `],"max_tokens":` + tc.maxTokens + `}`
+			bg := newBenchGatewayWith(b, false, func(c *Config) {
+				if tc.name == "none" {
+					return
+				}
+				c.Auth.Required = true
+				c.Tenants = map[string]TenantConfig{}
+				for i := range 100 {
+					c.Tenants[fmt.Sprintf("t%d", i)] = TenantConfig{Tenant: policy.Tenant{APIKeys: []string{fmt.Sprintf("sk-bench-%03d-abcdefghij", i)}}}
+				}
+				c.Policy = policy.Config{Tokenizer: policy.TokenizerCL100K,
+					Limits: policy.Limits{MaxInputTokens: 8192, Trim: policy.DropOldest, MaxOutputTokens: 1024}}
+			}, body)
+			bg.req.Header.Set("Authorization", "Bearer sk-bench-042-abcdefghij")
+			for range 100 {
+				bg.do(b)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				bg.do(b)
+			}
+		})
 	}
 }
 
