@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/infergate/infergate/policy"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
@@ -62,4 +63,36 @@ func TestSpansFollowGenAIConventions(t *testing.T) {
 	if want := "00-" + traceID + "-" + root.SpanContext().SpanID().String() + "-01"; seen != want {
 		t.Errorf("backend traceparent %q, want %q", seen, want)
 	}
+}
+
+// TestSpanCarriesThePolicy: a clamped request's span says what the
+// policy did and that its length finish was the policy's.
+func TestSpanCarriesThePolicy(t *testing.T) {
+	b := newTestBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok ok"},"finish_reason":"length"}],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}`))
+	})
+	cfg := testConfig(b.URL)
+	cfg.Policy = policy.Config{Limits: policy.Limits{MaxOutputTokens: 2}}
+	rec := tracetest.NewSpanRecorder()
+	gw := startGateway(t, cfg, WithSpanProcessor(rec))
+	post(t, gw.URL, "/v1/chat/completions", `{"model":"m","max_tokens":50,"messages":[{"role":"user","content":"hi"}]}`, "Traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+	gw.syncTelemetry()
+	for _, s := range rec.Ended() {
+		if s.Name() != "chat m" {
+			continue
+		}
+		attrs := map[string]string{}
+		for _, a := range s.Attributes() {
+			attrs[string(a.Key)] = a.Value.Emit()
+		}
+		for k, v := range map[string]string{"infergate.policy.max_tokens": "2", "infergate.policy.requested_max_tokens": "50",
+			"infergate.policy.length_by_policy": "true"} {
+			if attrs[k] != v {
+				t.Errorf("%s = %q, want %q", k, attrs[k], v)
+			}
+		}
+		return
+	}
+	t.Fatal("no root span")
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/infergate/infergate/openai"
 	"github.com/infergate/infergate/policy"
+	"github.com/infergate/infergate/shaping"
 	"github.com/infergate/infergate/sim/simtest"
 	"github.com/infergate/infergate/tracing"
 )
@@ -294,5 +295,31 @@ func TestBackendTokenizer(t *testing.T) {
 	// proportional split of its count of the whole.
 	if d := resp.Usage.PromptTokens - counted; d < -10 || d > 10 || resp.Usage.PromptTokens > 400 {
 		t.Errorf("the gateway counted %d, the backend %d", counted, resp.Usage.PromptTokens)
+	}
+}
+
+// TestLegacyShapingTenants: tenants under shaping.tenants still name
+// their keys' requests, with a warning; one listed in both places is
+// refused.
+func TestLegacyShapingTenants(t *testing.T) {
+	b := newTestBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"id":"x","object":"chat.completion","choices":[]}`))
+	})
+	cfg := testConfig(b.URL)
+	cfg.Auth.Required = true
+	cfg.Shaping.Tenants = map[string]shaping.Tenant{"old": {APIKeys: []string{"sk-old-style"}, Cap: shaping.Cap{MaxRequests: 4}}}
+	gw := startGateway(t, cfg)
+	if status, _, body := post(t, gw.URL, "/v1/chat/completions", plainBody, "Authorization", "Bearer sk-old-style"); status != 200 {
+		t.Fatalf("a key under shaping.tenants: %d %s", status, body)
+	}
+	if !strings.Contains(gw.logs.String(), "shaping.tenants is deprecated") {
+		t.Error("no deprecation warning")
+	}
+	both := testConfig(b.URL)
+	both.Shaping.Tenants = map[string]shaping.Tenant{"dup": {}}
+	both.Tenants = map[string]TenantConfig{"dup": {}}
+	if _, err := New(both, nil); err == nil || !strings.Contains(err.Error(), "tenants.dup") {
+		t.Errorf("a tenant in both places: %v", err)
 	}
 }
