@@ -2,6 +2,9 @@ package policy
 
 import (
 	"fmt"
+	"os"
+	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/infergate/infergate/internal/tokens"
@@ -18,12 +21,18 @@ const (
 	TokenizerEstimate = "estimate"
 )
 
+// TokenizerFile prefixes the path of a Hugging Face tokenizer.json.
+const TokenizerFile = "hf:"
+
 func validTokenizer(field, name string) error {
 	switch name {
 	case "", TokenizerCL100K, TokenizerO200K, TokenizerBackend, TokenizerEstimate:
 		return nil
 	}
-	return fmt.Errorf("%s: %q is not cl100k_base, o200k_base, backend or estimate", field, name)
+	if p, ok := strings.CutPrefix(name, TokenizerFile); ok && p != "" {
+		return nil
+	}
+	return fmt.Errorf("%s: %q is not cl100k_base, o200k_base, hf:PATH (a tokenizer.json), backend or estimate", field, name)
 }
 
 // Estimate counts without a vocabulary: a token per 4 bytes of ASCII
@@ -111,24 +120,47 @@ func (c *counter) text(s string) int {
 func (c *counter) json(v []byte) int { return c.text(string(v)) }
 
 // tokenizers loads each named tokenizer once; a reload passes the last
-// policy's so nothing is loaded twice.
-type tokenizers map[string]Counter
+// policy's so nothing is loaded twice. A tokenizer.json is looked at
+// again at every reload: read again when it changed, and the reload
+// refused when it is gone.
+type tokenizers map[string]loaded
+
+type loaded struct {
+	c Counter
+	// the file's size and time when read, for hf: tokenizers
+	size int64
+	mod  time.Time
+}
 
 func (t tokenizers) get(name string) (Counter, error) {
-	if c, ok := t[name]; ok {
-		return c, nil
+	path, file := strings.CutPrefix(name, TokenizerFile)
+	var st os.FileInfo
+	if file {
+		var err error
+		if st, err = os.Stat(path); err != nil {
+			return nil, err
+		}
 	}
-	var c Counter
-	switch name {
-	case TokenizerEstimate, TokenizerBackend:
-		c = Estimate{}
+	if l, ok := t[name]; ok && (!file || l.size == st.Size() && l.mod.Equal(st.ModTime())) {
+		return l.c, nil
+	}
+	var l loaded
+	switch {
+	case name == TokenizerEstimate || name == TokenizerBackend:
+		l.c = Estimate{}
+	case file:
+		tok, err := tokens.LoadHF(path)
+		if err != nil {
+			return nil, err
+		}
+		l = loaded{c: tok, size: st.Size(), mod: st.ModTime()}
 	default:
 		tok, err := tokens.Load(name)
 		if err != nil {
 			return nil, err
 		}
-		c = tok
+		l.c = tok
 	}
-	t[name] = c
-	return c, nil
+	t[name] = l
+	return l.c, nil
 }

@@ -1,6 +1,9 @@
 package policy
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -43,5 +46,30 @@ func TestEstimateIsDocumented(t *testing.T) {
 		if got := (Estimate{}).Count(s); got != want {
 			t.Errorf("Estimate(%q) = %d, want %d", s, got, want)
 		}
+	}
+}
+
+// TestTokenizerFile: a model counted by a tokenizer.json; a reload whose
+// file is gone is refused, naming the model and the file.
+func TestTokenizerFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokenizer.json")
+	// A byte-level BPE of four merges with GPT-2's pattern: "hello" is
+	// one token, " hello" two (Ġ and hello).
+	tj := `{"normalizer":null,"pre_tokenizer":{"type":"ByteLevel","add_prefix_space":false,"use_regex":true},
+		"model":{"type":"BPE","ignore_merges":false,"merges":["h e","l l","he ll","hell o"]}}`
+	if err := os.WriteFile(path, []byte(tj), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := Config{Template: "none", Models: map[string]Model{"tiny": {Tokenizer: "hf:" + path}}}
+	p := mustCompile(t, c)
+	body := chatBody(t, "tiny", []msg{{"role": "hello", "content": "hello hello"}}, nil)
+	d, err := p.Apply(Request{Model: "tiny", Body: body, Env: scan(t, body), Chat: true, Count: true})
+	if err != nil || d.InputTokens != 4 || d.Estimated || d.Tokenizer != "hf:"+path {
+		t.Fatalf("%+v %v: want 1 (role) + 3 (content) tokens", d, err)
+	}
+	os.Remove(path)
+	_, err = Compile(c, p)
+	if err == nil || !strings.Contains(err.Error(), "policy.models.tiny.tokenizer") || !strings.Contains(err.Error(), path) {
+		t.Fatalf("a reload without the file: %v", err)
 	}
 }

@@ -13,6 +13,10 @@ import (
 // without spaces) costs O(n log n), not the library's O(n²).
 type bpe struct {
 	ranks map[string]int
+	// noShortcut: a piece that is itself a token is merged like any
+	// other (Hugging Face models without ignore_merges), rather than
+	// taken whole (tiktoken).
+	noShortcut bool
 }
 
 // count returns the number of tokens of piece.
@@ -20,7 +24,7 @@ func (b *bpe) count(piece string) int {
 	if len(piece) <= 1 {
 		return len(piece)
 	}
-	if _, ok := b.ranks[piece]; ok {
+	if _, ok := b.ranks[piece]; ok && !b.noShortcut {
 		return 1
 	}
 	if len(piece) <= 16 {
