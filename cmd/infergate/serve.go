@@ -68,7 +68,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	maxInput := fs.Int("max-input-tokens", 0, "cap a chat request's messages at this many tokens (policy.max_input_tokens; 0: none)")
 	trim := fs.String("trim", "", "above --max-input-tokens: reject (default), drop_oldest or truncate_middle (policy.trim)")
 	maxOutput := fs.Int("max-output-tokens", 0, "clamp max_tokens to this, and set it when a request has none (policy.max_output_tokens; 0: none)")
-	tokenizer := fs.String("tokenizer", "", "count tokens with cl100k_base, o200k_base, backend (the backend's /tokenize) or estimate (policy.tokenizer; default estimate)")
+	tokenizer := fs.String("tokenizer", "", "count tokens with cl100k_base, o200k_base, hf:PATH (a tokenizer.json), backend (the backend's /tokenize) or estimate (policy.tokenizer; default estimate)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile (pprof) to this file until exit")
 	memprofile := fs.String("memprofile", "", "write an allocation profile (pprof) to this file at exit")
 	if err := fs.Parse(args); err != nil {
