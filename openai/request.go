@@ -67,44 +67,28 @@ func ScanRequest(body []byte) (Envelope, error) {
 		}
 		return env, fmt.Errorf("%w: %v", ErrInvalidJSON, err)
 	}
-	i := skipSpace(body, 0)
-	if body[i] != '{' {
-		return env, ErrNotObject
-	}
-	i++
 	haveModel := false
-	for {
-		i = skipSpace(body, i)
-		if body[i] == '}' {
-			break
-		}
-		if body[i] == ',' {
-			i = skipSpace(body, i+1)
-		}
-		keyStart := i
-		i = skipString(body, i)
-		key := body[keyStart:i]
-		i = skipSpace(body, i)
-		i = skipSpace(body, i+1) // the colon
-		valStart := i
-		i = skipValue(body, i)
-		val := body[valStart:i]
-		f := Field{Member: Span{keyStart, i}, Value: Span{valStart, i}}
+	var err error
+	isObject := EachMember(body, func(key []byte, f Field) bool {
+		val := f.Of(body)
 		switch {
 		case keyIs(key, "model"):
 			if val[0] != '"' {
-				return env, ErrModelNotString
+				err = ErrModelNotString
+				return false
 			}
-			m, err := unquote(val)
-			if err != nil {
-				return env, fmt.Errorf("%w: %v", ErrInvalidJSON, err)
+			m, e := unquote(val)
+			if e != nil {
+				err = fmt.Errorf("%w: %v", ErrInvalidJSON, e)
+				return false
 			}
 			// A name that is not UTF-8 would be a broken log field and
 			// metric label; encoding/json would silently alter it.
 			if !utf8.ValidString(m) {
-				return env, ErrModelNotUTF8
+				err = ErrModelNotUTF8
+				return false
 			}
-			env.Model, env.ModelStart, env.ModelEnd, haveModel = m, valStart, i, true
+			env.Model, env.ModelStart, env.ModelEnd, haveModel = m, f.Value.Start, f.Value.End, true
 		case keyIs(key, "messages"):
 			env.Messages = f
 		case keyIs(key, "tools"):
@@ -122,9 +106,17 @@ func ScanRequest(body []byte) (Envelope, error) {
 			case "false", "null":
 				env.Stream = false
 			default:
-				return env, ErrStreamNotBool
+				err = ErrStreamNotBool
+				return false
 			}
 		}
+		return true
+	})
+	if !isObject {
+		return env, ErrNotObject
+	}
+	if err != nil {
+		return env, err
 	}
 	if !haveModel || env.Model == "" {
 		return env, ErrMissingModel

@@ -133,12 +133,7 @@ func (s *Server) handle(rc *fasthttp.RequestCtx) {
 // It answers the count and the context length; not the token ids.
 func (s *Server) tokenize(rc *fasthttp.RequestCtx) {
 	var req openai.Request
-	if err := json.Unmarshal(rc.PostBody(), &req); err != nil {
-		vllmError(rc, fasthttp.StatusBadRequest, "BadRequestError", "invalid JSON body: "+err.Error())
-		return
-	}
-	if req.Model != s.cfg.Model {
-		vllmError(rc, fasthttp.StatusNotFound, "NotFoundError", fmt.Sprintf("The model `%s` does not exist.", req.Model))
+	if !s.decode(rc, &req) {
 		return
 	}
 	_, n, err := promptText(s.tok, &req)
@@ -152,6 +147,20 @@ func (s *Server) tokenize(rc *fasthttp.RequestCtx) {
 	}{n, s.cfg.Output.MaxModelLen})
 	rc.SetContentType("application/json")
 	rc.SetBody(b)
+}
+
+// decode reads a request body for this server's model, answering 400 or
+// 404 as vLLM does when it cannot.
+func (s *Server) decode(rc *fasthttp.RequestCtx, req *openai.Request) bool {
+	if err := json.Unmarshal(rc.PostBody(), req); err != nil {
+		vllmError(rc, fasthttp.StatusBadRequest, "BadRequestError", "invalid JSON body: "+err.Error())
+		return false
+	}
+	if req.Model != s.cfg.Model {
+		vllmError(rc, fasthttp.StatusNotFound, "NotFoundError", fmt.Sprintf("The model `%s` does not exist.", req.Model))
+		return false
+	}
+	return true
 }
 
 // vllmError writes an error the way vLLM's OpenAI server does.
@@ -214,12 +223,7 @@ func (s *Server) complete(rc *fasthttp.RequestCtx, chat bool) {
 		return
 	}
 	var req openai.Request
-	if err := json.Unmarshal(rc.PostBody(), &req); err != nil {
-		vllmError(rc, fasthttp.StatusBadRequest, "BadRequestError", "invalid JSON body: "+err.Error())
-		return
-	}
-	if req.Model != s.cfg.Model {
-		vllmError(rc, fasthttp.StatusNotFound, "NotFoundError", fmt.Sprintf("The model `%s` does not exist.", req.Model))
+	if !s.decode(rc, &req) {
 		return
 	}
 	if chat && len(req.Messages) == 0 {

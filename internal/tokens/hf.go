@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"unicode/utf8"
 )
 
 // Hugging Face tokenizer.json files of byte-level BPE models: Llama 3,
@@ -238,14 +237,5 @@ func pieceGPT2(s string, i int) int {
 	case isPunct(r):
 		return run(s, j, isPunct)
 	}
-	// Whitespace: \s+(?!\S) | \s+
-	e := run(s, i, isS)
-	if e == len(s) {
-		return e
-	}
-	_, last := utf8.DecodeLastRuneInString(s[i:e])
-	if e-last > i {
-		return e - last
-	}
-	return e
+	return spaceRun(s, i, run(s, i, isS))
 }

@@ -123,10 +123,16 @@ func spaces(s string, i int) int {
 			return p + 1
 		}
 	}
+	return spaceRun(s, i, e)
+}
+
+// spaceRun ends the whitespace run s[i:e] as \s+(?!\S) | \s+ do: the whole
+// run at the end of the text; else all but its last rune (which goes with
+// what follows), when that leaves one.
+func spaceRun(s string, i, e int) int {
 	if e == len(s) {
 		return e
 	}
-	// \s+(?!\S): all but the run's last rune, when that leaves one.
 	_, last := utf8.DecodeLastRuneInString(s[i:e])
 	if e-last > i {
 		return e - last
