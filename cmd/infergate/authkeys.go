@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 
@@ -23,8 +24,13 @@ func readAuthKeys(path string) (map[string]proxy.TenantConfig, error) {
 		return nil, fmt.Errorf("--auth-keys: %w", err)
 	}
 	defer f.Close()
+	return parseAuthKeys(path, f)
+}
+
+// parseAuthKeys reads the lines of an --auth-keys file named path.
+func parseAuthKeys(path string, r io.Reader) (map[string]proxy.TenantConfig, error) {
 	tenants := map[string]proxy.TenantConfig{}
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(r)
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
 		if line == "" || strings.HasPrefix(line, "#") {

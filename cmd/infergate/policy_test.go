@@ -81,3 +81,27 @@ func TestBenchCountsPolicyLengthApart(t *testing.T) {
 		t.Errorf("the report does not say so:\n%s", output)
 	}
 }
+
+// FuzzAuthKeys: any --auth-keys file is read or refused, never with a
+// key in the error.
+func FuzzAuthKeys(f *testing.F) {
+	f.Add("# c\nsk-1\nteam sk-2\n\n")
+	f.Add("team sha256:5271697559daefd38c9356f39b00845de562555b0a90d0ef0fb793b0f1eac693\n")
+	f.Add("a b c\n")
+	f.Fuzz(func(t *testing.T, file string) {
+		tenants, err := parseAuthKeys("keys", strings.NewReader(file))
+		if err != nil {
+			for _, line := range strings.Split(file, "\n") {
+				for _, field := range strings.Fields(line) {
+					if len(field) > 12 && !strings.HasPrefix(field, "sha256:") && strings.Contains(err.Error(), field) {
+						t.Fatalf("the error %q repeats %q", err, field)
+					}
+				}
+			}
+			return
+		}
+		if len(tenants) == 0 {
+			t.Fatal("no tenant and no error")
+		}
+	})
+}

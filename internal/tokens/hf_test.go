@@ -162,3 +162,22 @@ func TestHFRefusesWhatItCannotRead(t *testing.T) {
 		t.Error("a missing file loaded")
 	}
 }
+
+// FuzzParseHF: whatever a tokenizer.json holds, reading it returns a
+// tokenizer or an error, and a tokenizer counts any text.
+func FuzzParseHF(f *testing.F) {
+	f.Add([]byte(`{"normalizer":null,"pre_tokenizer":{"type":"ByteLevel","use_regex":true},"model":{"type":"BPE","merges":["h e","l l","he ll"]}}`))
+	f.Add([]byte(`{"normalizer":null,"pre_tokenizer":{"type":"Sequence","pretokenizers":[{"type":"Split","pattern":{"Regex":"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},"behavior":"Isolated"},{"type":"ByteLevel","use_regex":false}]},"model":{"type":"BPE","merges":[["Ġ","t"],["a","b"]]}}`))
+	f.Add([]byte(`{"model":{"type":"WordPiece"}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		tok, err := parseHF(b)
+		if err != nil {
+			return
+		}
+		for _, s := range []string{"hello there, it's 12345 a\n\n b", "日本語 ab", string(b)} {
+			if n := tok.Count(s); n < 0 || n > 3*len(s) { // an invalid byte counts as U+FFFD, 3 bytes
+				t.Fatalf("Count(%q) = %d", s, n)
+			}
+		}
+	})
+}
