@@ -31,6 +31,10 @@ type Envelope struct {
 	// member (key, colon and value, from the key's opening quote to the
 	// value's end) and of its value; a zero Span is an absent field.
 	Messages, Tools, MaxTokens, MaxCompletionTokens, StreamOptions Field
+	// Duplicate names the first of those members that the body has more
+	// than once, "" when none: parsers disagree on which copy counts, so
+	// a policy acting on it must not guess.
+	Duplicate string
 }
 
 // Span is a range of a body: b[Start:End].
@@ -90,15 +94,15 @@ func ScanRequest(body []byte) (Envelope, error) {
 			}
 			env.Model, env.ModelStart, env.ModelEnd, haveModel = m, f.Value.Start, f.Value.End, true
 		case keyIs(key, "messages"):
-			env.Messages = f
+			env.set(&env.Messages, f, "messages")
 		case keyIs(key, "tools"):
-			env.Tools = f
+			env.set(&env.Tools, f, "tools")
 		case keyIs(key, "max_tokens"):
-			env.MaxTokens = f
+			env.set(&env.MaxTokens, f, "max_tokens")
 		case keyIs(key, "max_completion_tokens"):
-			env.MaxCompletionTokens = f
+			env.set(&env.MaxCompletionTokens, f, "max_completion_tokens")
 		case keyIs(key, "stream_options"):
-			env.StreamOptions = f
+			env.set(&env.StreamOptions, f, "stream_options")
 		case keyIs(key, "stream"):
 			switch string(val) {
 			case "true":
@@ -122,6 +126,14 @@ func ScanRequest(body []byte) (Envelope, error) {
 		return env, ErrMissingModel
 	}
 	return env, nil
+}
+
+// set records a member, noting a duplicate.
+func (env *Envelope) set(dst *Field, f Field, name string) {
+	if dst.Present() && env.Duplicate == "" {
+		env.Duplicate = name
+	}
+	*dst = f
 }
 
 // RewriteModel returns a copy of body with the model value replaced by

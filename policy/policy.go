@@ -201,6 +201,9 @@ func (p *Policy) Apply(r Request) (Decision, error) {
 	}
 	m := p.modelOf(r.Model)
 	lim = lim.merge(m.limits)
+	if r.Env.Duplicate != "" && (r.Chat || r.Completion) {
+		return d, invalidField(r.Env.Duplicate, "the member is sent more than once; parsers disagree on which copy counts, so send it once")
+	}
 
 	var ed edits
 	if r.Chat && (lim.MaxInputTokens > 0 || r.Count) {

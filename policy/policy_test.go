@@ -295,3 +295,18 @@ func TestTruncateMiddle(t *testing.T) {
 		t.Errorf("the image message changed")
 	}
 }
+
+func TestDuplicatedMembersAreRefused(t *testing.T) {
+	p := mustCompile(t, Config{Limits: Limits{MaxOutputTokens: 10}})
+	for body, field := range map[string]string{
+		`{"model":"m","max_tokens":5,"max_tokens":5000}`:                         "max_tokens",
+		`{"model":"m","messages":[],"messages":[{"role":"user","content":"x"}]}`: "messages",
+		`{"model":"m","stream":true,"stream_options":{},"stream_options":null}`:  "stream_options",
+	} {
+		_, err := apply(t, p, "", []byte(body))
+		var pe *Error
+		if !errors.As(err, &pe) || pe.Status != 400 || !strings.HasPrefix(pe.Message, field+":") {
+			t.Errorf("%s: %v, want 400 naming %s", body, err, field)
+		}
+	}
+}
