@@ -171,7 +171,7 @@ func (g *Gateway) serveAPI(rc *fasthttp.RequestCtx, strict bool) {
 		if body, ok = x.applyPolicy(rc, body, env); !ok {
 			return
 		}
-		if x.route.upstreamModel != "" && env.Model != "" {
+		if x.route.upstreamModel != "" {
 			if x.pol.Body != nil {
 				env, _ = openai.ScanRequest(body) // the policy rewrote it
 			}
