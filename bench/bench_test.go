@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/sim/simtest"
+	"github.com/infergate/infergate/verdict"
 )
 
 // startSim runs a simulator in fixed mode (constant TTFT and ITL) on a
@@ -176,7 +177,7 @@ func TestOpenLoopShowsClientQueueing(t *testing.T) {
 		t.Errorf("ttft_sched p50 %.1f max %.1f ms, want growing far past ttft p50 %.1f", sched.P50, sched.Max, naive.P50)
 	}
 	xs := s.Samples["ttft_sched"]
-	first, last := Median(xs[:10]), Median(xs[len(xs)-10:])
+	first, last := verdict.Median(xs[:10]), verdict.Median(xs[len(xs)-10:])
 	if last < first+200 {
 		t.Errorf("ttft_sched first third %.1fms, last third %.1fms: want it to grow", first, last)
 	}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/infergate/infergate/verdict"
 )
 
 func runAgainst(t *testing.T, ttft time.Duration) *Record {
@@ -28,8 +30,8 @@ func TestComparePlantedRegression(t *testing.T) {
 	worse := runAgainst(t, 60*time.Millisecond) // +20% TTFT
 	same := runAgainst(t, 50*time.Millisecond)
 
-	c := Compare(base, worse, CompareOptions{})
-	if c.Verdict != RollBack || ExitCode(c.Verdict) != 1 {
+	c := Compare(base, worse, verdict.Options{})
+	if c.Verdict != verdict.RollBack || verdict.ExitCode(c.Verdict) != 1 {
 		var b strings.Builder
 		c.Write(&b)
 		t.Fatalf("20%% slower TTFT: verdict %s, want ROLL BACK\n%s", c.Verdict, b.String())
@@ -37,13 +39,13 @@ func TestComparePlantedRegression(t *testing.T) {
 	if !strings.Contains(strings.Join(c.Reasons, ";"), "ttft") {
 		t.Errorf("reasons %v do not name ttft", c.Reasons)
 	}
-	c = Compare(base, same, CompareOptions{})
-	if c.Verdict == RollBack {
+	c = Compare(base, same, verdict.Options{})
+	if c.Verdict == verdict.RollBack {
 		var b strings.Builder
 		c.Write(&b)
 		t.Fatalf("identical runs judged ROLL BACK\n%s", b.String())
 	}
-	if c.Verdict == Inconclusive && c.Need <= 80 {
+	if c.Verdict == verdict.Inconclusive && c.Need <= 80 {
 		t.Errorf("INCONCLUSIVE but says %d requests would settle it, no more than it had", c.Need)
 	}
 }
@@ -57,12 +59,12 @@ func TestCompareQualityRegression(t *testing.T) {
 		}
 		return &Record{Schema: Schema, Stages: []*Summary{s}, Conditions: Conditions{Load: LoadSpec{Mode: "closed"}}}
 	}
-	c := Compare(mk(0, 0), mk(0, 40), CompareOptions{})
-	if c.Verdict != RollBack || !strings.Contains(strings.Join(c.Reasons, ";"), "refusal_rate") {
+	c := Compare(mk(0, 0), mk(0, 40), verdict.Options{})
+	if c.Verdict != verdict.RollBack || !strings.Contains(strings.Join(c.Reasons, ";"), "refusal_rate") {
 		t.Errorf("refusals 0%% → 10%%: verdict %s %v, want ROLL BACK naming refusal_rate", c.Verdict, c.Reasons)
 	}
-	c = Compare(mk(0, 0), mk(0, 0), CompareOptions{})
-	if c.Verdict != Keep {
+	c = Compare(mk(0, 0), mk(0, 0), verdict.Options{})
+	if c.Verdict != verdict.Keep {
 		var b strings.Builder
 		c.Write(&b)
 		t.Errorf("same speed, no failures, n=400: verdict %s, want KEEP\n%s", c.Verdict, b.String())
@@ -83,31 +85,6 @@ func TestDifferencesRefuseOtherConditions(t *testing.T) {
 	}
 }
 
-func TestMannWhitney(t *testing.T) {
-	// Identical samples: no evidence of a difference.
-	a := []float64{1, 2, 3, 4, 5, 6, 7, 8}
-	if p := mannWhitney(a, a); p < 0.9 {
-		t.Errorf("p(a, a) = %v, want ~1", p)
-	}
-	// Fully separated samples of 8 and 8: U = 0; the normal
-	// approximation with continuity gives p ≈ 0.00094.
-	b := []float64{11, 12, 13, 14, 15, 16, 17, 18}
-	if p := mannWhitney(a, b); math.Abs(p-0.00094) > 0.0002 {
-		t.Errorf("p(separated) = %v, want ≈ 0.00094", p)
-	}
-}
-
-func TestCompareRatesAtZero(t *testing.T) {
-	ch := compareRates(0, "failure_rate", 0, 500, 0, 500, 0.02)
-	if ch.Judgement != Holds {
-		t.Errorf("0 of 500 both: %s [%v, %v], want holds", ch.Judgement, ch.CILow, ch.CIHigh)
-	}
-	ch = compareRates(0, "failure_rate", 0, 10, 0, 10, 0.02)
-	if ch.Judgement != Unsure || ch.Need <= 10 {
-		t.Errorf("0 of 10 both: %s need %d, want unsure and a larger n", ch.Judgement, ch.Need)
-	}
-}
-
 func TestKnee(t *testing.T) {
 	stages := []*Summary{{OutputTokenThroughput: 100}, {OutputTokenThroughput: 190}, {OutputTokenThroughput: 350}, {OutputTokenThroughput: 380}, {OutputTokenThroughput: 385}}
 	if k := Knee(stages); k != 2 {
@@ -116,7 +93,7 @@ func TestKnee(t *testing.T) {
 }
 
 func TestJournal(t *testing.T) {
-	c := &Comparison{Base: "a.json", New: "b.json", Verdict: Keep, Changes: []Change{{Metric: "ttft", Delta: 0.01, CILow: math.NaN(), P: math.NaN()}}}
+	c := &Comparison{Base: "a.json", New: "b.json", Verdict: verdict.Keep, Changes: []verdict.Change{{Metric: "ttft", Delta: 0.01, CILow: math.NaN(), P: math.NaN()}}}
 	path := filepath.Join(t.TempDir(), "j.jsonl")
 	for range 2 {
 		if err := c.AppendJournal(path, "kv cache 0.9"); err != nil {

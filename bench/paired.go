@@ -7,6 +7,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/infergate/infergate/verdict"
 )
 
 // Paired is the gateway's added latency measured directly: the same
@@ -79,7 +81,7 @@ func runPaired(ctx context.Context, gw, direct *Client, wl Workload, stream bool
 		e2e = append(e2e, ms(g.E2E()-d.E2E()))
 	}
 	out.TTFT, out.E2E = spreadOf(ttft), spreadOf(e2e)
-	out.DirectTTFT, out.GatewayTTFT = Median(dTTFT), Median(gTTFT)
+	out.DirectTTFT, out.GatewayTTFT = verdict.Median(dTTFT), verdict.Median(gTTFT)
 	return out
 }
 

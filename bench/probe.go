@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/openai"
+	"github.com/infergate/infergate/verdict"
 )
 
 // ProbeConfig is a probe: N requests, one at a time.
@@ -151,7 +152,7 @@ func WriteProbe(w io.Writer, url string, rs []ProbeResult) {
 	}
 	m := make([]time.Duration, len(cols))
 	for k := range cols {
-		m[k] = time.Duration(Median(cols[k]) * 1e6)
+		m[k] = time.Duration(verdict.Median(cols[k]) * 1e6)
 	}
 	fmt.Fprintf(w, "%4s %9s %9s %9s %11s %12s %9s | %9s %9s %9s\n", "p50", pms(m[0]), pms(m[1]), pms(m[2]), pms(m[3]), pms(m[4]), pms(m[5]), pms(m[6]), pms(m[7]), pms(m[8]))
 	outside := m[0] + m[1] + m[2]

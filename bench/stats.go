@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"slices"
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
@@ -32,16 +31,3 @@ func (d *Dist) Count() int64 { return d.h.TotalCount() }
 
 // Quantile returns the value at q in [0,100], e.g. 50 or 99.
 func (d *Dist) Quantile(q float64) time.Duration { return time.Duration(d.h.ValueAtQuantile(q)) }
-
-// Median returns the median of xs (0 for none).
-func Median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}

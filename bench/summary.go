@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/infergate/infergate/verdict"
 )
 
 // Formulas name how each figure of a Summary is computed; a record
@@ -388,7 +390,7 @@ func (c *Collector) Summarize(n int, l LoadSpec, win Window, slos []SLO) *Summar
 	s.Timeline = timeline(rows, scale)
 	s.Samples = map[string][]float64{}
 	for _, k := range []string{"ttft", "ttft_sched", "tpot", "e2e", "speed"} {
-		s.Samples[k] = thin(vals[k], maxSamples)
+		s.Samples[k] = verdict.Thin(vals[k], maxSamples)
 	}
 	if len(s.Errors) == 0 {
 		s.Errors, s.ErrorSamples = nil, nil
@@ -452,18 +454,6 @@ func timeline(rows []row, scale float64) []Bucket {
 		if p := percentiles(t); p != nil {
 			out[i].TTFTP50 = p.P50
 		}
-	}
-	return out
-}
-
-// thin keeps at most n values, evenly spaced.
-func thin(xs []float64, n int) []float64 {
-	if len(xs) <= n {
-		return xs
-	}
-	out := make([]float64, 0, n)
-	for i := range n {
-		out = append(out, xs[i*len(xs)/n])
 	}
 	return out
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/bench"
+	"github.com/infergate/infergate/verdict"
 )
 
 const compareSynopsis = `compare BASE.json NEW.json [--journal journal.jsonl --change "what changed"] [--force]
@@ -74,7 +75,7 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		fmt.Fprintf(stdout, "warning: compared under --force although %s\n\n", strings.Join(d, "; "))
 	}
-	c := bench.Compare(base, next, bench.CompareOptions{SpeedTolerance: st, QualityTolerance: qt, SpeedFloor: float64(*floor) / 1e6})
+	c := bench.Compare(base, next, verdict.Options{SpeedTolerance: st, QualityTolerance: qt, SpeedFloor: float64(*floor) / 1e6})
 	c.Base, c.New = files[0], files[1]
 	c.Write(stdout)
 	if *journal != "" {
@@ -82,7 +83,7 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return exitError{3, err}
 		}
 	}
-	if code := bench.ExitCode(c.Verdict); code != 0 {
+	if code := verdict.ExitCode(c.Verdict); code != 0 {
 		return exitError{code, nil}
 	}
 	return nil

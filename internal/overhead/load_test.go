@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/bench"
+	"github.com/infergate/infergate/verdict"
 )
 
 // sseServer streams n content events 5ms apart after a 20ms first token.
@@ -105,7 +106,7 @@ func TestMedian(t *testing.T) {
 		in   []float64
 		want float64
 	}{{nil, 0}, {[]float64{3}, 3}, {[]float64{5, 1, 3}, 3}, {[]float64{4, 1, 3, 2}, 2.5}} {
-		if got := bench.Median(tc.in); got != tc.want {
+		if got := verdict.Median(tc.in); got != tc.want {
 			t.Errorf("Median(%v) = %v, want %v", tc.in, got, tc.want)
 		}
 	}

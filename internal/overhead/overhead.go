@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/bench"
+	"github.com/infergate/infergate/verdict"
 )
 
 // Overhead measures what a proxy adds to a backend: the same load against
@@ -218,7 +219,7 @@ func (o *Overhead) report(sc Scenario, targets []target, runs map[string][]Stats
 			e = append(e, r.EventsPerSecond())
 			q = append(q, r.RequestsPerSecond())
 		}
-		pooled[t.name], eps[t.name], rps[t.name] = st, bench.Median(e), bench.Median(q)
+		pooled[t.name], eps[t.name], rps[t.name] = st, verdict.Median(e), verdict.Median(q)
 		fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s | %.0f | %.0f |\n", t.name, st.Requests,
 			msf(st.TTFT.Quantile(50)), msf(st.TTFT.Quantile(99)), msf(st.Gap.Quantile(50)), msf(st.Gap.Quantile(99)), eps[t.name], rps[t.name])
 	}

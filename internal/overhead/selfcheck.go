@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/bench"
+	"github.com/infergate/infergate/verdict"
 )
 
 // The load generator's own checks, the figures BENCHMARKS.md promises: how
@@ -166,8 +167,8 @@ func (o *Overhead) benchVsHey(ctx context.Context, dir string, conc int) error {
 	fmt.Fprintf(o.Report, "### bench-vs-hey\n\nNon-streaming, concurrency %d, a sim that adds no delay, %d interleaved rounds of %v each.\n\n", conc, o.Rounds, o.RoundTime)
 	fmt.Fprintln(o.Report, "| client | req/s per round | median | ratio to hey |")
 	fmt.Fprintln(o.Report, "|---|---|---:|---:|")
-	fmt.Fprintf(o.Report, "| hey | %s | %.0f | 1.00 |\n", joinF(heyRates), bench.Median(heyRates))
-	fmt.Fprintf(o.Report, "| infergate bench | %s | %.0f | %.2f |\n\n", joinF(benchRates), bench.Median(benchRates), bench.Median(benchRates)/bench.Median(heyRates))
+	fmt.Fprintf(o.Report, "| hey | %s | %.0f | 1.00 |\n", joinF(heyRates), verdict.Median(heyRates))
+	fmt.Fprintf(o.Report, "| infergate bench | %s | %.0f | %.2f |\n\n", joinF(benchRates), verdict.Median(benchRates), verdict.Median(benchRates)/verdict.Median(heyRates))
 	return nil
 }
 

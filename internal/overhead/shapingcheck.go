@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/bench"
+	"github.com/infergate/infergate/verdict"
 )
 
 // Admission control's checks, the figures BENCHMARKS.md promises: what a
@@ -35,7 +36,7 @@ func redisRTT(addr string, n int) (time.Duration, error) {
 		}
 		rtts = append(rtts, float64(time.Since(start)))
 	}
-	return time.Duration(bench.Median(rtts)), nil
+	return time.Duration(verdict.Median(rtts)), nil
 }
 
 // shapingRedis compares TTFT through a gateway without caps and through

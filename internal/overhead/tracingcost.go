@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"sync/atomic"
 
-	"github.com/infergate/infergate/bench"
+	"github.com/infergate/infergate/verdict"
 )
 
 // tracingCost compares a gateway with everything off (no request log, no
@@ -78,7 +78,7 @@ tracing:
 	fmt.Fprintln(o.Report, "|---|---:|---:|---:|---:|")
 	for _, t := range targets {
 		s := pooled[t.name]
-		fmt.Fprintf(o.Report, "| %s | %d | %.0f | %s | %s |\n", t.name, s.Requests, bench.Median(rates[t.name]), msf(s.TTFT.Quantile(50)), msf(s.TTFT.Quantile(99)))
+		fmt.Fprintf(o.Report, "| %s | %d | %.0f | %s | %s |\n", t.name, s.Requests, verdict.Median(rates[t.name]), msf(s.TTFT.Quantile(50)), msf(s.TTFT.Quantile(99)))
 	}
 	// Each round ran all back to back: the ratio within a round cancels
 	// the machine's drift between rounds.
@@ -90,7 +90,7 @@ tracing:
 			paired = append(paired, rates[b][k]/rates[a][k])
 		}
 		fmt.Fprintf(o.Report, "%s: events/s %.2f× all off (median of the per-round ratios; %.2f× of the medians); requests %.2f×; TTFT p99 %+.3f ms (%.2f×).\n",
-			b, bench.Median(paired), bench.Median(rates[b])/bench.Median(rates[a]), float64(pooled[b].Requests)/float64(pooled[a].Requests),
+			b, verdict.Median(paired), verdict.Median(rates[b])/verdict.Median(rates[a]), float64(pooled[b].Requests)/float64(pooled[a].Requests),
 			float64(pooled[b].TTFT.Quantile(99)-pooled[a].TTFT.Quantile(99))/1e6, float64(pooled[b].TTFT.Quantile(99))/float64(pooled[a].TTFT.Quantile(99)))
 	}
 	fmt.Fprintf(o.Report, "The sink received %d KiB of spans.\n\n", spansBytes.Load()>>10)

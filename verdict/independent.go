@@ -1,0 +1,191 @@
+package verdict
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+)
+
+// Samples judges the median of a latency (better "lower") or a speed
+// (better "higher") measured in two independent runs: a bootstrap interval
+// of the ratio of medians and the Mann-Whitney test.
+func Samples(stage int, metric, better string, a, b []float64, tol, floor float64, rng *rand.Rand) (Change, bool) {
+	if len(a) == 0 || len(b) == 0 {
+		return Change{}, false
+	}
+	ch := Change{Stage: stage, Metric: metric, Base: Median(a), New: Median(b), Better: better, Test: "mann-whitney", N: min(len(a), len(b))}
+	ch.Delta = rel(ch.Base, ch.New)
+	ch.CILow, ch.CIHigh = bootstrapRatio(a, b, rng)
+	ch.P = MannWhitney(a, b)
+	judgeSpeed(&ch, min(len(a), len(b)), tol, floor)
+	return ch, true
+}
+
+// Rates judges a rate that should not rise (failures, quality signals)
+// in two independent runs: x of na in the base, y of nb in the new.
+func Rates(stage int, metric string, x, na, y, nb int, tol float64) Change {
+	ch := Change{Stage: stage, Metric: metric, Better: "lower", Quality: true, P: math.NaN(), Test: "two-proportion z", N: min(na, nb)}
+	if na == 0 || nb == 0 {
+		ch.Judgement = Unsure
+		ch.Need = MinSamples
+		return ch
+	}
+	ch.Base, ch.New = float64(x)/float64(na), float64(y)/float64(nb)
+	ch.Delta = ch.New - ch.Base
+	// Agresti-Caffo: one success and one failure added to each sample
+	// keeps the interval honest at rates of zero.
+	pa, pb := float64(x+1)/float64(na+2), float64(y+1)/float64(nb+2)
+	se := math.Sqrt(pa*(1-pa)/float64(na+2) + pb*(1-pb)/float64(nb+2))
+	ch.CILow, ch.CIHigh = pb-pa-1.96*se, pb-pa+1.96*se
+	if pooled := float64(x+y) / float64(na+nb); pooled > 0 && pooled < 1 {
+		z := ch.Delta / math.Sqrt(pooled*(1-pooled)*(1/float64(na)+1/float64(nb)))
+		ch.P = math.Erfc(math.Abs(z) / math.Sqrt2)
+	}
+	judgeRate(&ch, min(na, nb), tol)
+	return ch
+}
+
+// bootstrapRatio returns a 95% percentile-bootstrap interval of
+// median(b)/median(a) − 1, on at most 4000 values of each side.
+func bootstrapRatio(a, b []float64, rng *rand.Rand) (lo, hi float64) {
+	a, b = Thin(a, 4000), Thin(b, 4000)
+	const rounds = 1000
+	ra, rb := make([]float64, len(a)), make([]float64, len(b))
+	out := make([]float64, 0, rounds)
+	for range rounds {
+		for i := range ra {
+			ra[i] = a[rng.IntN(len(a))]
+		}
+		for i := range rb {
+			rb[i] = b[rng.IntN(len(b))]
+		}
+		ma, mb := quickMedian(ra), quickMedian(rb)
+		if ma > 0 {
+			out = append(out, mb/ma-1)
+		}
+	}
+	return percentiles(out)
+}
+
+// percentiles is the 2.5th and 97.5th percentiles of out (sorted here),
+// NaN when empty.
+func percentiles(out []float64) (lo, hi float64) {
+	if len(out) == 0 {
+		return math.NaN(), math.NaN()
+	}
+	slices.Sort(out)
+	return out[int(0.025*float64(len(out)))], out[int(0.975*float64(len(out)-1))]
+}
+
+// Thin returns at most n values of xs, evenly spaced.
+func Thin(xs []float64, n int) []float64 {
+	if len(xs) <= n {
+		return xs
+	}
+	out := make([]float64, n)
+	for i := range out {
+		out[i] = xs[i*len(xs)/n]
+	}
+	return out
+}
+
+// MannWhitney returns the two-sided p-value of the Mann-Whitney U test
+// (normal approximation with tie correction).
+func MannWhitney(a, b []float64) float64 {
+	type v struct {
+		x     float64
+		fromA bool
+	}
+	all := make([]v, 0, len(a)+len(b))
+	for _, x := range a {
+		all = append(all, v{x, true})
+	}
+	for _, x := range b {
+		all = append(all, v{x, false})
+	}
+	slices.SortFunc(all, func(p, q v) int { return cmpFloat(p.x, q.x) })
+	n1, n2 := float64(len(a)), float64(len(b))
+	n := n1 + n2
+	var rankA, ties float64
+	for i := 0; i < len(all); {
+		j := i
+		for j < len(all) && all[j].x == all[i].x {
+			j++
+		}
+		rank := float64(i+j+1) / 2 // mean of ranks i+1..j
+		t := float64(j - i)
+		ties += t*t*t - t
+		for k := i; k < j; k++ {
+			if all[k].fromA {
+				rankA += rank
+			}
+		}
+		i = j
+	}
+	u := rankA - n1*(n1+1)/2
+	mu := n1 * n2 / 2
+	sigma := math.Sqrt(n1 * n2 / 12 * ((n + 1) - ties/(n*(n-1))))
+	if sigma == 0 {
+		return 1
+	}
+	z := max(0, (math.Abs(u-mu)-0.5)/sigma)
+	return math.Erfc(z / math.Sqrt2)
+}
+
+func cmpFloat(p, q float64) int {
+	switch {
+	case p < q:
+		return -1
+	case p > q:
+		return 1
+	}
+	return 0
+}
+
+// Median is the median of xs (0 for none); xs is not changed.
+func Median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	return quickMedian(slices.Clone(xs))
+}
+
+// quickMedian is the median of xs, reordering xs.
+func quickMedian(xs []float64) float64 {
+	n := len(xs)
+	if n%2 == 1 {
+		return selectK(xs, n/2)
+	}
+	return (selectK(xs, n/2-1) + selectK(xs, n/2)) / 2
+}
+
+// selectK returns the k-th smallest value of xs (Hoare's quickselect).
+func selectK(xs []float64, k int) float64 {
+	lo, hi := 0, len(xs)-1
+	for lo < hi {
+		p := xs[(lo+hi)/2]
+		i, j := lo, hi
+		for i <= j {
+			for xs[i] < p {
+				i++
+			}
+			for xs[j] > p {
+				j--
+			}
+			if i <= j {
+				xs[i], xs[j] = xs[j], xs[i]
+				i++
+				j--
+			}
+		}
+		switch {
+		case k <= j:
+			hi = j
+		case k >= i:
+			lo = i
+		default:
+			return xs[k]
+		}
+	}
+	return xs[k]
+}

@@ -1,0 +1,212 @@
+// Package verdict is the statistics and the rule that turn two sets of
+// measurements into KEEP, ROLL BACK or INCONCLUSIVE. It serves both
+// comparisons infergate makes: `compare` (two bench records, independent
+// samples) and `ab` (mirrored pairs, the same request answered by both
+// arms: paired samples). It knows nothing of HTTP or of where the numbers
+// came from.
+package verdict
+
+import (
+	"fmt"
+	"math"
+)
+
+// Verdicts, and the exit status of the commands that give them.
+const (
+	Keep         = "KEEP"
+	RollBack     = "ROLL BACK"
+	Inconclusive = "INCONCLUSIVE"
+)
+
+// ExitCode is the process status for a verdict: 0 keep, 1 roll back,
+// 2 inconclusive. (3 is for input that cannot be compared.)
+func ExitCode(verdict string) int {
+	switch verdict {
+	case Keep:
+		return 0
+	case RollBack:
+		return 1
+	}
+	return 2
+}
+
+// Options set what counts as a regression.
+type Options struct {
+	// SpeedTolerance is the relative worsening of a latency median that
+	// is accepted (default 0.05: 5%).
+	SpeedTolerance float64
+	// QualityTolerance is the rise of a failure or quality-signal rate, in
+	// absolute terms, that is accepted (default 0.02: 2 points).
+	QualityTolerance float64
+	// SpeedFloor is the absolute change of a latency median (ms) below
+	// which no change counts, however significant: run-to-run noise of a
+	// shared machine is of this order (default 1 ms).
+	SpeedFloor float64
+	// Seed drives the bootstrap.
+	Seed uint64
+}
+
+// Defaults fills zero fields.
+func (o *Options) Defaults() {
+	if o.SpeedTolerance == 0 {
+		o.SpeedTolerance = 0.05
+	}
+	if o.QualityTolerance == 0 {
+		o.QualityTolerance = 0.02
+	}
+	if o.SpeedFloor == 0 {
+		o.SpeedFloor = 1
+	}
+}
+
+// Judgement of one figure.
+const (
+	Holds     = "holds"
+	Regressed = "regressed"
+	Unsure    = "unsure"
+	Info      = "info" // shown, not judged
+)
+
+// Change is one figure of a comparison.
+type Change struct {
+	// Stage is the bench stage (0 for a comparison without stages).
+	Stage  int     `json:"stage"`
+	Metric string  `json:"metric"`
+	Base   float64 `json:"base"`
+	New    float64 `json:"new"`
+	// Delta is the change, relative (speed: (new − base) / base) or in
+	// rate points (quality: new − base).
+	Delta float64 `json:"delta"`
+	// CILow and CIHigh bound Delta at 95% (bootstrap for medians,
+	// Agresti-Caffo or paired Wald for rates).
+	CILow  float64 `json:"ci_low"`
+	CIHigh float64 `json:"ci_high"`
+	// P is the two-sided p-value of the test named in Test; NaN when not
+	// computed.
+	P    float64 `json:"p"`
+	Test string  `json:"test,omitempty"`
+	// N is the number of values (or pairs) each side had.
+	N         int    `json:"n,omitempty"`
+	Better    string `json:"better"` // "lower" or "higher"
+	Quality   bool   `json:"quality,omitempty"`
+	Judgement string `json:"judgement"`
+	// Need is the number of requests (pairs) that would likely settle an
+	// unsure figure.
+	Need int `json:"need,omitempty"`
+}
+
+// Result is a verdict and what decided it.
+type Result struct {
+	Verdict string   `json:"verdict"`
+	Reasons []string `json:"reasons"`
+	// Need is how many requests (pairs) would likely settle an
+	// INCONCLUSIVE verdict.
+	Need int `json:"need,omitempty"`
+}
+
+// Decide applies the rule: ROLL BACK when any judged figure regressed
+// (quality even if speed improved); else INCONCLUSIVE when any could not
+// be settled; else KEEP.
+func Decide(changes []Change) Result {
+	var r Result
+	unsure := 0
+	for _, ch := range changes {
+		switch ch.Judgement {
+		case Regressed:
+			what := "speed"
+			if ch.Quality {
+				what = "quality"
+			}
+			r.Reasons = append(r.Reasons, fmt.Sprintf("%s regressed: %s %s", what, ch.Metric, FormatDelta(ch)))
+		case Unsure:
+			unsure++
+			r.Need = max(r.Need, ch.Need)
+		}
+	}
+	switch {
+	case len(r.Reasons) > 0:
+		r.Verdict = RollBack
+	case unsure > 0:
+		r.Verdict = Inconclusive
+		r.Reasons = append(r.Reasons, fmt.Sprintf("%d figure(s) could not be settled; about %d requests would likely settle them", unsure, r.Need))
+	default:
+		r.Verdict = Keep
+		r.Reasons = append(r.Reasons, "speed and quality both hold within their tolerances")
+	}
+	return r
+}
+
+// FormatDelta writes a change for a person: points for rates, percent
+// for speed.
+func FormatDelta(ch Change) string {
+	if ch.Quality {
+		return fmt.Sprintf("%+.1f points (%.1f%% → %.1f%%)", ch.Delta*100, ch.Base*100, ch.New*100)
+	}
+	return fmt.Sprintf("%+.1f%% (%.4g → %.4g)", ch.Delta*100, ch.Base, ch.New)
+}
+
+// Info is a figure shown beside the judged ones.
+func InfoChange(stage int, metric string, a, b float64, better string) Change {
+	return Change{Stage: stage, Metric: metric, Base: a, New: b, Delta: rel(a, b), CILow: math.NaN(), CIHigh: math.NaN(), P: math.NaN(), Better: better, Judgement: Info}
+}
+
+func rel(a, b float64) float64 {
+	if a == 0 {
+		return math.NaN()
+	}
+	return (b - a) / a
+}
+
+// MinSamples is the least number of values (or pairs) a figure is judged
+// on.
+const MinSamples = 20
+
+// needFor scales n so a 95% interval of half-width hw shrinks to margin.
+func needFor(n int, hw, margin float64) int {
+	if margin < 1e-3 {
+		margin = 1e-3
+	}
+	need := float64(n) * (hw / margin) * (hw / margin)
+	return int(math.Min(math.Ceil(need), 1e7))
+}
+
+// judgeSpeed sets ch's judgement from its delta and interval: a latency
+// (lower is better) or a speed (higher is better), a latency change
+// within floor ms holding whatever its relative size.
+func judgeSpeed(ch *Change, n int, tol, floor float64) {
+	worse, lo, hi := ch.Delta, ch.CILow, ch.CIHigh
+	if ch.Better == "higher" {
+		worse, lo, hi = -ch.Delta, -ch.CIHigh, -ch.CILow
+	}
+	// The interval's upper end in ms: below the floor nothing that
+	// matters can have changed.
+	small := ch.Better == "lower" && hi*ch.Base <= floor
+	switch {
+	case n < MinSamples:
+		ch.Judgement = Unsure
+		ch.Need = MinSamples
+	case math.IsNaN(lo) || math.IsNaN(hi):
+		ch.Judgement = Unsure
+		ch.Need = 2 * n
+	case lo > 0 && worse > tol && !small:
+		ch.Judgement = Regressed
+	case hi <= tol || small:
+		ch.Judgement = Holds
+	default:
+		ch.Judgement = Unsure
+		ch.Need = needFor(n, (hi-lo)/2, math.Abs(tol-worse))
+	}
+}
+
+// judgeRate sets ch's judgement for a rate that should not rise.
+func judgeRate(ch *Change, n int, tol float64) {
+	switch {
+	case ch.CILow > 0 && ch.Delta > tol:
+		ch.Judgement = Regressed
+	case ch.CIHigh <= tol:
+		ch.Judgement = Holds
+	default:
+		ch.Judgement = Unsure
+		ch.Need = needFor(n, (ch.CIHigh-ch.CILow)/2, math.Abs(tol-ch.Delta))
+	}
+}
