@@ -338,3 +338,16 @@ func FuzzServerTimingOf(f *testing.F) {
 		}
 	})
 }
+
+func TestSetMember(t *testing.T) {
+	for _, tc := range []struct{ body, name, value, want string }{
+		{`{"model":"a","temperature":0.2}`, "temperature", "0.9", `{"model":"a","temperature":0.9}`},
+		{`{"model":"a"}`, "max_tokens", "16", `{"model":"a","max_tokens":16}`},
+		{`{}`, "model", `"b"`, `{"model":"b"}`},
+		{`{ "model" : "a" , "x":[1,{"y":2}] }`, "model", `"b"`, `{ "model" : "b" , "x":[1,{"y":2}] }`},
+	} {
+		if got := string(SetMember([]byte(tc.body), tc.name, []byte(tc.value))); got != tc.want {
+			t.Errorf("SetMember(%s, %s, %s) = %s, want %s", tc.body, tc.name, tc.value, got, tc.want)
+		}
+	}
+}

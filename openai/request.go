@@ -309,3 +309,37 @@ func Unquote(q []byte) (string, error) {
 	}
 	return unquote(q)
 }
+
+// SetMember returns a copy of the JSON object body with the top-level
+// member name set to value (raw JSON): replaced where the body has it
+// (its last copy), else added at the end. Every other byte is kept.
+func SetMember(body []byte, name string, value []byte) []byte {
+	var at Field
+	EachMember(body, func(key []byte, f Field) bool {
+		if keyIs(key, name) {
+			at = f
+		}
+		return true
+	})
+	if at.Present() {
+		out := make([]byte, 0, len(body)-(at.Value.End-at.Value.Start)+len(value))
+		out = append(out, body[:at.Value.Start]...)
+		out = append(out, value...)
+		return append(out, body[at.Value.End:]...)
+	}
+	end := bytes.LastIndexByte(body, '}')
+	if end < 0 {
+		return body
+	}
+	empty := true
+	EachMember(body, func([]byte, Field) bool { empty = false; return false })
+	out := make([]byte, 0, len(body)+len(name)+len(value)+4)
+	out = append(out, body[:end]...)
+	if !empty {
+		out = append(out, ',')
+	}
+	out = AppendJSONString(out, name)
+	out = append(out, ':')
+	out = append(out, value...)
+	return append(out, body[end:]...)
+}

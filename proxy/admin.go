@@ -41,6 +41,14 @@ func (g *Gateway) handleAdmin(rc *fasthttp.RequestCtx) {
 		}
 		rc.SetContentType("application/json")
 		rc.SetBody(b)
+	case "/admin/pairs":
+		b, err := json.Marshal(g.pairs.Stats())
+		if err != nil {
+			writeError(rc, http.StatusInternalServerError, openai.TypeServer, "internal_error", "cannot render the pairs")
+			return
+		}
+		rc.SetContentType("application/json")
+		rc.SetBody(b)
 	case "/healthz", "/readyz":
 		g.handle(rc)
 	default:

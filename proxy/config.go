@@ -38,6 +38,9 @@ type Config struct {
 	Policy policy.Config `yaml:"policy"`
 	// Shaping caps what is in flight and queues the rest (package shaping).
 	Shaping shaping.Config `yaml:"shaping"`
+	// Mirror copies a sample of requests to candidate pools and records
+	// each pair of answers (mirror.go).
+	Mirror MirrorConfig `yaml:"mirror"`
 	// RequestLog writes one JSON line per request (package tracing).
 	RequestLog tracing.LogConfig `yaml:"request_log"`
 	// Tracing sends a span per request to OpenTelemetry (package tracing).
@@ -67,6 +70,74 @@ type TenantConfig struct {
 	Weight int `yaml:"weight"`
 	// Priority: waiting requests of a higher priority go first; default 0.
 	Priority int `yaml:"priority"`
+}
+
+// MirrorConfig is shadow testing: rules that copy requests to candidate
+// pools, and where the pairs of answers go.
+type MirrorConfig struct {
+	Rules []MirrorRule `yaml:"rules"`
+	// Record is where each pair is written.
+	Record PairRecord `yaml:"record"`
+}
+
+// MirrorRule copies a sample of the requests it matches to a candidate
+// pool. The first rule that matches and samples a request takes it.
+type MirrorRule struct {
+	// Name labels the rule's pairs and counts; default "mirror-N".
+	Name string `yaml:"name"`
+	// Pool is the candidate pool, a key of pools (with its own
+	// connections and health).
+	Pool string `yaml:"pool"`
+	// Sample is the share of matching requests copied, 0 to 1, decided
+	// by the request id (a replay with the same ids copies the same
+	// requests). Default 1.
+	Sample float64 `yaml:"sample"`
+	// Match narrows the rule; an empty list matches everything.
+	Match MirrorMatch `yaml:"match"`
+	// Overrides change the copy, never the primary.
+	Overrides MirrorOverrides `yaml:"overrides"`
+	// MaxInFlight caps the rule's copies in flight; a copy past it is
+	// dropped and counted. Default 64.
+	MaxInFlight int `yaml:"max_in_flight"`
+}
+
+// MirrorMatch selects requests by model, tenant, path and header values.
+type MirrorMatch struct {
+	Models  []string          `yaml:"models"`
+	Tenants []string          `yaml:"tenants"`
+	Paths   []string          `yaml:"paths"`
+	Headers map[string]string `yaml:"headers"`
+}
+
+// MirrorOverrides are applied to the copy: its model name and any
+// top-level JSON member (temperature, max_tokens, ...).
+type MirrorOverrides struct {
+	Model  string         `yaml:"model"`
+	Fields map[string]any `yaml:"fields"`
+}
+
+// PairRecord is where pairs go: a JSONL file, rotated, and the admin
+// API's /admin/pairs (the most recent).
+type PairRecord struct {
+	// Path of the JSONL file; empty: only the admin API.
+	Path string `yaml:"path"`
+	// MaxBytes rotates the file past this size (to PATH.1, PATH.2, ...).
+	// Default 64 MiB.
+	MaxBytes int64 `yaml:"max_bytes"`
+	// Keep is how many rotated files are kept. Default 3.
+	Keep int `yaml:"keep"`
+	// Output is what of each answer's text is kept: "full" (up to
+	// max_output_bytes), "hash" (its SHA-256 and length) or "none".
+	// Default full.
+	Output string `yaml:"output"`
+	// MaxOutputBytes caps a kept answer. Default 16 KiB.
+	MaxOutputBytes int `yaml:"max_output_bytes"`
+	// Recent is how many pairs /admin/pairs holds. Default 1000.
+	Recent int `yaml:"recent"`
+	// RefusalPatterns mark an answer as a refusal when its text
+	// contains one (case-insensitive). Default: a few common English
+	// refusals.
+	RefusalPatterns []string `yaml:"refusal_patterns"`
 }
 
 // ServerConfig is the listening side.
@@ -314,6 +385,7 @@ func (c *Config) Defaults() {
 		c.Pools[name] = p
 	}
 	c.mergeTenants()
+	c.Mirror.defaults()
 	c.Shaping.Defaults()
 	c.RequestLog.Defaults()
 	c.Tracing.Defaults()
@@ -433,6 +505,9 @@ func (c *Config) Validate() error {
 		}
 	}
 	if err := c.Policy.Validate(); err != nil {
+		return err
+	}
+	if err := c.Mirror.validate(c.Pools); err != nil {
 		return err
 	}
 	return c.Shaping.Validate()

@@ -56,6 +56,9 @@ type exchange struct {
 	timing  bool                // the client asked for X-Infergate-Timing
 	tenant  string              // as the policy named it
 	pol     policy.Decision     // what the policy made of the request
+	pair    *pair               // the mirrored pair this request is the primary of, or nil
+	// captured is the primary's answer text while a pair is being made.
+	captured []byte
 	logged  bool                // this request goes to the request log
 	logBody []byte              // its body, copied, when the log keeps bodies
 	// parent is the client's span (from its traceparent), sc the
@@ -186,6 +189,9 @@ func (g *Gateway) serveAPI(rc *fasthttp.RequestCtx, strict bool) {
 	if h := g.testHook; h != nil {
 		h("admitted", x.id)
 	}
+	if len(x.st.mirrors) > 0 {
+		x.mirror(rc, body)
+	}
 
 	ka := x.st.cfg.KeepAlive
 	if ka.Delay > 0 && x.stream {
@@ -285,6 +291,9 @@ func (x *exchange) finishWith(status int, outcome string) {
 	}
 	if x.tl.Done.IsZero() {
 		x.tl.Done = time.Now()
+	}
+	if x.pair != nil {
+		x.primaryDone()
 	}
 	x.report()
 	x.g.inflight.Done()

@@ -256,3 +256,7 @@ func withConnTrace(ctx context.Context, local *string) context.Context {
 		*local = i.Conn.LocalAddr().String()
 	}})
 }
+
+func contextTimeout(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), d)
+}

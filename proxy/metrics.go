@@ -153,7 +153,7 @@ func observe(meter metric.Meter, g *Gateway) error {
 		for _, w := range [...]struct {
 			where string
 			n     int64
-		}{{panicRequest, g.panicsRequest.Load()}, {panicStream, g.panicsStream.Load()}, {panicForward, g.panicsForward.Load()},
+		}{{panicRequest, g.panicsRequest.Load()}, {panicStream, g.panicsStream.Load()}, {panicForward, g.panicsForward.Load()}, {panicMirror, g.panicsMirror.Load()},
 			{panicTelemetry, g.telem.Panics()}, {"health", health}, {"shaping", s.Panics}, {"hangup", g.watch.Panics()}} {
 			o.ObserveInt64(panics, w.n, metric.WithAttributes(attribute.String("where", w.where)))
 		}

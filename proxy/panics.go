@@ -27,6 +27,7 @@ const (
 	panicRequest   = "request"   // the handler, before the response was committed
 	panicStream    = "stream"    // a response written on the hijacked connection
 	panicForward   = "forward"   // the keep-alive path's forwarding goroutine
+	panicMirror    = "mirror"    // a mirrored copy's goroutine
 	panicTelemetry = "telemetry" // the telemetry goroutine (metrics, spans, request log)
 )
 
@@ -39,6 +40,8 @@ func (g *Gateway) recovered(where string, v any, id string) {
 		g.panicsStream.Add(1)
 	case panicForward:
 		g.panicsForward.Add(1)
+	case panicMirror:
+		g.panicsMirror.Add(1)
 	}
 	g.log.Error("panic recovered; the rest of the gateway carries on", "where", where, "id", id,
 		"panic", fmt.Sprint(v), "stack", string(debug.Stack()))

@@ -25,6 +25,8 @@ type relayMode struct {
 	// chunk; stripUsage: the policy asked the backend for a usage chunk
 	// the client did not ask for.
 	timing, stripUsage bool
+	// capture, when set (a mirrored request), collects the answer's text.
+	capture *[]byte
 }
 
 // relayOutcome is how a relayed stream ended.
@@ -117,6 +119,9 @@ func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByt
 			tl.FinishReason = tracing.FinishReasonOf(openai.FinishReason(data))
 			if openai.HasContent(data) { // vLLM puts the last token here
 				tl.ContentEvents++
+				if m.capture != nil {
+					*m.capture = openai.AppendContent(*m.capture, data)
+				}
 				tl.LastTokenIn = readAt
 				if tl.FirstTokenIn.IsZero() {
 					tl.FirstTokenIn = readAt
@@ -129,9 +134,15 @@ func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByt
 			// carries output: no need to look inside.
 			tl.LastTokenIn = readAt
 			tl.ContentEvents++
+			if m.capture != nil {
+				*m.capture = openai.AppendContent(*m.capture, data)
+			}
 		case openai.HasContent(data):
 			tl.FirstTokenIn, tl.LastTokenIn = readAt, readAt
 			tl.ContentEvents++
+			if m.capture != nil {
+				*m.capture = openai.AppendContent(*m.capture, data)
+			}
 		}
 		if _, err := w.Write(ev); err != nil {
 			out.clientErr = true

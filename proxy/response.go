@@ -47,6 +47,9 @@ func (x *exchange) commit(rc *fasthttp.RequestCtx) {
 		return
 	}
 	rc.Response.SetBodyRaw(body) // ours, and not touched again: no copy
+	if x.pair != nil {
+		x.captured = openai.AppendContent(nil, body)
+	}
 	if x.timing {
 		a := x.tl.Attribute(time.Now())
 		rc.Response.Header.SetBytesV("Server-Timing", a.AppendServerTiming(nil))

@@ -44,6 +44,7 @@ type Gateway struct {
 	stats *tracing.Recent // recent requests, for /admin/stats
 	lim   *shaping.Limiter
 	rlog  *tracing.RequestLog // nil when request_log.path is empty
+	pairs *pairRecorder       // mirrored pairs (pairs.go)
 	// tracer is nil when no span is sent; spanProcessors are added to it
 	// (WithSpanProcessor).
 	tracer         *tracing.Tracer
@@ -61,7 +62,7 @@ type Gateway struct {
 	// conns counts the API listener's connections (listener.go).
 	conns atomic.Pointer[connLimit]
 	// Panics recovered on the request path (panics.go).
-	panicsRequest, panicsStream, panicsForward atomic.Int64
+	panicsRequest, panicsStream, panicsForward, panicsMirror atomic.Int64
 	// testHook, when a test sets it, is called at points of a request's
 	// life ("admitted", "stream"); tests make it panic.
 	testHook func(point, id string)
@@ -82,6 +83,8 @@ type state struct {
 	tokenCaps bool
 	// adminKey is the SHA-256 of server.admin_auth, nil when unset.
 	adminKey *[32]byte
+	// mirrors are the mirror rules, in order.
+	mirrors []*mirrorRule
 	// configHash identifies the configuration (header
 	// X-Infergate-Config-Hash on /healthz), so a benchmark record can say
 	// which gateway settings it measured.
@@ -174,6 +177,9 @@ func (g *Gateway) open(cfg Config, opts []Option) error {
 			return err
 		}
 	}
+	if g.pairs, err = newPairRecorder(cfg.Mirror.Record, g.log.With("component", "mirror")); err != nil {
+		return err
+	}
 	for _, o := range opts {
 		o(g)
 	}
@@ -203,6 +209,9 @@ func (g *Gateway) closeTelemetry() {
 	}
 	if g.rlog != nil {
 		_ = g.rlog.Close()
+	}
+	if g.pairs != nil {
+		g.pairs.Close()
 	}
 	g.lim.Close()
 	g.watch.Close()
@@ -245,6 +254,9 @@ func (g *Gateway) build(cfg Config, old *state) (*state, error) {
 	}
 	for _, m := range cfg.Models {
 		st.models[m.Name] = &route{pool: st.pools[m.Pool], upstreamModel: m.UpstreamModel}
+	}
+	for _, r := range cfg.Mirror.Rules {
+		st.mirrors = append(st.mirrors, newMirrorRule(r, st.pools[r.Pool]))
 	}
 	if cfg.DefaultPool != "" {
 		st.def = &route{pool: st.pools[cfg.DefaultPool]}
@@ -369,6 +381,8 @@ func (g *Gateway) Reload(cfg Config) error {
 		return errors.New("request_log.path: changing it needs a restart")
 	case cfg.Shaping.Redis != old.cfg.Shaping.Redis:
 		return errors.New("shaping.redis: changing it needs a restart")
+	case cfg.Mirror.Record.Path != old.cfg.Mirror.Record.Path:
+		return errors.New("mirror.record.path: changing it needs a restart")
 	}
 	cert, err := readCert(cfg.Server.TLS)
 	if err != nil {
@@ -423,6 +437,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	if g.rlog != nil {
 		defer g.rlog.Close()
 	}
+	defer g.pairs.Close()
 	if g.tracer != nil {
 		defer g.tracer.Shutdown(context.Background())
 	}

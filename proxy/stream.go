@@ -39,7 +39,7 @@ func (x *exchange) relayStream(w *bufio.Writer) {
 	}
 	er := x.reader()
 	cfg := &x.st.cfg
-	out := relay(w, er, x.up.Conn, cfg.Timeouts.FirstByte, cfg.Timeouts.Idle, &x.tl, relayMode{timing: x.timing, stripUsage: x.pol.StripUsage})
+	out := relay(w, er, x.up.Conn, cfg.Timeouts.FirstByte, cfg.Timeouts.Idle, &x.tl, x.relayMode())
 	x.endStream(w, out)
 	x.putReader(er)
 }
@@ -115,4 +115,12 @@ func (x *exchange) fillFirst() {
 	x.er.Reset(&x.up.body, nil, maxEventBytes)
 	_ = x.up.Conn.SetReadDeadline(time.Now().Add(x.st.cfg.Timeouts.FirstByte))
 	x.er.Fill()
+}
+
+func (x *exchange) relayMode() relayMode {
+	m := relayMode{timing: x.timing, stripUsage: x.pol.StripUsage}
+	if x.pair != nil {
+		m.capture = &x.captured
+	}
+	return m
 }

@@ -1,0 +1,267 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/infergate/infergate/openai"
+	"github.com/valyala/fasthttp"
+)
+
+// Mirroring (DESIGN: the request path): after the primary was admitted, a
+// sampled copy goes to a candidate pool on its own connections and under
+// its own cap; the candidate's answer is read in full on its own
+// goroutine, timed the same way, and the two answers make a pair
+// (pairs.go). The primary never waits for the copy and nothing the
+// candidate does reaches it: a full cap drops the copy, a slow, failing or
+// silent candidate only makes its half of the pair late or failed.
+
+var defaultRefusals = []string{"i can't help", "i cannot help", "i can't assist", "i cannot assist", "i'm sorry, but", "i am sorry, but", "i'm unable to", "i am unable to", "as an ai"}
+
+func (m *MirrorConfig) defaults() {
+	for i := range m.Rules {
+		r := &m.Rules[i]
+		setDefault(&r.Name, fmt.Sprintf("mirror-%d", i))
+		setDefault(&r.Sample, 1)
+		setDefault(&r.MaxInFlight, 64)
+	}
+	rec := &m.Record
+	setDefault(&rec.MaxBytes, 64<<20)
+	setDefault(&rec.Keep, 3)
+	setDefault(&rec.Output, "full")
+	setDefault(&rec.MaxOutputBytes, 16<<10)
+	setDefault(&rec.Recent, 1000)
+	if rec.RefusalPatterns == nil {
+		rec.RefusalPatterns = defaultRefusals
+	}
+}
+
+func (m *MirrorConfig) validate(pools map[string]PoolConfig) error {
+	names := map[string]bool{}
+	for i, r := range m.Rules {
+		at := fmt.Sprintf("mirror.rules[%d]", i)
+		if _, ok := pools[r.Pool]; !ok {
+			return fmt.Errorf("%s.pool: no pool named %q", at, r.Pool)
+		}
+		if r.Sample < 0 || r.Sample > 1 || math.IsNaN(r.Sample) {
+			return fmt.Errorf("%s.sample: %v is not in [0, 1]", at, r.Sample)
+		}
+		if r.MaxInFlight < 1 {
+			return fmt.Errorf("%s.max_in_flight: must be positive", at)
+		}
+		if names[r.Name] {
+			return fmt.Errorf("%s.name: %q is used twice", at, r.Name)
+		}
+		names[r.Name] = true
+		for k, v := range r.Overrides.Fields {
+			if k == "model" {
+				return fmt.Errorf("%s.overrides.fields.model: use overrides.model", at)
+			}
+			if _, err := json.Marshal(v); err != nil {
+				return fmt.Errorf("%s.overrides.fields.%s: %w", at, k, err)
+			}
+		}
+	}
+	rec := m.Record
+	switch rec.Output {
+	case "full", "hash", "none":
+	default:
+		return fmt.Errorf("mirror.record.output: %q is not full, hash or none", rec.Output)
+	}
+	if rec.MaxBytes < 1 || rec.Keep < 0 || rec.MaxOutputBytes < 0 || rec.Recent < 0 {
+		return errors.New("mirror.record: max_bytes must be positive; keep, max_output_bytes and recent not negative")
+	}
+	return nil
+}
+
+// mirrorRule is a rule made live.
+type mirrorRule struct {
+	name      string
+	pool      *Pool
+	threshold uint64 // a request is sampled when the hash of its id is below
+	all       bool   // sample 1
+	models    []string
+	tenants   []string
+	paths     []string
+	headers   [][2]string
+	overrides []member // applied to the copy, in order
+	applied   map[string]any
+	sem       chan struct{}
+}
+
+type member struct {
+	name  string
+	value []byte
+}
+
+func newMirrorRule(r MirrorRule, pool *Pool) *mirrorRule {
+	m := &mirrorRule{name: r.Name, pool: pool, all: r.Sample >= 1, models: sorted(r.Match.Models), tenants: sorted(r.Match.Tenants),
+		paths: sorted(r.Match.Paths), sem: make(chan struct{}, r.MaxInFlight), applied: map[string]any{}}
+	m.threshold = uint64(r.Sample * math.MaxUint64)
+	for k, v := range r.Match.Headers {
+		m.headers = append(m.headers, [2]string{k, v})
+	}
+	if r.Overrides.Model != "" {
+		q, _ := json.Marshal(r.Overrides.Model)
+		m.overrides = append(m.overrides, member{"model", q})
+		m.applied["model"] = r.Overrides.Model
+	}
+	for _, k := range slices.Sorted(mapKeys(r.Overrides.Fields)) {
+		q, _ := json.Marshal(r.Overrides.Fields[k]) // validate checked it
+		m.overrides = append(m.overrides, member{k, q})
+		m.applied[k] = r.Overrides.Fields[k]
+	}
+	return m
+}
+
+func mapKeys[V any](m map[string]V) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+func sorted(s []string) []string {
+	if len(s) == 0 {
+		return nil
+	}
+	return slices.Sorted(slices.Values(s))
+}
+
+func in(s []string, v string) bool {
+	if s == nil {
+		return true
+	}
+	_, ok := slices.BinarySearch(s, v)
+	return ok
+}
+
+// sampled reports whether request id falls in the rule's sample, by a
+// hash of the id that does not change between runs (FNV-1a), so a replay
+// that sends the same ids copies the same requests.
+func (m *mirrorRule) sampled(id string) bool {
+	if m.all {
+		return true
+	}
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(id); i++ {
+		h ^= uint64(id[i])
+		h *= 1099511628211
+	}
+	return h < m.threshold
+}
+
+func (m *mirrorRule) matches(x *exchange, rc *fasthttp.RequestCtx) bool {
+	if !in(m.models, x.model) || !in(m.tenants, x.tenant) || !in(m.paths, x.path) {
+		return false
+	}
+	for _, h := range m.headers {
+		if string(rc.Request.Header.Peek(h[0])) != h[1] {
+			return false
+		}
+	}
+	return true
+}
+
+// copyBody is the body the candidate gets: the primary's with the rule's
+// overrides.
+func (m *mirrorRule) copyBody(body []byte) []byte {
+	if len(m.overrides) == 0 {
+		return bytes.Clone(body)
+	}
+	out := body
+	for _, o := range m.overrides {
+		out = openai.SetMember(out, o.name, o.value)
+	}
+	return out
+}
+
+// mirror starts the copy of an admitted request, when a rule takes it.
+// body is what the primary's backend gets.
+func (x *exchange) mirror(rc *fasthttp.RequestCtx, body []byte) {
+	for _, m := range x.st.mirrors {
+		if !m.matches(x, rc) || !m.sampled(x.id) {
+			continue
+		}
+		select {
+		case m.sem <- struct{}{}:
+		default:
+			x.g.pairs.dropped(m.name, "cap_full")
+			return
+		}
+		p := newPair(x, m)
+		p.JSONAsked = asksJSON(body)
+		x.pair = p
+		req := fasthttp.AcquireRequest()
+		req.Header.SetMethod(fasthttp.MethodPost)
+		req.Header.SetContentType("application/json")
+		req.Header.Set("X-Request-Id", x.id)
+		req.SetBody(m.copyBody(body))
+		path := x.rawPath + x.query
+		go x.g.runCandidate(p, m, req, path, x.st.cfg.Timeouts)
+		return
+	}
+}
+
+// runCandidate sends the copy to the candidate pool and reads its answer
+// in full, on its own goroutine.
+func (g *Gateway) runCandidate(p *pair, m *mirrorRule, req *fasthttp.Request, path string, t Timeouts) {
+	defer func() { <-m.sem }()
+	defer fasthttp.ReleaseRequest(req)
+	defer func() {
+		if v := recover(); v != nil {
+			g.recovered(panicMirror, v, p.ID)
+			p.Candidate.Error = fmt.Sprint("panic: ", v)
+			p.done(g)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(g.base, t.Total)
+	defer cancel()
+	b, done, err := m.pool.pick(nil, time.Now())
+	if err != nil {
+		p.Candidate.Error = err.Error()
+		p.done(g)
+		return
+	}
+	b.outstanding.Add(1)
+	defer b.outstanding.Add(-1)
+	p.Candidate.Backend = b.name
+	req.SetRequestURI("http://" + b.host + b.prefix + path)
+	req.Header.SetHost(b.host)
+	if b.auth != "" {
+		req.Header.Set("Authorization", b.auth)
+	}
+	ok := readArm(ctx, b, req, p.Stream, t, &p.Candidate, p.maxOutput)
+	done(ok)
+	p.done(g)
+}
+
+// asksJSON reports whether a request's response_format asks for JSON
+// (json_object, or json_schema).
+func asksJSON(body []byte) bool {
+	asked := false
+	openai.EachMember(body, func(key []byte, f openai.Field) bool {
+		if !openai.KeyIs(key, "response_format") {
+			return true
+		}
+		v := f.Of(body)
+		openai.EachMember(v, func(k []byte, tf openai.Field) bool {
+			if openai.KeyIs(k, "type") {
+				t, _ := openai.Unquote(tf.Of(v))
+				asked = t == "json_object" || t == "json_schema"
+			}
+			return true
+		})
+		return true
+	})
+	return asked
+}

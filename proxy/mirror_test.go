@@ -1,0 +1,146 @@
+package proxy
+
+import (
+	"bufio"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/infergate/infergate/sim/simtest"
+)
+
+func mirrorConfig(primary, candidate string) Config {
+	cfg := testConfig(primary)
+	cfg.Pools["cand"] = PoolConfig{Backends: []BackendConfig{{URL: candidate}}}
+	cfg.Mirror.Rules = []MirrorRule{{Name: "try", Pool: "cand"}}
+	return cfg
+}
+
+func pairStats(t *testing.T, gw *testGateway, want int) PairStats {
+	t.Helper()
+	var s PairStats
+	waitFor(t, 10*time.Second, "the pairs", func() bool {
+		resp, err := http.Get(gw.AdminURL + "/admin/pairs")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		s = PairStats{}
+		return json.NewDecoder(resp.Body).Decode(&s) == nil && len(s.Pairs) >= want
+	})
+	return s
+}
+
+// TestMirrorRecordsPairs: both sims answer; each pair holds both answers,
+// timed, and the file has the same lines as the admin API.
+func TestMirrorRecordsPairs(t *testing.T) {
+	primary := simtest.Start(t, simtest.Fixed(2*time.Millisecond, time.Millisecond))
+	candidate := simtest.Start(t, simtest.Fixed(20*time.Millisecond, 3*time.Millisecond))
+	cfg := mirrorConfig(primary.URL, candidate.URL)
+	cfg.Models[0].UpstreamModel = "sim-model"
+	path := filepath.Join(t.TempDir(), "pairs.jsonl")
+	cfg.Mirror.Record.Path = path
+	gw := startGateway(t, cfg)
+	for i := range 6 {
+		body := `{"model":"m","max_tokens":8,"ignore_eos":true,"messages":[{"role":"user","content":"hello"}]}`
+		if i%2 == 0 {
+			body = `{"model":"m","stream":true,"max_tokens":8,"ignore_eos":true,"messages":[{"role":"user","content":"hello"}]}`
+		}
+		if status, _, b := post(t, gw.URL, "/v1/chat/completions", body); status != 200 {
+			t.Fatalf("%d %s", status, b)
+		}
+	}
+	s := pairStats(t, gw, 6)
+	for _, p := range s.Pairs {
+		a, c := p.Primary, p.Candidate
+		if !a.OK() || !c.OK() || a.OutputTokens != 8 || c.OutputTokens != 8 || a.Output == "" || c.Output == "" || a.OutputSHA256 == "" {
+			t.Errorf("pair %+v", p)
+		}
+		if p.Stream && (c.TTFTms < 15 || a.TTFTms > c.TTFTms || c.TPOTms < 2) {
+			t.Errorf("stream pair timings: primary ttft %.1f, candidate ttft %.1f tpot %.1f", a.TTFTms, c.TTFTms, c.TPOTms)
+		}
+		if p.Similarity < 0 || p.Similarity > 1 || p.LengthRatio <= 0 {
+			t.Errorf("similarity %v ratio %v", p.Similarity, p.LengthRatio)
+		}
+	}
+	ctxShutdown(t, gw)
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	lines := 0
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var p Pair
+		if err := json.Unmarshal(sc.Bytes(), &p); err != nil || p.Rule != "try" {
+			t.Errorf("line %q: %v", sc.Text(), err)
+		}
+		lines++
+	}
+	if lines != 6 {
+		t.Errorf("%d lines in the pairs file, want 6", lines)
+	}
+}
+
+// TestMirrorNeverTouchesThePrimary: a candidate that never answers
+// leaves the primary's answers and timing as they were; its copies past
+// the cap are dropped and counted; the overrides reach the candidate and
+// not the primary.
+func TestMirrorNeverTouchesThePrimary(t *testing.T) {
+	primary := newTestBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}`))
+	})
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	candidate := newTestBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		select { // hangs until the test ends
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+	cfg := mirrorConfig(primary.URL, candidate.URL)
+	cfg.Mirror.Rules[0].MaxInFlight = 2
+	cfg.Mirror.Rules[0].Overrides = MirrorOverrides{Model: "cand-model", Fields: map[string]any{"temperature": 0.0, "max_tokens": 7}}
+	gw := startGateway(t, cfg)
+	var slowest time.Duration
+	for range 10 {
+		start := time.Now()
+		status, _, body := post(t, gw.URL, "/v1/chat/completions", `{"model":"m","temperature":0.8,"messages":[{"role":"user","content":"hi"}]}`)
+		if d := time.Since(start); d > slowest {
+			slowest = d
+		}
+		if status != 200 || !strings.Contains(body, `"hi"`) {
+			t.Fatalf("%d %s", status, body)
+		}
+	}
+	if slowest > 500*time.Millisecond {
+		t.Errorf("a primary took %v beside a candidate that never answers", slowest)
+	}
+	_, pb := primary.last()
+	if !strings.Contains(pb, `"temperature":0.8`) || strings.Contains(pb, "cand-model") || strings.Contains(pb, "max_tokens") {
+		t.Errorf("the primary got %s", pb)
+	}
+	waitFor(t, 5*time.Second, "two copies at the candidate", func() bool { return candidate.requests.Load() == 2 })
+	_, cb := candidate.last()
+	if !strings.Contains(cb, `"model":"cand-model"`) || !strings.Contains(cb, `"temperature":0`) || !strings.Contains(cb, `"max_tokens":7`) {
+		t.Errorf("the candidate got %s", cb)
+	}
+	s := gw.pairs.Stats()
+	if s.Dropped["try cap_full"] != 8 {
+		t.Errorf("dropped %v, want 8 copies past the cap of 2", s.Dropped)
+	}
+}
+
+func ctxShutdown(t *testing.T, gw *testGateway) {
+	t.Helper()
+	ctx, cancel := contextTimeout(2 * time.Second)
+	defer cancel()
+	gw.Shutdown(ctx)
+}
