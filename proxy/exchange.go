@@ -59,8 +59,8 @@ type exchange struct {
 	pair    *pair               // the mirrored pair this request is the primary of, or nil
 	// captured is the primary's answer text while a pair is being made.
 	captured []byte
-	logged  bool                // this request goes to the request log
-	logBody []byte              // its body, copied, when the log keeps bodies
+	logged   bool   // this request goes to the request log
+	logBody  []byte // its body, copied, when the log keeps bodies
 	// parent is the client's span (from its traceparent), sc the
 	// request's own, decided at receipt; both invalid without a tracer.
 	parent, sc trace.SpanContext

@@ -152,7 +152,7 @@ type armObserver struct {
 	start, conn, at time.Time
 }
 
-func (o *armObserver) Starting()               { o.start = time.Now() }
+func (o *armObserver) Starting()                { o.start = time.Now() }
 func (o *armObserver) Connected(net.Conn, bool) { o.conn = time.Now() }
 func (o *armObserver) Sent(net.Conn)            { o.at = time.Now() }
 func (o *armObserver) Reader(conn net.Conn, last *bufio.Reader) *bufio.Reader {
