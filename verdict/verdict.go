@@ -7,6 +7,7 @@
 package verdict
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 )
@@ -209,4 +210,23 @@ func judgeRate(ch *Change, n int, tol float64) {
 		ch.Judgement = Unsure
 		ch.Need = needFor(n, (ch.CIHigh-ch.CILow)/2, math.Abs(tol-ch.Delta))
 	}
+}
+
+// MarshalJSON writes NaN and infinite figures (an interval or p-value
+// not computed) as null: JSON has no NaN.
+func (c Change) MarshalJSON() ([]byte, error) {
+	type plain Change
+	num := func(f float64) *float64 {
+		if math.IsNaN(f) || math.IsInf(f, 0) {
+			return nil
+		}
+		return &f
+	}
+	return json.Marshal(struct {
+		plain
+		Delta  *float64 `json:"delta"`
+		CILow  *float64 `json:"ci_low"`
+		CIHigh *float64 `json:"ci_high"`
+		P      *float64 `json:"p"`
+	}{plain(c), num(c.Delta), num(c.CILow), num(c.CIHigh), num(c.P)})
 }

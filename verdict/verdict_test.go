@@ -1,8 +1,10 @@
 package verdict
 
 import (
+	"encoding/json"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -145,5 +147,41 @@ func TestCompareRatesAtZero(t *testing.T) {
 	ch = Rates(0, "failure_rate", 0, 10, 0, 10, 0.02)
 	if ch.Judgement != Unsure || ch.Need <= 10 {
 		t.Errorf("0 of 10 both: %s need %d, want unsure and a larger n", ch.Judgement, ch.Need)
+	}
+}
+
+func TestChangeJSONHasNoNaN(t *testing.T) {
+	b, err := json.Marshal(InfoChange(0, "x", 1, 2, "lower"))
+	if err != nil || !strings.Contains(string(b), `"ci_low":null`) || !strings.Contains(string(b), `"delta":1`) {
+		t.Fatalf("%s %v", b, err)
+	}
+}
+
+func TestABFindsThePlantedTradeOff(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 9))
+	var pairs []PairSample
+	for range 300 {
+		prompt := 50 + rng.ExpFloat64()*100
+		p := PairSample{JSONAsked: true, Similarity: 0.5, LengthRatio: 1,
+			Primary:   ArmSample{OK: true, TTFT: prompt, TPOT: 10, E2E: prompt + 1000, InvalidJSON: rng.Float64() < 0.01},
+			Candidate: ArmSample{OK: true, TTFT: prompt * 0.8, TPOT: 6, E2E: prompt*0.8 + 600, InvalidJSON: rng.Float64() < 0.1}}
+		pairs = append(pairs, p)
+	}
+	r := AB(pairs, Options{})
+	if r.Verdict != RollBack || len(r.Reasons) != 1 || !strings.Contains(r.Reasons[0], "invalid_json_rate") {
+		t.Fatalf("faster but more broken JSON: %s %v", r.Verdict, r.Reasons)
+	}
+	for _, ch := range r.Changes {
+		if ch.Metric == "ttft" && ch.Judgement != Holds {
+			t.Errorf("the faster ttft: %+v", ch)
+		}
+	}
+	var sb strings.Builder
+	r.Write(&sb)
+	if !strings.Contains(sb.String(), "verdict: ROLL BACK") {
+		t.Errorf("%s", sb.String())
+	}
+	if _, err := json.Marshal(r); err != nil {
+		t.Errorf("the report does not encode: %v", err)
 	}
 }

@@ -41,7 +41,13 @@ otherwise). --max-input-tokens N counts each chat request's messages (with
 --tokenizer) and, above N, rejects it with 400 context_length_exceeded or
 trims it (--trim drop_oldest: whole older turns go, system messages stay;
 --trim truncate_middle: the longest message loses its middle).
---max-output-tokens N clamps max_tokens. The client is told in
+--max-output-tokens N clamps max_tokens.
+
+--mirror URL copies each request (or --mirror-sample of them, by request
+id) to a candidate backend after the primary was admitted, on its own
+connections; both answers are timed and judged, and each pair goes to
+--mirror-record FILE and /admin/pairs. infergate ab report FILE gives
+the verdict. The client is told in
 X-Infergate-Trimmed-Tokens and X-Infergate-Max-Tokens-Clamped. Like the
 shaping flags, these override the file at start and at every reload.
 
@@ -69,6 +75,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	trim := fs.String("trim", "", "above --max-input-tokens: reject (default), drop_oldest or truncate_middle (policy.trim)")
 	maxOutput := fs.Int("max-output-tokens", 0, "clamp max_tokens to this, and set it when a request has none (policy.max_output_tokens; 0: none)")
 	tokenizer := fs.String("tokenizer", "", "count tokens with cl100k_base, o200k_base, hf:PATH (a tokenizer.json), backend (the backend's /tokenize) or estimate (policy.tokenizer; default estimate)")
+	mirrorURL := fs.String("mirror", "", "copy requests to this candidate backend URL and record each pair of answers (mirror.rules)")
+	mirrorSample := fs.Float64("mirror-sample", 0, "with --mirror: the share of requests copied, by request id (default 1)")
+	mirrorRecord := fs.String("mirror-record", "", "with --mirror: write the pairs to this JSONL file (mirror.record.path); infergate ab report reads it")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile (pprof) to this file until exit")
 	memprofile := fs.String("memprofile", "", "write an allocation profile (pprof) to this file at exit")
 	if err := fs.Parse(args); err != nil {
@@ -140,6 +149,16 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		if *tokenizer != "" {
 			c.Policy.Tokenizer = *tokenizer
+		}
+		if *mirrorURL != "" {
+			if c.Pools == nil {
+				c.Pools = map[string]proxy.PoolConfig{}
+			}
+			c.Pools["mirror"] = proxy.PoolConfig{Backends: []proxy.BackendConfig{{URL: *mirrorURL}}}
+			c.Mirror.Rules = append(c.Mirror.Rules, proxy.MirrorRule{Name: "mirror", Pool: "mirror", Sample: *mirrorSample})
+		}
+		if *mirrorRecord != "" {
+			c.Mirror.Record.Path = *mirrorRecord
 		}
 		if *adminListen != "" {
 			c.Server.AdminListen = *adminListen

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// abRun sends load through a gateway that mirrors every request to a
+// candidate simulator and returns `ab report`'s exit code and output.
+func abRun(t *testing.T, candidateFlags ...string) (int, string, string) {
+	t.Helper()
+	primary := start(t, "sim", "--listen", "127.0.0.1:0", "--ttft", "30ms", "--itl", "4ms", "--mean-output-tokens", "40").url(t)
+	candidate := start(t, append([]string{"sim", "--listen", "127.0.0.1:0", "--mean-output-tokens", "40"}, candidateFlags...)...).url(t)
+	pairs := filepath.Join(t.TempDir(), "pairs.jsonl")
+	gw := start(t, "serve", "--listen", "127.0.0.1:0", "--upstream", primary, "--mirror", candidate, "--mirror-record", pairs)
+	url := gw.url(t)
+	code, out := exitCode(t, "bench", "--url", url, "--json", "--input-tokens", "32", "--output-tokens", "none", "--concurrency", "8",
+		"--requests", "300", "--warmup", "0")
+	if code != 0 {
+		t.Fatalf("bench: exit %d\n%s", code, out)
+	}
+	// The last pairs are recorded after their requests end: stop the
+	// gateway so the file is complete.
+	gw.cmd.Process.Signal(syscall.SIGTERM)
+	if err := gw.wait(t); err != nil {
+		t.Fatalf("gateway exit: %v\n%s", err, gw.log())
+	}
+	code, report := exitCode(t, "ab", "report", pairs)
+	t.Logf("ab report:\n%s", report)
+	return code, report, pairs
+}
+
+// TestABFindsTheTradeOff: a candidate that decodes faster but breaks JSON
+// more often (the simulator's int4 variant, given a faster decode) is
+// rolled back, for its JSON, although it is faster.
+func TestABFindsTheTradeOff(t *testing.T) {
+	code, report, pairs := abRun(t, "--ttft", "30ms", "--itl", "2ms", "--variant", "int4")
+	if code != 1 || !strings.Contains(report, "verdict: ROLL BACK") || !strings.Contains(report, "quality regressed: invalid_json_rate") ||
+		strings.Contains(report, "speed regressed") {
+		t.Fatalf("exit %d, want 1 and a ROLL BACK for invalid JSON\n%s", code, report)
+	}
+	code, js := exitCode(t, "ab", "report", "--json", pairs)
+	var r struct {
+		Pairs   int    `json:"pairs"`
+		Verdict string `json:"verdict"`
+	}
+	if code != 1 || json.Unmarshal([]byte(js), &r) != nil || r.Pairs < 280 || r.Verdict != "ROLL BACK" {
+		t.Errorf("--json: exit %d %+v\n%s", code, r, js)
+	}
+}
+
+// TestABSameBackendIsNotRolledBack: two identical simulators are never
+// called ROLL BACK.
+func TestABSameBackendIsNotRolledBack(t *testing.T) {
+	code, report, _ := abRun(t, "--ttft", "30ms", "--itl", "4ms")
+	if code == 1 || strings.Contains(report, "ROLL BACK") {
+		t.Fatalf("identical backends: exit %d\n%s", code, report)
+	}
+}
+
+func TestABRefusesUnusableInput(t *testing.T) {
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"ab", "report"},
+		{"ab", "report", filepath.Join(dir, "missing.jsonl")},
+		{"ab", "nonsense"},
+	} {
+		if code, out := exitCode(t, args...); code != 3 || strings.Contains(out, "panic") {
+			t.Errorf("infergate %v: exit %d\n%s", args, code, out)
+		}
+	}
+}

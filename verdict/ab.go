@@ -1,0 +1,270 @@
+package verdict
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"slices"
+)
+
+// A/B from mirrored pairs: each pair is one request answered by the
+// primary (the base) and the candidate (the change), so latencies are
+// compared pair by pair and rates by their discordant pairs.
+
+// ArmSample is one arm's answer to one request.
+type ArmSample struct {
+	OK bool
+	// TTFT, TPOT and E2E in ms; 0 when unknown (TTFT and TPOT need a
+	// stream).
+	TTFT, TPOT, E2E float64
+	OutputTokens    int
+	// Quality signals (of a successful answer).
+	InvalidJSON, Refusal, Empty, Truncated, LengthByPolicy bool
+}
+
+// PairSample is one request's two answers.
+type PairSample struct {
+	Primary, Candidate ArmSample
+	// JSONAsked: the request asked for JSON, so invalid JSON counts.
+	JSONAsked bool
+	// Similarity and LengthRatio of the two outputs (shown, not judged).
+	Similarity, LengthRatio float64
+}
+
+// ArmSummary is one arm's figures over all pairs.
+type ArmSummary struct {
+	Requests int `json:"requests"`
+	OK       int `json:"ok"`
+	// TTFT, TPOT, E2E (ms) and Speed (output tokens/s while decoding).
+	TTFT  Dist `json:"ttft_ms"`
+	TPOT  Dist `json:"tpot_ms"`
+	E2E   Dist `json:"e2e_ms"`
+	Speed Dist `json:"speed_tok_s"`
+	// Rates: errors of all requests; the others of the successful ones
+	// (invalid JSON of those that asked for JSON).
+	ErrorRate       float64 `json:"error_rate"`
+	InvalidJSONRate float64 `json:"invalid_json_rate"`
+	RefusalRate     float64 `json:"refusal_rate"`
+	EmptyRate       float64 `json:"empty_rate"`
+	TruncatedRate   float64 `json:"truncated_rate"`
+	// LengthByPolicy counts truncations at a gateway's output cap, kept
+	// out of TruncatedRate.
+	LengthByPolicy int `json:"length_by_policy,omitempty"`
+}
+
+// Dist is p50, p90 and p99 of a distribution.
+type Dist struct {
+	N   int     `json:"n"`
+	P50 float64 `json:"p50"`
+	P90 float64 `json:"p90"`
+	P99 float64 `json:"p99"`
+}
+
+func distOf(v []float64) Dist {
+	if len(v) == 0 {
+		return Dist{}
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	q := func(p float64) float64 { return s[min(len(s)-1, int(p*float64(len(s))))] }
+	return Dist{N: len(s), P50: Median(s), P90: q(0.9), P99: q(0.99)}
+}
+
+// ABReport is the comparison of the two arms of mirrored pairs.
+type ABReport struct {
+	Pairs     int        `json:"pairs"`
+	Primary   ArmSummary `json:"primary"`
+	Candidate ArmSummary `json:"candidate"`
+	// Similarity and LengthRatio are medians over pairs both answered.
+	Similarity  float64  `json:"similarity"`
+	LengthRatio float64  `json:"length_ratio"`
+	Changes     []Change `json:"changes"`
+	Result
+}
+
+// AB compares the candidate with the primary over pairs.
+func AB(pairs []PairSample, o Options) *ABReport {
+	o.Defaults()
+	rng := rand.New(rand.NewPCG(o.Seed, 11))
+	r := &ABReport{Pairs: len(pairs)}
+	r.Primary = summarize(pairs, func(p PairSample) ArmSample { return p.Primary })
+	r.Candidate = summarize(pairs, func(p PairSample) ArmSample { return p.Candidate })
+
+	// Latencies, from the pairs where both arms answered and measured it.
+	var sims, ratios []float64
+	for _, m := range []struct {
+		name   string
+		better string
+		get    func(ArmSample) float64
+		judged bool
+	}{
+		{"ttft", "lower", func(a ArmSample) float64 { return a.TTFT }, true},
+		{"tpot", "lower", func(a ArmSample) float64 { return a.TPOT }, true},
+		{"e2e", "lower", func(a ArmSample) float64 { return a.E2E }, true},
+		{"speed", "higher", speedOf, false},
+	} {
+		var a, b []float64
+		for _, p := range pairs {
+			x, y := m.get(p.Primary), m.get(p.Candidate)
+			if p.Primary.OK && p.Candidate.OK && x > 0 && y > 0 {
+				a, b = append(a, x), append(b, y)
+			}
+		}
+		floor := o.SpeedFloor
+		if m.better == "higher" {
+			floor = 0
+		}
+		if ch, ok := PairedSamples(m.name, m.better, a, b, o.SpeedTolerance, floor, rng); ok {
+			if !m.judged {
+				ch.Judgement, ch.Need = Info, 0 // 1000/tpot: judged through tpot
+			}
+			r.Changes = append(r.Changes, ch)
+		}
+	}
+	for _, p := range pairs {
+		if p.Primary.OK && p.Candidate.OK {
+			sims = append(sims, p.Similarity)
+			if p.LengthRatio > 0 {
+				ratios = append(ratios, p.LengthRatio)
+			}
+		}
+	}
+	r.Similarity, r.LengthRatio = Median(sims), Median(ratios)
+
+	// Rates: errors over all pairs, quality over the pairs both answered.
+	rate := func(name string, keep func(PairSample) bool, sig func(ArmSample) bool) {
+		var a, b []bool
+		for _, p := range pairs {
+			if keep(p) {
+				a, b = append(a, sig(p.Primary)), append(b, sig(p.Candidate))
+			}
+		}
+		if len(a) > 0 {
+			r.Changes = append(r.Changes, PairedRates(name, a, b, o.QualityTolerance))
+		}
+	}
+	all := func(PairSample) bool { return true }
+	both := func(p PairSample) bool { return p.Primary.OK && p.Candidate.OK }
+	rate("error_rate", all, func(a ArmSample) bool { return !a.OK })
+	rate("invalid_json_rate", func(p PairSample) bool { return both(p) && p.JSONAsked }, func(a ArmSample) bool { return a.InvalidJSON })
+	rate("refusal_rate", both, func(a ArmSample) bool { return a.Refusal })
+	rate("empty_rate", both, func(a ArmSample) bool { return a.Empty })
+	rate("truncated_rate", both, func(a ArmSample) bool { return a.Truncated && !a.LengthByPolicy })
+	r.Result = Decide(r.Changes)
+	return r
+}
+
+func speedOf(a ArmSample) float64 {
+	if a.TPOT <= 0 {
+		return 0
+	}
+	return 1000 / a.TPOT
+}
+
+func summarize(pairs []PairSample, arm func(PairSample) ArmSample) ArmSummary {
+	var s ArmSummary
+	var ttft, tpot, e2e, speed []float64
+	var errs, ok, jsonOK, invalid, refusal, empty, trunc int
+	for _, p := range pairs {
+		a := arm(p)
+		s.Requests++
+		if !a.OK {
+			errs++
+			continue
+		}
+		ok++
+		for _, v := range []struct {
+			dst *[]float64
+			x   float64
+		}{{&ttft, a.TTFT}, {&tpot, a.TPOT}, {&e2e, a.E2E}, {&speed, speedOf(a)}} {
+			if v.x > 0 {
+				*v.dst = append(*v.dst, v.x)
+			}
+		}
+		if p.JSONAsked {
+			jsonOK++
+			if a.InvalidJSON {
+				invalid++
+			}
+		}
+		if a.Refusal {
+			refusal++
+		}
+		if a.Empty {
+			empty++
+		}
+		switch {
+		case a.Truncated && a.LengthByPolicy:
+			s.LengthByPolicy++
+		case a.Truncated:
+			trunc++
+		}
+	}
+	s.OK = ok
+	s.TTFT, s.TPOT, s.E2E, s.Speed = distOf(ttft), distOf(tpot), distOf(e2e), distOf(speed)
+	div := func(x, n int) float64 {
+		if n == 0 {
+			return 0
+		}
+		return float64(x) / float64(n)
+	}
+	s.ErrorRate = div(errs, s.Requests)
+	s.InvalidJSONRate, s.RefusalRate, s.EmptyRate, s.TruncatedRate = div(invalid, jsonOK), div(refusal, ok), div(empty, ok), div(trunc, ok)
+	return s
+}
+
+// Write prints the report: each arm, the paired differences, the verdict.
+func (r *ABReport) Write(w io.Writer) {
+	fmt.Fprintf(w, "%d pairs (primary = base, candidate = the change)\n\n", r.Pairs)
+	fmt.Fprintf(w, "%-22s %30s %30s\n", "", "primary", "candidate")
+	row := func(name string, a, b Dist) {
+		f := func(d Dist) string {
+			if d.N == 0 {
+				return "-"
+			}
+			return fmt.Sprintf("%.1f / %.1f / %.1f", d.P50, d.P90, d.P99)
+		}
+		fmt.Fprintf(w, "%-22s %30s %30s\n", name, f(a), f(b))
+	}
+	row("ttft ms p50/p90/p99", r.Primary.TTFT, r.Candidate.TTFT)
+	row("tpot ms", r.Primary.TPOT, r.Candidate.TPOT)
+	row("e2e ms", r.Primary.E2E, r.Candidate.E2E)
+	row("speed tok/s", r.Primary.Speed, r.Candidate.Speed)
+	pct := func(name string, a, b float64) { fmt.Fprintf(w, "%-22s %29.1f%% %29.1f%%\n", name, a*100, b*100) }
+	pct("errors", r.Primary.ErrorRate, r.Candidate.ErrorRate)
+	pct("invalid JSON", r.Primary.InvalidJSONRate, r.Candidate.InvalidJSONRate)
+	pct("refusals", r.Primary.RefusalRate, r.Candidate.RefusalRate)
+	pct("empty", r.Primary.EmptyRate, r.Candidate.EmptyRate)
+	pct("truncated (model)", r.Primary.TruncatedRate, r.Candidate.TruncatedRate)
+	fmt.Fprintf(w, "outputs: median similarity %.2f, median length ratio %.2f\n\n", r.Similarity, r.LengthRatio)
+	fmt.Fprintf(w, "%-20s %11s %11s %9s %22s %9s %6s  %s\n", "paired change", "primary", "candidate", "change", "95% CI", "p", "n", "judgement")
+	for _, ch := range r.Changes {
+		var base, nw, delta, ci string
+		if ch.Quality {
+			base, nw = fmt.Sprintf("%.2f%%", ch.Base*100), fmt.Sprintf("%.2f%%", ch.New*100)
+			delta = fmt.Sprintf("%+.2fpt", ch.Delta*100)
+			ci = fmt.Sprintf("[%+.2f, %+.2f]pt", ch.CILow*100, ch.CIHigh*100)
+		} else {
+			base, nw = fmt.Sprintf("%.4g", ch.Base), fmt.Sprintf("%.4g", ch.New)
+			delta = fmt.Sprintf("%+.1f%%", ch.Delta*100)
+			ci = fmt.Sprintf("[%+.1f, %+.1f]%%", ch.CILow*100, ch.CIHigh*100)
+		}
+		if math.IsNaN(ch.CILow) {
+			ci = "-"
+		}
+		p := "-"
+		if !math.IsNaN(ch.P) {
+			p = fmt.Sprintf("%.3g", ch.P)
+		}
+		j := ch.Judgement
+		if ch.Judgement == Unsure && ch.Need > 0 {
+			j += fmt.Sprintf(" (≈%d pairs)", ch.Need)
+		}
+		fmt.Fprintf(w, "%-20s %11s %11s %9s %22s %9s %6d  %s\n", ch.Metric, base, nw, delta, ci, p, ch.N, j)
+	}
+	fmt.Fprintf(w, "\nverdict: %s\n", r.Verdict)
+	for _, s := range r.Reasons {
+		fmt.Fprintf(w, "  - %s\n", s)
+	}
+}
