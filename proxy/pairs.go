@@ -27,6 +27,10 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
+// maxCapture bounds the text kept of each answer of a pair while it is
+// judged (an answer that goes on past it is judged on its first MiB).
+const maxCapture = 1 << 20
+
 // A pair is one mirrored request's two answers. Each side is timed from
 // the moment its request was sent to its backend, so the pair compares
 // the backends and not the gateway's queue. Whichever side ends last
@@ -244,7 +248,9 @@ func readArmStream(conn net.Conn, body io.Reader, t Timeouts, tl *tracing.Timeli
 			}
 			tl.LastTokenIn = now
 			tl.ContentEvents++
-			a.text = openai.AppendContent(a.text, data)
+			if len(a.text) < maxCapture {
+				a.text = openai.AppendContent(a.text, data)
+			}
 		}
 		if f := openai.FinishReason(data); f != nil {
 			tl.FinishReason = tracing.FinishReasonOf(f)
@@ -273,6 +279,7 @@ func readArmBody(conn net.Conn, body io.Reader, t Timeouts, tl *tracing.Timeline
 		return nil
 	}
 	a.text = openai.AppendContent(nil, b)
+	a.text = a.text[:min(len(a.text), maxCapture)]
 	if f := openai.FinishReason(b); f != nil {
 		tl.FinishReason = tracing.FinishReasonOf(f)
 	}

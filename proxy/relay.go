@@ -119,7 +119,7 @@ func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByt
 			tl.FinishReason = tracing.FinishReasonOf(openai.FinishReason(data))
 			if openai.HasContent(data) { // vLLM puts the last token here
 				tl.ContentEvents++
-				if m.capture != nil {
+				if m.capture != nil && len(*m.capture) < maxCapture {
 					*m.capture = openai.AppendContent(*m.capture, data)
 				}
 				tl.LastTokenIn = readAt
@@ -134,13 +134,13 @@ func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByt
 			// carries output: no need to look inside.
 			tl.LastTokenIn = readAt
 			tl.ContentEvents++
-			if m.capture != nil {
+			if m.capture != nil && len(*m.capture) < maxCapture {
 				*m.capture = openai.AppendContent(*m.capture, data)
 			}
 		case openai.HasContent(data):
 			tl.FirstTokenIn, tl.LastTokenIn = readAt, readAt
 			tl.ContentEvents++
-			if m.capture != nil {
+			if m.capture != nil && len(*m.capture) < maxCapture {
 				*m.capture = openai.AppendContent(*m.capture, data)
 			}
 		}

@@ -49,6 +49,7 @@ func (x *exchange) commit(rc *fasthttp.RequestCtx) {
 	rc.Response.SetBodyRaw(body) // ours, and not touched again: no copy
 	if x.pair != nil {
 		x.captured = openai.AppendContent(nil, body)
+		x.captured = x.captured[:min(len(x.captured), maxCapture)]
 	}
 	if x.timing {
 		a := x.tl.Attribute(time.Now())
