@@ -42,7 +42,7 @@ func (g *Gateway) handleAdmin(rc *fasthttp.RequestCtx) {
 		rc.SetContentType("application/json")
 		rc.SetBody(b)
 	case "/admin/pairs":
-		b, err := json.Marshal(g.pairs.Stats())
+		b, err := json.Marshal(g.Pairs())
 		if err != nil {
 			writeError(rc, http.StatusInternalServerError, openai.TypeServer, "internal_error", "cannot render the pairs")
 			return
@@ -54,6 +54,19 @@ func (g *Gateway) handleAdmin(rc *fasthttp.RequestCtx) {
 	default:
 		writeError(rc, http.StatusNotFound, openai.TypeNotFound, "not_found", "no admin route for "+string(rc.Path()))
 	}
+}
+
+// Pairs returns the recent mirrored pairs and the mirror's counts, every
+// pair whose two answers have ended included.
+func (g *Gateway) Pairs() PairStats { return g.pairs.Stats() }
+
+// MirrorsInFlight is the number of mirrored copies not yet answered.
+func (g *Gateway) MirrorsInFlight() int {
+	n := 0
+	for _, m := range g.state.Load().mirrors {
+		n += len(m.sem)
+	}
+	return n
 }
 
 // adminAllowed reports whether the request carries server.admin_auth's

@@ -83,12 +83,7 @@ func runAB(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(pairs) == 0 {
 		return exitError{3, errors.New("ab report: no pairs")}
 	}
-	samples := make([]verdict.PairSample, len(pairs))
-	for i, p := range pairs {
-		samples[i] = verdict.PairSample{Primary: armSample(p.Primary), Candidate: armSample(p.Candidate), JSONAsked: p.JSONAsked,
-			Similarity: p.Similarity, LengthRatio: p.LengthRatio}
-	}
-	r := verdict.AB(samples, verdict.Options{SpeedTolerance: st, QualityTolerance: qt, SpeedFloor: float64(*floor) / 1e6})
+	r := abReport(pairs, verdict.Options{SpeedTolerance: st, QualityTolerance: qt, SpeedFloor: float64(*floor) / 1e6})
 	if *asJSON {
 		b, err := json.MarshalIndent(r, "", "  ")
 		if err != nil {
@@ -102,6 +97,16 @@ func runAB(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return exitError{code, nil}
 	}
 	return nil
+}
+
+// abReport judges the gateway's pairs.
+func abReport(pairs []proxy.Pair, o verdict.Options) *verdict.ABReport {
+	samples := make([]verdict.PairSample, len(pairs))
+	for i, p := range pairs {
+		samples[i] = verdict.PairSample{Primary: armSample(p.Primary), Candidate: armSample(p.Candidate), JSONAsked: p.JSONAsked,
+			Similarity: p.Similarity, LengthRatio: p.LengthRatio}
+	}
+	return verdict.AB(samples, o)
 }
 
 func armSample(a proxy.Arm) verdict.ArmSample {

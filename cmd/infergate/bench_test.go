@@ -76,7 +76,8 @@ func TestDemoRunsOnItsOwn(t *testing.T) {
 		t.Fatalf("demo exit %d\n%s", code, out)
 	}
 	for _, want := range []string{"probe http://127.0.0.1:", "infergate bench: http://127.0.0.1:", "ttft ms", "tpot ms", "throughput:", " 0 failed",
-		"where the time went", "model: time to first token", "client ↔ gateway network"} {
+		"where the time went", "model: time to first token", "client ↔ gateway network",
+		"shadow test: the candidate (int4) against the primary", "paired change", "verdict: "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q\n%s", want, out)
 		}
