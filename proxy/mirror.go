@@ -200,6 +200,9 @@ func (x *exchange) mirror(rc *fasthttp.RequestCtx, body []byte) {
 		}
 		p := newPair(x, m)
 		p.JSONAsked = asksJSON(body)
+		if p.JSONAsked {
+			p.schema = schemaOf(body)
+		}
 		x.pair = p
 		req := fasthttp.AcquireRequest()
 		req.Header.SetMethod(fasthttp.MethodPost)

@@ -144,3 +144,37 @@ func ctxShutdown(t *testing.T, gw *testGateway) {
 	defer cancel()
 	gw.Shutdown(ctx)
 }
+
+// TestMirrorChecksTheSchema: with a json_schema response format, an
+// answer that is JSON but off the schema is marked; a schema that points
+// outside itself is not followed (and not used).
+func TestMirrorChecksTheSchema(t *testing.T) {
+	answer := func(content string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			b, _ := json.Marshal(map[string]any{"id": "x", "object": "chat.completion",
+				"choices": []any{map[string]any{"index": 0, "finish_reason": "stop", "message": map[string]any{"role": "assistant", "content": content}}}})
+			w.Write(b)
+		}
+	}
+	primary := newTestBackend(t, answer(`{"city":"Paris","temp":18}`))
+	candidate := newTestBackend(t, answer(`{"city":"Paris","temp":"warm"}`))
+	gw := startGateway(t, mirrorConfig(primary.URL, candidate.URL))
+	schema := `{"type":"object","properties":{"city":{"type":"string"},"temp":{"type":"number"}},"required":["city","temp"]}`
+	body := `{"model":"m","messages":[{"role":"user","content":"weather"}],"response_format":{"type":"json_schema","json_schema":{"name":"w","schema":` + schema + `}}}`
+	if status, _, b := post(t, gw.URL, "/v1/chat/completions", body); status != 200 {
+		t.Fatalf("%d %s", status, b)
+	}
+	evil := `{"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"e","schema":{"$ref":"file:///etc/passwd"}}}}`
+	if status, _, b := post(t, gw.URL, "/v1/chat/completions", evil); status != 200 {
+		t.Fatalf("%d %s", status, b)
+	}
+	s := pairStats(t, gw, 2)
+	p := s.Pairs[0]
+	if !p.JSONAsked || !p.SchemaGiven || p.Primary.SchemaInvalid || !p.Candidate.SchemaInvalid || p.Candidate.InvalidJSON {
+		t.Errorf("schema pair %+v", p)
+	}
+	if e := s.Pairs[1]; e.SchemaGiven || e.Primary.SchemaInvalid {
+		t.Errorf("a schema with an outside $ref was used: %+v", e)
+	}
+}

@@ -47,8 +47,11 @@ type Pair struct {
 	Stream bool      `json:"stream"`
 	// Overrides are what the copy was sent with instead.
 	Overrides map[string]any `json:"overrides,omitempty"`
-	// JSONAsked is set when the request asked for JSON (response_format).
-	JSONAsked bool `json:"json_asked,omitempty"`
+	// JSONAsked is set when the request asked for JSON (response_format),
+	// SchemaGiven when it gave a JSON schema the answers are checked
+	// against.
+	JSONAsked   bool `json:"json_asked,omitempty"`
+	SchemaGiven bool `json:"schema_given,omitempty"`
 	Primary   Arm  `json:"primary"`
 	Candidate Arm  `json:"candidate"`
 	// LengthRatio is the candidate's output length over the primary's
@@ -80,6 +83,7 @@ type Arm struct {
 	OutputBytes  int    `json:"output_bytes"`
 	// Quality signals.
 	InvalidJSON    bool `json:"invalid_json,omitempty"`
+	SchemaInvalid  bool `json:"schema_invalid,omitempty"` // JSON, but not as the request's schema says
 	Refusal        bool `json:"refusal,omitempty"`
 	Empty          bool `json:"empty,omitempty"`
 	Truncated      bool `json:"truncated,omitempty"`
@@ -95,6 +99,7 @@ type pair struct {
 	Pair
 	pending   atomic.Int32
 	maxOutput int
+	schema    []byte // the request's JSON schema, when it gave one
 }
 
 func newPair(x *exchange, m *mirrorRule) *pair {
@@ -367,6 +372,7 @@ type pairRecorder struct {
 	next    int
 	written int64
 	drops   map[string]int64 // rule → copies dropped
+	schemas schemaCache      // the recorder goroutine's
 
 	f    *os.File
 	w    *bufio.Writer
@@ -375,7 +381,7 @@ type pairRecorder struct {
 }
 
 func newPairRecorder(cfg PairRecord, log *slog.Logger) (*pairRecorder, error) {
-	r := &pairRecorder{cfg: cfg, log: log, drops: map[string]int64{}}
+	r := &pairRecorder{cfg: cfg, log: log, drops: map[string]int64{}, schemas: schemaCache{}}
 	if cfg.Path != "" {
 		f, err := os.OpenFile(cfg.Path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 		if err != nil {
@@ -412,6 +418,14 @@ func (r *pairRecorder) record(p *pair) {
 	pp := &p.Pair
 	pp.Primary.judge(pp.JSONAsked, r.cfg.RefusalPatterns)
 	pp.Candidate.judge(pp.JSONAsked, r.cfg.RefusalPatterns)
+	if p.schema != nil {
+		if s, err := r.schemas.get(p.schema); err == nil {
+			pp.SchemaGiven = true
+			for _, a := range []*Arm{&pp.Primary, &pp.Candidate} {
+				a.SchemaInvalid = a.OK() && !a.InvalidJSON && !fits(s, bytes.TrimSpace(a.text))
+			}
+		}
+	}
 	if n := len(pp.Primary.text); n > 0 {
 		pp.LengthRatio = float64(len(pp.Candidate.text)) / float64(n)
 	}

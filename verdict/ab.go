@@ -21,13 +21,16 @@ type ArmSample struct {
 	OutputTokens    int
 	// Quality signals (of a successful answer).
 	InvalidJSON, Refusal, Empty, Truncated, LengthByPolicy bool
+	// SchemaInvalid: JSON, but not valid against the request's schema.
+	SchemaInvalid bool
 }
 
 // PairSample is one request's two answers.
 type PairSample struct {
 	Primary, Candidate ArmSample
-	// JSONAsked: the request asked for JSON, so invalid JSON counts.
-	JSONAsked bool
+	// JSONAsked: the request asked for JSON, so invalid JSON counts;
+	// SchemaGiven: it gave a schema, so answers off the schema count.
+	JSONAsked, SchemaGiven bool
 	// Similarity and LengthRatio of the two outputs (shown, not judged).
 	Similarity, LengthRatio float64
 }
@@ -148,6 +151,7 @@ func AB(pairs []PairSample, o Options) *ABReport {
 	both := func(p PairSample) bool { return p.Primary.OK && p.Candidate.OK }
 	rate("error_rate", all, func(a ArmSample) bool { return !a.OK })
 	rate("invalid_json_rate", func(p PairSample) bool { return both(p) && p.JSONAsked }, func(a ArmSample) bool { return a.InvalidJSON })
+	rate("schema_invalid_rate", func(p PairSample) bool { return both(p) && p.SchemaGiven }, func(a ArmSample) bool { return a.SchemaInvalid })
 	rate("refusal_rate", both, func(a ArmSample) bool { return a.Refusal })
 	rate("empty_rate", both, func(a ArmSample) bool { return a.Empty })
 	rate("truncated_rate", both, func(a ArmSample) bool { return a.Truncated && !a.LengthByPolicy })

@@ -103,7 +103,7 @@ func runAB(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 func abReport(pairs []proxy.Pair, o verdict.Options) *verdict.ABReport {
 	samples := make([]verdict.PairSample, len(pairs))
 	for i, p := range pairs {
-		samples[i] = verdict.PairSample{Primary: armSample(p.Primary), Candidate: armSample(p.Candidate), JSONAsked: p.JSONAsked,
+		samples[i] = verdict.PairSample{Primary: armSample(p.Primary), Candidate: armSample(p.Candidate), JSONAsked: p.JSONAsked, SchemaGiven: p.SchemaGiven,
 			Similarity: p.Similarity, LengthRatio: p.LengthRatio}
 	}
 	return verdict.AB(samples, o)
@@ -111,7 +111,7 @@ func abReport(pairs []proxy.Pair, o verdict.Options) *verdict.ABReport {
 
 func armSample(a proxy.Arm) verdict.ArmSample {
 	return verdict.ArmSample{OK: a.OK(), TTFT: a.TTFTms, TPOT: a.TPOTms, E2E: a.E2Ems, OutputTokens: a.OutputTokens,
-		InvalidJSON: a.InvalidJSON, Refusal: a.Refusal, Empty: a.Empty, Truncated: a.Truncated, LengthByPolicy: a.LengthByPolicy}
+		InvalidJSON: a.InvalidJSON, SchemaInvalid: a.SchemaInvalid, Refusal: a.Refusal, Empty: a.Empty, Truncated: a.Truncated, LengthByPolicy: a.LengthByPolicy}
 }
 
 // readPairs reads JSONL pair files; a line that is not a pair is an error
