@@ -52,8 +52,8 @@ type Pair struct {
 	// against.
 	JSONAsked   bool `json:"json_asked,omitempty"`
 	SchemaGiven bool `json:"schema_given,omitempty"`
-	Primary   Arm  `json:"primary"`
-	Candidate Arm  `json:"candidate"`
+	Primary     Arm  `json:"primary"`
+	Candidate   Arm  `json:"candidate"`
 	// LengthRatio is the candidate's output length over the primary's
 	// (bytes), Similarity the two outputs' word overlap: the Jaccard index
 	// of their sets of words and word pairs, 1 for the same text.
