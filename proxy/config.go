@@ -99,6 +99,11 @@ type MirrorRule struct {
 	// MaxInFlight caps the rule's copies in flight; a copy past it is
 	// dropped and counted. Default 64.
 	MaxInFlight int `yaml:"max_in_flight"`
+	// AA also sends each sampled request, unchanged, once more to the
+	// primary's own pool (the A/A arm): ab report shows how far two
+	// answers of the same build differ, the noise floor a real
+	// difference must clear. It counts against MaxInFlight.
+	AA bool `yaml:"aa"`
 }
 
 // MirrorMatch selects requests by model, tenant, path and header values.

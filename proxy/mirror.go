@@ -92,6 +92,7 @@ type mirrorRule struct {
 	headers   [][2]string
 	overrides []member // applied to the copy, in order
 	applied   map[string]any
+	aa        bool // also the A/A copy to the primary's pool
 	sem       chan struct{}
 }
 
@@ -102,7 +103,7 @@ type member struct {
 
 func newMirrorRule(r MirrorRule, pool *Pool) *mirrorRule {
 	m := &mirrorRule{name: r.Name, pool: pool, all: r.Sample >= 1, models: sorted(r.Match.Models), tenants: sorted(r.Match.Tenants),
-		paths: sorted(r.Match.Paths), sem: make(chan struct{}, r.MaxInFlight), applied: map[string]any{}}
+		paths: sorted(r.Match.Paths), sem: make(chan struct{}, r.MaxInFlight), applied: map[string]any{}, aa: r.AA}
 	m.threshold = uint64(r.Sample * math.MaxUint64)
 	for k, v := range r.Match.Headers {
 		m.headers = append(m.headers, [2]string{k, v})
@@ -204,46 +205,64 @@ func (x *exchange) mirror(rc *fasthttp.RequestCtx, body []byte) {
 			p.schema = schemaOf(body)
 		}
 		x.pair = p
-		req := fasthttp.AcquireRequest()
-		req.Header.SetMethod(fasthttp.MethodPost)
-		req.Header.SetContentType("application/json")
-		req.Header.Set("X-Request-Id", x.id)
-		req.SetBody(m.copyBody(body))
 		path := x.rawPath + x.query
-		go x.g.runCandidate(p, m, req, path, x.st.cfg.Timeouts)
+		t := x.st.cfg.Timeouts
+		if m.aa {
+			// The noise floor: the primary's own request once more, to its
+			// own pool, when the rule's cap has room for it too.
+			select {
+			case m.sem <- struct{}{}:
+				p.Noise = &Arm{}
+				p.pending.Add(1)
+				go x.g.runArm(p, p.Noise, m, x.route.pool, x.copyRequest(bytes.Clone(body)), path, t)
+			default:
+				x.g.pairs.dropped(m.name, "aa_cap_full")
+			}
+		}
+		go x.g.runArm(p, &p.Candidate, m, m.pool, x.copyRequest(m.copyBody(body)), path, t)
 		return
 	}
 }
 
-// runCandidate sends the copy to the candidate pool and reads its answer
-// in full, on its own goroutine.
-func (g *Gateway) runCandidate(p *pair, m *mirrorRule, req *fasthttp.Request, path string, t Timeouts) {
+// copyRequest is a request for a mirrored copy with body.
+func (x *exchange) copyRequest(body []byte) *fasthttp.Request {
+	req := fasthttp.AcquireRequest()
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.Header.SetContentType("application/json")
+	req.Header.Set("X-Request-Id", x.id)
+	req.SetBody(body)
+	return req
+}
+
+// runArm sends a copy to a pool (the candidate's, or the primary's for
+// the A/A arm) and reads its answer in full into a, on its own goroutine.
+func (g *Gateway) runArm(p *pair, a *Arm, m *mirrorRule, pool *Pool, req *fasthttp.Request, path string, t Timeouts) {
 	defer func() { <-m.sem }()
 	defer fasthttp.ReleaseRequest(req)
 	defer func() {
 		if v := recover(); v != nil {
 			g.recovered(panicMirror, v, p.ID)
-			p.Candidate.Error = fmt.Sprint("panic: ", v)
+			a.Error = fmt.Sprint("panic: ", v)
 			p.done(g)
 		}
 	}()
 	ctx, cancel := context.WithTimeout(g.base, t.Total)
 	defer cancel()
-	b, done, err := m.pool.pick(nil, time.Now())
+	b, done, err := pool.pick(nil, time.Now())
 	if err != nil {
-		p.Candidate.Error = err.Error()
+		a.Error = err.Error()
 		p.done(g)
 		return
 	}
 	b.outstanding.Add(1)
 	defer b.outstanding.Add(-1)
-	p.Candidate.Backend = b.name
+	a.Backend = b.name
 	req.SetRequestURI("http://" + b.host + b.prefix + path)
 	req.Header.SetHost(b.host)
 	if b.auth != "" {
 		req.Header.Set("Authorization", b.auth)
 	}
-	ok := readArm(ctx, b, req, p.Stream, t, &p.Candidate, p.maxOutput)
+	ok := readArm(ctx, b, req, p.Stream, t, a, p.maxOutput)
 	done(ok)
 	p.done(g)
 }

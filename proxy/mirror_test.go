@@ -178,3 +178,25 @@ func TestMirrorChecksTheSchema(t *testing.T) {
 		t.Errorf("a schema with an outside $ref was used: %+v", e)
 	}
 }
+
+// TestMirrorAA: with aa, the primary's request also goes once more,
+// unchanged, to the primary's pool, and the pair holds that answer.
+func TestMirrorAA(t *testing.T) {
+	primary := simtest.Start(t, simtest.Fixed(2*time.Millisecond, time.Millisecond))
+	candidate := simtest.Start(t, simtest.Fixed(2*time.Millisecond, time.Millisecond))
+	cfg := mirrorConfig(primary.URL, candidate.URL)
+	cfg.Models[0].UpstreamModel = "sim-model"
+	cfg.Mirror.Rules[0].AA = true
+	cfg.Mirror.Rules[0].Overrides.Fields = map[string]any{"max_tokens": 3}
+	gw := startGateway(t, cfg)
+	for range 4 {
+		if status, _, b := post(t, gw.URL, "/v1/chat/completions", `{"model":"m","max_tokens":8,"ignore_eos":true,"messages":[{"role":"user","content":"hi"}]}`); status != 200 {
+			t.Fatalf("%d %s", status, b)
+		}
+	}
+	for _, p := range pairStats(t, gw, 4).Pairs {
+		if p.Noise == nil || !p.Noise.OK() || p.Noise.Backend != primary.URL || p.Noise.OutputTokens != 8 || p.Candidate.OutputTokens != 3 {
+			t.Errorf("pair %+v, A/A %+v", p, p.Noise)
+		}
+	}
+}

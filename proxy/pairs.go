@@ -54,6 +54,9 @@ type Pair struct {
 	SchemaGiven bool `json:"schema_given,omitempty"`
 	Primary     Arm  `json:"primary"`
 	Candidate   Arm  `json:"candidate"`
+	// Noise is the A/A arm: the primary's request once more to its own
+	// pool (mirror rule aa), nil without one.
+	Noise *Arm `json:"aa,omitempty"`
 	// LengthRatio is the candidate's output length over the primary's
 	// (bytes), Similarity the two outputs' word overlap: the Jaccard index
 	// of their sets of words and word pairs, 1 for the same text.
@@ -416,12 +419,17 @@ func (r *pairRecorder) dropped(rule, why string) {
 // record judges a pair and writes it (on the recorder's goroutine).
 func (r *pairRecorder) record(p *pair) {
 	pp := &p.Pair
-	pp.Primary.judge(pp.JSONAsked, r.cfg.RefusalPatterns)
-	pp.Candidate.judge(pp.JSONAsked, r.cfg.RefusalPatterns)
+	arms := []*Arm{&pp.Primary, &pp.Candidate}
+	if pp.Noise != nil {
+		arms = append(arms, pp.Noise)
+	}
+	for _, a := range arms {
+		a.judge(pp.JSONAsked, r.cfg.RefusalPatterns)
+	}
 	if p.schema != nil {
 		if s, err := r.schemas.get(p.schema); err == nil {
 			pp.SchemaGiven = true
-			for _, a := range []*Arm{&pp.Primary, &pp.Candidate} {
+			for _, a := range arms {
 				a.SchemaInvalid = a.OK() && !a.InvalidJSON && !fits(s, bytes.TrimSpace(a.text))
 			}
 		}
@@ -430,9 +438,10 @@ func (r *pairRecorder) record(p *pair) {
 		pp.LengthRatio = float64(len(pp.Candidate.text)) / float64(n)
 	}
 	pp.Similarity = similarity(pp.Primary.text, pp.Candidate.text)
-	pp.Primary.keep(r.cfg.Output, r.cfg.MaxOutputBytes)
-	pp.Candidate.keep(r.cfg.Output, r.cfg.MaxOutputBytes)
-	pp.Primary.text, pp.Candidate.text = nil, nil
+	for _, a := range arms {
+		a.keep(r.cfg.Output, r.cfg.MaxOutputBytes)
+		a.text = nil
+	}
 	r.mu.Lock()
 	if r.cfg.Recent > 0 {
 		if len(r.recent) < r.cfg.Recent {

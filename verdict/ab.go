@@ -33,6 +33,9 @@ type PairSample struct {
 	JSONAsked, SchemaGiven bool
 	// Similarity and LengthRatio of the two outputs (shown, not judged).
 	Similarity, LengthRatio float64
+	// Noise is the A/A arm (the primary's request answered again by its
+	// own pool), nil without one.
+	Noise *ArmSample
 }
 
 // ArmSummary is one arm's figures over all pairs.
@@ -83,6 +86,9 @@ type ABReport struct {
 	Similarity  float64  `json:"similarity"`
 	LengthRatio float64  `json:"length_ratio"`
 	Changes     []Change `json:"changes"`
+	// Noise is the primary against its A/A arm, the same comparisons:
+	// how far two answers of one build differ. Empty without A/A pairs.
+	Noise []Change `json:"noise,omitempty"`
 	Result
 }
 
@@ -94,8 +100,36 @@ func AB(pairs []PairSample, o Options) *ABReport {
 	r.Primary = summarize(pairs, func(p PairSample) ArmSample { return p.Primary })
 	r.Candidate = summarize(pairs, func(p PairSample) ArmSample { return p.Candidate })
 
-	// Latencies, from the pairs where both arms answered and measured it.
+	r.Changes = compareArms(pairs, func(p PairSample) ArmSample { return p.Candidate }, o, rng)
+	var noisy []PairSample
+	for _, p := range pairs {
+		if p.Noise != nil {
+			noisy = append(noisy, p)
+		}
+	}
+	if len(noisy) >= MinSamples {
+		r.Noise = compareArms(noisy, func(p PairSample) ArmSample { return *p.Noise }, o, rng)
+		withinNoise(r.Changes, r.Noise)
+	}
 	var sims, ratios []float64
+	for _, p := range pairs {
+		if p.Primary.OK && p.Candidate.OK {
+			sims = append(sims, p.Similarity)
+			if p.LengthRatio > 0 {
+				ratios = append(ratios, p.LengthRatio)
+			}
+		}
+	}
+	r.Similarity, r.LengthRatio = Median(sims), Median(ratios)
+	r.Result = Decide(r.Changes)
+	return r
+}
+
+// compareArms compares, pair by pair, the primary with the arm other
+// picks: latencies of the pairs both answered, errors of all pairs,
+// quality of the pairs both answered.
+func compareArms(pairs []PairSample, other func(PairSample) ArmSample, o Options, rng *rand.Rand) []Change {
+	var out []Change
 	for _, m := range []struct {
 		name   string
 		better string
@@ -109,8 +143,9 @@ func AB(pairs []PairSample, o Options) *ABReport {
 	} {
 		var a, b []float64
 		for _, p := range pairs {
-			x, y := m.get(p.Primary), m.get(p.Candidate)
-			if p.Primary.OK && p.Candidate.OK && x > 0 && y > 0 {
+			q := other(p)
+			x, y := m.get(p.Primary), m.get(q)
+			if p.Primary.OK && q.OK && x > 0 && y > 0 {
 				a, b = append(a, x), append(b, y)
 			}
 		}
@@ -122,41 +157,54 @@ func AB(pairs []PairSample, o Options) *ABReport {
 			if !m.judged {
 				ch.Judgement, ch.Need = Info, 0 // 1000/tpot: judged through tpot
 			}
-			r.Changes = append(r.Changes, ch)
+			out = append(out, ch)
 		}
 	}
-	for _, p := range pairs {
-		if p.Primary.OK && p.Candidate.OK {
-			sims = append(sims, p.Similarity)
-			if p.LengthRatio > 0 {
-				ratios = append(ratios, p.LengthRatio)
-			}
-		}
-	}
-	r.Similarity, r.LengthRatio = Median(sims), Median(ratios)
-
-	// Rates: errors over all pairs, quality over the pairs both answered.
-	rate := func(name string, keep func(PairSample) bool, sig func(ArmSample) bool) {
+	rate := func(name string, keep func(PairSample, ArmSample) bool, sig func(ArmSample) bool) {
 		var a, b []bool
 		for _, p := range pairs {
-			if keep(p) {
-				a, b = append(a, sig(p.Primary)), append(b, sig(p.Candidate))
+			q := other(p)
+			if keep(p, q) {
+				a, b = append(a, sig(p.Primary)), append(b, sig(q))
 			}
 		}
 		if len(a) > 0 {
-			r.Changes = append(r.Changes, PairedRates(name, a, b, o.QualityTolerance))
+			out = append(out, PairedRates(name, a, b, o.QualityTolerance))
 		}
 	}
-	all := func(PairSample) bool { return true }
-	both := func(p PairSample) bool { return p.Primary.OK && p.Candidate.OK }
+	all := func(PairSample, ArmSample) bool { return true }
+	both := func(p PairSample, q ArmSample) bool { return p.Primary.OK && q.OK }
 	rate("error_rate", all, func(a ArmSample) bool { return !a.OK })
-	rate("invalid_json_rate", func(p PairSample) bool { return both(p) && p.JSONAsked }, func(a ArmSample) bool { return a.InvalidJSON })
-	rate("schema_invalid_rate", func(p PairSample) bool { return both(p) && p.SchemaGiven }, func(a ArmSample) bool { return a.SchemaInvalid })
+	rate("invalid_json_rate", func(p PairSample, q ArmSample) bool { return both(p, q) && p.JSONAsked }, func(a ArmSample) bool { return a.InvalidJSON })
+	rate("schema_invalid_rate", func(p PairSample, q ArmSample) bool { return both(p, q) && p.SchemaGiven }, func(a ArmSample) bool { return a.SchemaInvalid })
 	rate("refusal_rate", both, func(a ArmSample) bool { return a.Refusal })
 	rate("empty_rate", both, func(a ArmSample) bool { return a.Empty })
 	rate("truncated_rate", both, func(a ArmSample) bool { return a.Truncated && !a.LengthByPolicy })
-	r.Result = Decide(r.Changes)
-	return r
+	return out
+}
+
+// withinNoise makes a regression no larger than the A/A arm's own change
+// of the same figure unsure: two answers of one build differ that much.
+func withinNoise(changes, noise []Change) {
+	for i := range changes {
+		ch := &changes[i]
+		if ch.Judgement != Regressed {
+			continue
+		}
+		for _, n := range noise {
+			if n.Metric != ch.Metric {
+				continue
+			}
+			worse := n.CIHigh
+			if ch.Better == "higher" {
+				worse = -n.CILow
+			}
+			if math.Abs(worse) >= math.Abs(ch.Delta) {
+				ch.Judgement = Unsure
+				ch.Need = 2 * ch.N
+			}
+		}
+	}
 }
 
 func speedOf(a ArmSample) float64 {
@@ -265,10 +313,32 @@ func (r *ABReport) Write(w io.Writer) {
 		if ch.Judgement == Unsure && ch.Need > 0 {
 			j += fmt.Sprintf(" (≈%d pairs)", ch.Need)
 		}
+		if n := noiseOf(r.Noise, ch.Metric); n != nil {
+			j += fmt.Sprintf("   A/A %s", fmtShort(*n))
+		}
 		fmt.Fprintf(w, "%-20s %11s %11s %9s %22s %9s %6d  %s\n", ch.Metric, base, nw, delta, ci, p, ch.N, j)
+	}
+	if len(r.Noise) > 0 {
+		fmt.Fprintf(w, "(A/A: the primary's requests answered again by its own pool, %d pairs: the noise floor)\n", r.Noise[0].N)
 	}
 	fmt.Fprintf(w, "\nverdict: %s\n", r.Verdict)
 	for _, s := range r.Reasons {
 		fmt.Fprintf(w, "  - %s\n", s)
 	}
+}
+
+func noiseOf(noise []Change, metric string) *Change {
+	for i := range noise {
+		if noise[i].Metric == metric {
+			return &noise[i]
+		}
+	}
+	return nil
+}
+
+func fmtShort(ch Change) string {
+	if ch.Quality {
+		return fmt.Sprintf("%+.2fpt [%+.2f, %+.2f]", ch.Delta*100, ch.CILow*100, ch.CIHigh*100)
+	}
+	return fmt.Sprintf("%+.1f%% [%+.1f, %+.1f]", ch.Delta*100, ch.CILow*100, ch.CIHigh*100)
 }

@@ -185,3 +185,34 @@ func TestABFindsThePlantedTradeOff(t *testing.T) {
 		t.Errorf("the report does not encode: %v", err)
 	}
 }
+
+// TestABNoiseFloor: a latency rise that the A/A arm (the same build
+// asked again) shows as well is not a regression of the candidate.
+func TestABNoiseFloor(t *testing.T) {
+	rng := rand.New(rand.NewPCG(10, 11))
+	var pairs []PairSample
+	for range 200 {
+		prompt := 50 + rng.ExpFloat64()*100
+		// Every second answer is slow, whichever arm gives it: a noisy host.
+		slow := func() float64 {
+			if rng.IntN(2) == 0 {
+				return 1.3
+			}
+			return 1
+		}
+		primary := ArmSample{OK: true, TTFT: prompt, E2E: prompt + 500}
+		cand := ArmSample{OK: true, TTFT: prompt * 1.15 * slow(), E2E: prompt + 500}
+		aa := ArmSample{OK: true, TTFT: prompt * 1.15 * slow(), E2E: prompt + 500}
+		pairs = append(pairs, PairSample{Primary: primary, Candidate: cand, Noise: &aa})
+	}
+	with := AB(pairs, Options{})
+	if len(with.Noise) == 0 || with.Verdict == RollBack {
+		t.Errorf("a rise the A/A arm shows too: %s %v", with.Verdict, with.Reasons)
+	}
+	for i := range pairs {
+		pairs[i].Noise = nil
+	}
+	if without := AB(pairs, Options{}); without.Verdict != RollBack {
+		t.Errorf("without the A/A arm the same rise is a regression: %s", without.Verdict)
+	}
+}

@@ -105,6 +105,10 @@ func abReport(pairs []proxy.Pair, o verdict.Options) *verdict.ABReport {
 	for i, p := range pairs {
 		samples[i] = verdict.PairSample{Primary: armSample(p.Primary), Candidate: armSample(p.Candidate), JSONAsked: p.JSONAsked, SchemaGiven: p.SchemaGiven,
 			Similarity: p.Similarity, LengthRatio: p.LengthRatio}
+		if p.Noise != nil {
+			n := armSample(*p.Noise)
+			samples[i].Noise = &n
+		}
 	}
 	return verdict.AB(samples, o)
 }

@@ -77,6 +77,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	tokenizer := fs.String("tokenizer", "", "count tokens with cl100k_base, o200k_base, hf:PATH (a tokenizer.json), backend (the backend's /tokenize) or estimate (policy.tokenizer; default estimate)")
 	mirrorURL := fs.String("mirror", "", "copy requests to this candidate backend URL and record each pair of answers (mirror.rules)")
 	mirrorSample := fs.Float64("mirror-sample", 0, "with --mirror: the share of requests copied, by request id (default 1)")
+	mirrorAA := fs.Bool("mirror-aa", false, "with --mirror: also send each copied request once more to the primary (the A/A noise floor ab report shows)")
 	mirrorRecord := fs.String("mirror-record", "", "with --mirror: write the pairs to this JSONL file (mirror.record.path); infergate ab report reads it")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile (pprof) to this file until exit")
 	memprofile := fs.String("memprofile", "", "write an allocation profile (pprof) to this file at exit")
@@ -155,7 +156,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				c.Pools = map[string]proxy.PoolConfig{}
 			}
 			c.Pools["mirror"] = proxy.PoolConfig{Backends: []proxy.BackendConfig{{URL: *mirrorURL}}}
-			c.Mirror.Rules = append(c.Mirror.Rules, proxy.MirrorRule{Name: "mirror", Pool: "mirror", Sample: *mirrorSample})
+			c.Mirror.Rules = append(c.Mirror.Rules, proxy.MirrorRule{Name: "mirror", Pool: "mirror", Sample: *mirrorSample, AA: *mirrorAA})
 		}
 		if *mirrorRecord != "" {
 			c.Mirror.Record.Path = *mirrorRecord
