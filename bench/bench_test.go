@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/infergate/infergate/internal/htmlcheck"
 	"github.com/infergate/infergate/sim/simtest"
 	"github.com/infergate/infergate/verdict"
 )
@@ -254,8 +255,9 @@ func TestRecordRoundTrips(t *testing.T) {
 		t.Errorf("goodput share %v, want 1 for ttft ≤ 1s", back.Stages[0].GoodputShare)
 	}
 	var html strings.Builder
-	if err := back.WriteHTML(&html); err != nil || !strings.Contains(html.String(), "echarts") || !strings.Contains(html.String(), "knee") {
-		t.Errorf("HTML report: err %v, %d bytes, want charts and the knee", err, html.Len())
+	if err := back.WriteHTML(&html); err != nil || strings.Count(html.String(), "<svg") < 3 || !strings.Contains(html.String(), "knee") ||
+		strings.Contains(html.String(), "<script") || strings.Contains(html.String(), "http://cdn") || strings.Contains(html.String(), "https://") {
+		t.Errorf("HTML report: err %v, %d bytes, want inline charts, the knee, no script and nothing fetched", err, html.Len())
 	}
 	if err := os.WriteFile(path, []byte(`{"schema":"other/v9"}`), 0o644); err != nil {
 		t.Fatal(err)
@@ -387,4 +389,33 @@ func TestGatewayTimingIsRead(t *testing.T) {
 	if !strings.Contains(out.String(), "where the time went") {
 		t.Errorf("report lacks the attribution table:\n%s", out.String())
 	}
+}
+
+// TestHTMLReportDrawsOffline opens a record's HTML report in headless
+// Chromium: the charts draw with no network and no script.
+func TestHTMLReportDrawsOffline(t *testing.T) {
+	rec := &Record{Conditions: Conditions{URL: "http://127.0.0.1:1", Workload: WorkloadSpec{Model: "m", Endpoint: "chat", Stream: true}, Load: LoadSpec{Mode: "closed", Concurrency: 4}}, Knee: -1}
+	for lvl := range 2 {
+		s := &Summary{Stage: lvl, Level: float64(4 * (lvl + 1)), Requests: 100, OK: 100, OutputTokenThroughput: 500 * float64(lvl+1),
+			Metrics: map[string]*Percentiles{"ttft": {N: 100, P50: 40}}, Samples: map[string][]float64{}}
+		for i := range 100 {
+			s.Samples["ttft"] = append(s.Samples["ttft"], 30+float64(i%37)+float64(lvl*10))
+			s.Samples["tpot"] = append(s.Samples["tpot"], 8+float64(i%5))
+			s.Samples["e2e"] = append(s.Samples["e2e"], 900+float64(i*3))
+		}
+		for sec := range 10 {
+			s.Timeline = append(s.Timeline, Bucket{T: float64(sec), OutputTokens: 400 + float64(sec*10), TTFTP50: 40})
+		}
+		rec.Stages = append(rec.Stages, s)
+	}
+	path := filepath.Join(t.TempDir(), "report.html")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rec.WriteHTML(f); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	htmlcheck.Check(t, path, "#0072B2")
 }

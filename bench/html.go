@@ -1,126 +1,111 @@
 package bench
 
 import (
+	"bufio"
 	"fmt"
+	"html"
 	"io"
-	"slices"
 
-	"github.com/go-echarts/go-echarts/v2/charts"
-	"github.com/go-echarts/go-echarts/v2/components"
-	"github.com/go-echarts/go-echarts/v2/opts"
+	"github.com/infergate/infergate/internal/svgchart"
 )
 
-// WriteHTML renders the record as one HTML page of charts (go-echarts;
-// the page loads the ECharts script from its CDN when opened): TTFT and
-// TPOT distributions as CDFs, throughput and TTFT over time, and for a
-// sweep the throughput-latency curve with its knee.
+// WriteHTML renders the record as one self-contained HTML page: the
+// conditions and the headline figures as tables at the top, then the
+// charts, drawn as inline SVG (no script, nothing fetched: the page opens
+// from a file on a machine with no network): TTFT, TPOT and end-to-end
+// distributions as CDFs, throughput and TTFT over time, and for a sweep
+// the throughput-latency curve with its knee.
 func (r *Record) WriteHTML(w io.Writer) error {
-	page := components.NewPage()
-	page.SetPageTitle("infergate bench: " + r.Conditions.URL)
-	page.PageTitle = "infergate bench: " + r.Conditions.URL
-	for _, m := range []struct{ key, title string }{{"ttft", "TTFT"}, {"tpot", "TPOT"}, {"e2e", "end-to-end latency"}} {
-		if c := r.cdf(m.key, m.title); c != nil {
-			page.AddCharts(c)
-		}
+	bw := bufio.NewWriter(w)
+	title := "infergate bench: " + r.Conditions.URL
+	svgchart.PageStart(bw, title)
+	c := r.Conditions
+	fmt.Fprintf(bw, "<h2>Conditions</h2>\n<table>\n")
+	row := func(k, v string) { fmt.Fprintf(bw, "<tr><th>%s</th><td>%s</td></tr>\n", html.EscapeString(k), html.EscapeString(v)) }
+	row("URL", c.URL)
+	row("model", c.Workload.Model)
+	row("endpoint", fmt.Sprintf("%s, stream %v", c.Workload.Endpoint, c.Workload.Stream))
+	row("input / output tokens", fmt.Sprintf("%s / %s", c.Workload.InputTokens, c.Workload.OutputTokens))
+	load := fmt.Sprintf("%s, concurrency %d", c.Load.Mode, c.Load.Concurrency)
+	if c.Load.Mode == "open" {
+		load = fmt.Sprintf("open, %g requests/s (%s)", c.Load.Rate, c.Load.Arrival)
 	}
-	page.AddCharts(r.overTime())
-	if len(r.Stages) > 1 {
-		page.AddCharts(r.sweepCurve())
+	row("load", load)
+	if c.GatewayConfigHash != "" {
+		row("gateway config hash", c.GatewayConfigHash)
 	}
-	if err := page.Render(w); err != nil {
-		return fmt.Errorf("bench: html: %w", err)
-	}
-	return nil
-}
-
-func xy(x, y float64) opts.LineData { return opts.LineData{Value: []any{x, y}} }
-
-func valueAxes(c *charts.Line, title, sub, x, y string) {
-	c.SetGlobalOptions(
-		charts.WithTitleOpts(opts.Title{Title: title, Subtitle: sub}),
-		charts.WithTooltipOpts(opts.Tooltip{Trigger: "axis"}),
-		charts.WithLegendOpts(opts.Legend{Top: "bottom"}),
-		charts.WithXAxisOpts(opts.XAxis{Type: "value", Name: x, Scale: opts.Bool(true)}),
-		charts.WithYAxisOpts(opts.YAxis{Type: "value", Name: y}),
-		charts.WithInitializationOpts(opts.Initialization{Width: "960px", Height: "420px"}),
-	)
-}
-
-// cdf plots the distribution of one per-request metric, one line per stage.
-func (r *Record) cdf(key, title string) *charts.Line {
-	c := charts.NewLine()
-	valueAxes(c, title+" distribution", "share of requests at or below each value", "ms", "share")
-	any := false
+	row("started", c.Start.Format("2006-01-02 15:04:05 MST"))
+	row("tool, host", fmt.Sprintf("%s, %s (%d CPUs)", c.ToolVersion, c.Host, c.CPUs))
+	fmt.Fprintf(bw, "</table>\n<h2>Results</h2>\n<table class=\"num\">\n<tr><th>stage</th><th>level</th><th>requests</th><th>failed</th><th>output tok/s</th><th>TTFT p50 ms</th><th>TTFT p99 ms</th><th>TPOT p50 ms</th><th>e2e p50 ms</th></tr>\n")
 	for _, s := range r.Stages {
-		xs := slices.Clone(s.Samples[key])
-		if len(xs) == 0 {
-			continue
+		p := func(key string, p99 bool) string {
+			m := s.Metrics[key]
+			switch {
+			case m == nil:
+				return "-"
+			case p99 && m.P99 != nil:
+				return fmt.Sprintf("%.1f", *m.P99)
+			case p99:
+				return "-"
+			}
+			return fmt.Sprintf("%.1f", m.P50)
 		}
-		any = true
-		slices.Sort(xs)
-		step := max(1, len(xs)/400)
-		var pts []opts.LineData
-		for i := 0; i < len(xs); i += step {
-			pts = append(pts, xy(xs[i], float64(i+1)/float64(len(xs))))
+		fmt.Fprintf(bw, "<tr><td>%d</td><td>%g</td><td>%d</td><td>%d</td><td>%.1f</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>\n",
+			s.Stage, s.Level, s.Requests, s.Failed, s.OutputTokenThroughput, p("ttft", false), p("ttft", true), p("tpot", false), p("e2e", false))
+	}
+	fmt.Fprintf(bw, "</table>\n")
+	if r.Knee >= 0 && r.Knee < len(r.Stages) {
+		fmt.Fprintf(bw, "<p>knee: stage %d, level %g (the first stage at 90%% of the sweep's peak throughput)</p>\n", r.Knee, r.Stages[r.Knee].Level)
+	}
+	fmt.Fprintf(bw, "<h2>Charts</h2>\n")
+	for _, m := range []struct{ key, title string }{{"ttft", "TTFT"}, {"tpot", "TPOT"}, {"e2e", "end-to-end latency"}} {
+		ch := svgchart.Chart{Title: m.title + " distribution: share of requests at or below each value", XLabel: "ms", YLabel: "share"}
+		for _, s := range r.Stages {
+			if xs := s.Samples[m.key]; len(xs) > 0 {
+				ch.Series = append(ch.Series, svgchart.CDF(fmt.Sprintf("level %g", s.Level), xs, 400))
+			}
 		}
-		pts = append(pts, xy(xs[len(xs)-1], 1))
-		c.AddSeries(fmt.Sprintf("level %g", s.Level), pts, charts.WithLineChartOpts(opts.LineChart{ShowSymbol: opts.Bool(false)}))
+		if len(ch.Series) > 0 {
+			ch.Write(bw)
+		}
 	}
-	if !any {
-		return nil
-	}
-	return c
-}
-
-// overTime plots output tokens/s and the TTFT median per second.
-func (r *Record) overTime() *charts.Line {
-	c := charts.NewLine()
-	valueAxes(c, "Throughput and TTFT over time", "per second of each stage", "s", "tokens/s")
-	c.SetGlobalOptions(charts.WithYAxisOpts(opts.YAxis{Type: "value", Name: "tokens/s"}))
-	c.ExtendYAxis(opts.YAxis{Type: "value", Name: "TTFT p50 (ms)"})
+	tok := svgchart.Chart{Title: "Output tokens per second, over time", XLabel: "s", YLabel: "tokens/s"}
+	ttft := svgchart.Chart{Title: "TTFT p50 per second, over time", XLabel: "s", YLabel: "ms"}
+	var ts, tv, fs, fv []float64
 	offset := 0.0
-	var tok, ttft []opts.LineData
 	for _, s := range r.Stages {
 		for _, b := range s.Timeline {
-			tok = append(tok, xy(offset+b.T, b.OutputTokens))
+			ts, tv = append(ts, offset+b.T), append(tv, b.OutputTokens)
 			if b.TTFTP50 > 0 {
-				ttft = append(ttft, xy(offset+b.T, b.TTFTP50))
+				fs, fv = append(fs, offset+b.T), append(fv, b.TTFTP50)
 			}
 		}
 		offset += float64(len(s.Timeline))
 	}
-	c.AddSeries("output tokens/s", tok, charts.WithLineChartOpts(opts.LineChart{ShowSymbol: opts.Bool(false)}))
-	c.AddSeries("TTFT p50", ttft, charts.WithLineChartOpts(opts.LineChart{YAxisIndex: 1, ShowSymbol: opts.Bool(false)}))
-	return c
-}
-
-// sweepCurve plots throughput against TTFT p50 and p99, knee marked.
-func (r *Record) sweepCurve() *charts.Line {
-	c := charts.NewLine()
-	valueAxes(c, "Sweep: throughput against latency", "one point per stage; the knee is the first stage at 90% of peak throughput", "output tokens/s", "TTFT (ms)")
-	var p50, p99 []opts.LineData
-	for _, s := range r.Stages {
-		t := s.Metrics["ttft"]
-		if t == nil {
-			continue
+	tok.Series = []svgchart.Series{{Name: "output tokens/s", X: ts, Y: tv}}
+	ttft.Series = []svgchart.Series{{Name: "TTFT p50", X: fs, Y: fv}}
+	tok.Write(bw)
+	ttft.Write(bw)
+	if len(r.Stages) > 1 {
+		sw := svgchart.Chart{Title: "Sweep: TTFT against throughput, one point per stage", XLabel: "output tokens/s", YLabel: "TTFT (ms)"}
+		var x, p50, p99 []float64
+		for _, s := range r.Stages {
+			if t := s.Metrics["ttft"]; t != nil {
+				x, p50 = append(x, s.OutputTokenThroughput), append(p50, t.P50)
+				if t.P99 != nil {
+					p99 = append(p99, *t.P99)
+				}
+			}
 		}
-		p50 = append(p50, opts.LineData{Name: fmt.Sprintf("level %g", s.Level), Value: []any{s.OutputTokenThroughput, t.P50}})
-		if t.P99 != nil {
-			p99 = append(p99, opts.LineData{Name: fmt.Sprintf("level %g", s.Level), Value: []any{s.OutputTokenThroughput, *t.P99}})
+		sw.Series = []svgchart.Series{{Name: "TTFT p50", X: x, Y: p50}}
+		if len(p99) == len(x) {
+			sw.Series = append(sw.Series, svgchart.Series{Name: "TTFT p99", X: x, Y: p99})
 		}
+		sw.Write(bw)
 	}
-	var mark []charts.SeriesOpts
-	if r.Knee >= 0 && r.Knee < len(r.Stages) {
-		if t := r.Stages[r.Knee].Metrics["ttft"]; t != nil {
-			mark = append(mark, charts.WithMarkPointNameCoordItemOpts(opts.MarkPointNameCoordItem{
-				Name: "knee", Coordinate: []any{r.Stages[r.Knee].OutputTokenThroughput, t.P50},
-				Label: &opts.Label{Show: opts.Bool(true), Formatter: fmt.Sprintf("knee: level %g", r.Stages[r.Knee].Level)},
-			}))
-		}
+	svgchart.PageEnd(bw)
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("bench: html: %w", err)
 	}
-	c.AddSeries("TTFT p50", p50, mark...)
-	if len(p99) > 0 {
-		c.AddSeries("TTFT p99", p99)
-	}
-	return c
+	return nil
 }
