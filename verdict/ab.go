@@ -90,6 +90,9 @@ type ABReport struct {
 	// how far two answers of one build differ. Empty without A/A pairs.
 	Noise []Change `json:"noise,omitempty"`
 	Result
+	// Samples are each arm's latencies (ms) by figure ("ttft", "tpot",
+	// "e2e"), for the report's distributions.
+	Samples map[string]map[string][]float64 `json:"-"`
 }
 
 // AB compares the candidate with the primary over pairs.
@@ -99,6 +102,27 @@ func AB(pairs []PairSample, o Options) *ABReport {
 	r := &ABReport{Pairs: len(pairs)}
 	r.Primary = summarize(pairs, func(p PairSample) ArmSample { return p.Primary })
 	r.Candidate = summarize(pairs, func(p PairSample) ArmSample { return p.Candidate })
+	r.Samples = map[string]map[string][]float64{}
+	for _, p := range pairs {
+		arms := [][2]any{{"primary", p.Primary}, {"candidate", p.Candidate}}
+		if p.Noise != nil {
+			arms = append(arms, [2]any{"A/A", *p.Noise})
+		}
+		for _, arm := range arms {
+			a := arm[1].(ArmSample)
+			if !a.OK {
+				continue
+			}
+			for k, v := range map[string]float64{"ttft": a.TTFT, "tpot": a.TPOT, "e2e": a.E2E} {
+				if v > 0 {
+					if r.Samples[k] == nil {
+						r.Samples[k] = map[string][]float64{}
+					}
+					r.Samples[k][arm[0].(string)] = append(r.Samples[k][arm[0].(string)], v)
+				}
+			}
+		}
+	}
 
 	r.Changes = compareArms(pairs, func(p PairSample) ArmSample { return p.Candidate }, o, rng)
 	var noisy []PairSample
@@ -288,7 +312,7 @@ func (r *ABReport) Write(w io.Writer) {
 	pct("invalid JSON", r.Primary.InvalidJSONRate, r.Candidate.InvalidJSONRate)
 	pct("refusals", r.Primary.RefusalRate, r.Candidate.RefusalRate)
 	pct("empty", r.Primary.EmptyRate, r.Candidate.EmptyRate)
-	pct("truncated (model)", r.Primary.TruncatedRate, r.Candidate.TruncatedRate)
+	pct("finish length", r.Primary.TruncatedRate, r.Candidate.TruncatedRate)
 	fmt.Fprintf(w, "outputs: median similarity %.2f, median length ratio %.2f\n\n", r.Similarity, r.LengthRatio)
 	fmt.Fprintf(w, "%-20s %11s %11s %9s %22s %9s %6s  %s\n", "paired change", "primary", "candidate", "change", "95% CI", "p", "n", "judgement")
 	for _, ch := range r.Changes {

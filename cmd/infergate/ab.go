@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -45,6 +47,7 @@ func runAB(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	gateway := fs.String("gateway", "", "read the recent pairs of a running gateway's admin listener (http://127.0.0.1:9464)")
 	adminKey := fs.String("admin-key", "", "the gateway's server.admin_auth key, when it has one")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
+	htmlOut := fs.String("html", "", "also write the report as one self-contained HTML page to this file")
 	speedTol := fs.String("speed-tolerance", "5%", "accepted worsening of a latency median")
 	qualTol := fs.String("quality-tolerance", "2%", "accepted rise of an error or quality rate, in points")
 	floor := fs.Duration("speed-floor", time.Millisecond, "latency changes smaller than this hold, however significant")
@@ -93,10 +96,36 @@ func runAB(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	} else {
 		r.Write(stdout)
 	}
+	if *htmlOut != "" {
+		if err := writeABHTML(*htmlOut, r, pairs); err != nil {
+			return exitError{3, err}
+		}
+	}
 	if code := verdict.ExitCode(r.Verdict); code != 0 {
 		return exitError{code, nil}
 	}
 	return nil
+}
+
+// writeABHTML writes the report page with the five pairs whose answers
+// differ most (both answered, kept in full).
+func writeABHTML(path string, r *verdict.ABReport, pairs []proxy.Pair) error {
+	var ex []verdict.Example
+	for _, p := range pairs {
+		if p.Primary.OK() && p.Candidate.OK() && p.Primary.Output != "" && p.Similarity < 1 {
+			ex = append(ex, verdict.Example{ID: p.ID, Similarity: p.Similarity, Primary: p.Primary.Output, Candidate: p.Candidate.Output})
+		}
+	}
+	slices.SortStableFunc(ex, func(a, b verdict.Example) int { return cmp.Compare(a.Similarity, b.Similarity) })
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := r.WriteHTML(f, "infergate ab report", ex[:min(len(ex), 5)]); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // abReport judges the gateway's pairs.

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/infergate/infergate/internal/htmlcheck"
 )
 
 // abRun sends load through a gateway that mirrors every request to a
@@ -42,7 +44,8 @@ func TestABFindsTheTradeOff(t *testing.T) {
 		strings.Contains(report, "speed regressed") {
 		t.Fatalf("exit %d, want 1 and a ROLL BACK for invalid JSON\n%s", code, report)
 	}
-	code, js := exitCode(t, "ab", "report", "--json", pairs)
+	page := filepath.Join(t.TempDir(), "ab.html")
+	code, js := exitCode(t, "ab", "report", "--json", "--html", page, pairs)
 	var r struct {
 		Pairs   int    `json:"pairs"`
 		Verdict string `json:"verdict"`
@@ -50,6 +53,8 @@ func TestABFindsTheTradeOff(t *testing.T) {
 	if code != 1 || json.Unmarshal([]byte(js), &r) != nil || r.Pairs < 280 || r.Verdict != "ROLL BACK" {
 		t.Errorf("--json: exit %d %+v\n%s", code, r, js)
 	}
+	// The page opens offline and its charts draw.
+	htmlcheck.Check(t, page, "#D55E00") // the candidate's colour
 }
 
 // TestABSameBackendIsNotRolledBack: two identical simulators are never
