@@ -21,7 +21,9 @@ func (r *Record) WriteHTML(w io.Writer) error {
 	svgchart.PageStart(bw, title)
 	c := r.Conditions
 	fmt.Fprintf(bw, "<h2>Conditions</h2>\n<table>\n")
-	row := func(k, v string) { fmt.Fprintf(bw, "<tr><th>%s</th><td>%s</td></tr>\n", html.EscapeString(k), html.EscapeString(v)) }
+	row := func(k, v string) {
+		fmt.Fprintf(bw, "<tr><th>%s</th><td>%s</td></tr>\n", html.EscapeString(k), html.EscapeString(v))
+	}
 	row("URL", c.URL)
 	row("model", c.Workload.Model)
 	row("endpoint", fmt.Sprintf("%s, stream %v", c.Workload.Endpoint, c.Workload.Stream))
