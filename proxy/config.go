@@ -76,6 +76,9 @@ type TenantConfig struct {
 // pools, and where the pairs of answers go.
 type MirrorConfig struct {
 	Rules []MirrorRule `yaml:"rules"`
+	// Split sends a share of live traffic to a candidate pool instead
+	// of the primary (a canary), each request recorded as one arm.
+	Split *SplitRule `yaml:"split"`
 	// Record is where each pair is written.
 	Record PairRecord `yaml:"record"`
 }
@@ -104,6 +107,23 @@ type MirrorRule struct {
 	// answers of the same build differ, the noise floor a real
 	// difference must clear. It counts against MaxInFlight.
 	AA bool `yaml:"aa"`
+}
+
+// SplitRule is a canary: a weighted share of the matching requests is
+// served by the candidate pool instead of the primary, sticky by tenant
+// or by a header's value, and every split request (both arms) is
+// recorded for ab report, which compares the arms as independent samples.
+type SplitRule struct {
+	// Pool is the candidate pool.
+	Pool string `yaml:"pool"`
+	// Weight is the candidate's share, 0 to 1.
+	Weight float64 `yaml:"weight"`
+	// Sticky keeps a client on one arm: "tenant", "header:NAME", or ""
+	// (each request by its id).
+	Sticky string `yaml:"sticky"`
+	// Model, when set, is the model name the candidate gets.
+	Model string      `yaml:"model"`
+	Match MirrorMatch `yaml:"match"`
 }
 
 // MirrorMatch selects requests by model, tenant, path and header values.

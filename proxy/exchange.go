@@ -169,6 +169,9 @@ func (g *Gateway) serveAPI(rc *fasthttp.RequestCtx, strict bool) {
 		return
 	}
 	x.beginSpan(rc)
+	if x.st.split != nil {
+		x.split(rc)
+	}
 	if err == nil && env.Model != "" {
 		var ok bool
 		if body, ok = x.applyPolicy(rc, body, env); !ok {

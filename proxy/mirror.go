@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/infergate/infergate/openai"
@@ -66,6 +67,17 @@ func (m *MirrorConfig) validate(pools map[string]PoolConfig) error {
 			if _, err := json.Marshal(v); err != nil {
 				return fmt.Errorf("%s.overrides.fields.%s: %w", at, k, err)
 			}
+		}
+	}
+	if sp := m.Split; sp != nil {
+		if _, ok := pools[sp.Pool]; !ok {
+			return fmt.Errorf("mirror.split.pool: no pool named %q", sp.Pool)
+		}
+		if sp.Weight < 0 || sp.Weight > 1 || math.IsNaN(sp.Weight) {
+			return fmt.Errorf("mirror.split.weight: %v is not in [0, 1]", sp.Weight)
+		}
+		if h, ok := strings.CutPrefix(sp.Sticky, "header:"); sp.Sticky != "" && sp.Sticky != "tenant" && (!ok || h == "") {
+			return fmt.Errorf("mirror.split.sticky: %q is not tenant or header:NAME", sp.Sticky)
 		}
 	}
 	rec := m.Record
@@ -146,19 +158,89 @@ func in(s []string, v string) bool {
 	return ok
 }
 
+// fnv is FNV-1a of s, its bits then mixed (MurmurHash3's finalizer) so
+// that keys differing in their last byte ("user-1", "user-2") spread
+// over the whole range the thresholds cut: the same on every replica and
+// in every run.
+func fnv(s string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	h ^= h >> 33
+	return h
+}
+
+// splitRule is the canary made live.
+type splitRule struct {
+	pool      *Pool
+	threshold uint64
+	header    string // sticky by this header's value
+	tenant    bool   // sticky by tenant
+	model     string
+	match     mirrorRule // its match fields only
+}
+
+func newSplitRule(r *SplitRule, pool *Pool) *splitRule {
+	s := &splitRule{pool: pool, threshold: uint64(r.Weight * math.MaxUint64), model: r.Model,
+		match: mirrorRule{models: sorted(r.Match.Models), tenants: sorted(r.Match.Tenants), paths: sorted(r.Match.Paths)}}
+	if r.Weight >= 1 {
+		s.threshold = math.MaxUint64
+	}
+	for k, v := range r.Match.Headers {
+		s.match.headers = append(s.match.headers, [2]string{k, v})
+	}
+	s.tenant = r.Sticky == "tenant"
+	s.header, _ = strings.CutPrefix(r.Sticky, "header:")
+	return s
+}
+
+// arm tells which arm serves the request: true for the candidate. A
+// request without the sticky key falls back to its id.
+func (s *splitRule) candidate(x *exchange, rc *fasthttp.RequestCtx) bool {
+	key := x.id
+	switch {
+	case s.tenant:
+		key = x.tenant
+	case s.header != "":
+		if v := rc.Request.Header.Peek(s.header); len(v) > 0 {
+			key = string(v)
+		}
+	}
+	return fnv(key) < s.threshold
+}
+
+// split routes a request of the canary's match to one arm, and marks it
+// to be recorded. It runs before admission, so the candidate's caps
+// hold for the requests it serves.
+func (x *exchange) split(rc *fasthttp.RequestCtx) {
+	s := x.st.split
+	if s == nil || !s.match.matches(x, rc) {
+		return
+	}
+	p := &pair{Pair: Pair{Time: time.Now().UTC(), ID: x.id, Rule: "split", Model: x.model, Path: x.path, Tenant: x.tenant, Stream: x.stream, Split: "primary"},
+		maxOutput: x.st.cfg.Server.MaxResponseBytes}
+	if s.candidate(x, rc) {
+		p.Split = "candidate"
+		x.route = &route{pool: s.pool, upstreamModel: s.model}
+		if s.model != "" {
+			p.Overrides = map[string]any{"model": s.model}
+		}
+	}
+	p.pending.Store(1)
+	x.pair = p
+}
+
 // sampled reports whether request id falls in the rule's sample, by a
 // hash of the id that does not change between runs (FNV-1a), so a replay
 // that sends the same ids copies the same requests.
 func (m *mirrorRule) sampled(id string) bool {
-	if m.all {
-		return true
-	}
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(id); i++ {
-		h ^= uint64(id[i])
-		h *= 1099511628211
-	}
-	return h < m.threshold
+	return m.all || fnv(id) < m.threshold
 }
 
 func (m *mirrorRule) matches(x *exchange, rc *fasthttp.RequestCtx) bool {
@@ -189,6 +271,9 @@ func (m *mirrorRule) copyBody(body []byte) []byte {
 // mirror starts the copy of an admitted request, when a rule takes it.
 // body is what the primary's backend gets.
 func (x *exchange) mirror(rc *fasthttp.RequestCtx, body []byte) {
+	if x.pair != nil {
+		return // a canary request: recorded as one arm, not mirrored
+	}
 	for _, m := range x.st.mirrors {
 		if !m.matches(x, rc) || !m.sampled(x.id) {
 			continue

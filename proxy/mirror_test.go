@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -198,5 +199,78 @@ func TestMirrorAA(t *testing.T) {
 		if p.Noise == nil || !p.Noise.OK() || p.Noise.Backend != primary.URL || p.Noise.OutputTokens != 8 || p.Candidate.OutputTokens != 3 {
 			t.Errorf("pair %+v, A/A %+v", p, p.Noise)
 		}
+	}
+}
+
+// TestSplit: a canary serves its share from the candidate pool, sticky
+// by a header, and records each request as one arm.
+func TestSplit(t *testing.T) {
+	answer := func(who string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.Write([]byte(`{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"` + who + `"},"finish_reason":"stop"}]}`))
+		}
+	}
+	primary := newTestBackend(t, answer("from primary"))
+	candidate := newTestBackend(t, answer("from candidate"))
+	cfg := testConfig(primary.URL)
+	cfg.Pools["cand"] = PoolConfig{Backends: []BackendConfig{{URL: candidate.URL}}}
+	cfg.Mirror.Split = &SplitRule{Pool: "cand", Weight: 0.5, Sticky: "header:X-User"}
+	gw := startGateway(t, cfg)
+	seen := map[string]string{}
+	for i := range 40 {
+		user := fmt.Sprintf("user-%d", i%10)
+		_, _, body := post(t, gw.URL, "/v1/chat/completions", plainBody, "X-User", user)
+		who := "primary"
+		if strings.Contains(body, "from candidate") {
+			who = "candidate"
+		}
+		if prev, ok := seen[user]; ok && prev != who {
+			t.Fatalf("%s was served by %s, then by %s", user, prev, who)
+		}
+		seen[user] = who
+	}
+	n := candidate.requests.Load()
+	if n == 0 || n == 40 {
+		t.Fatalf("the candidate served %d of 40 requests, want a share", n)
+	}
+	s := pairStats(t, gw, 40)
+	cands := 0
+	for _, p := range s.Pairs {
+		switch p.Split {
+		case "candidate":
+			cands++
+			if !p.Candidate.OK() || p.Primary.Status != 0 {
+				t.Errorf("candidate record %+v", p)
+			}
+		case "primary":
+			if !p.Primary.OK() || p.Candidate.Status != 0 {
+				t.Errorf("primary record %+v", p)
+			}
+		default:
+			t.Errorf("record without a split arm: %+v", p)
+		}
+	}
+	if int64(cands) != n {
+		t.Errorf("%d candidate records, %d candidate requests", cands, n)
+	}
+}
+
+// TestSampleIsAShareOfAnyIDs: the sample takes its share of ids that
+// differ only in their last characters, and the same ids every time.
+func TestSampleIsAShareOfAnyIDs(t *testing.T) {
+	m := newMirrorRule(MirrorRule{Name: "s", Sample: 0.1, MaxInFlight: 1}, nil)
+	n := 0
+	for i := range 10000 {
+		id := fmt.Sprintf("req-%d", i)
+		if m.sampled(id) {
+			n++
+		}
+		if m.sampled(id) != m.sampled(id) {
+			t.Fatal("a request id sampled differently twice")
+		}
+	}
+	if n < 900 || n > 1100 {
+		t.Errorf("%d of 10000 sampled at 0.1", n)
 	}
 }

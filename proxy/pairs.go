@@ -45,6 +45,9 @@ type Pair struct {
 	Path   string    `json:"path"`
 	Tenant string    `json:"tenant,omitempty"`
 	Stream bool      `json:"stream"`
+	// Split is set on a canary's record ("primary" or "candidate"): one
+	// request served by one arm, whose answer is in that arm's field.
+	Split string `json:"split,omitempty"`
 	// Overrides are what the copy was sent with instead.
 	Overrides map[string]any `json:"overrides,omitempty"`
 	// JSONAsked is set when the request asked for JSON (response_format),
@@ -127,6 +130,9 @@ func (p *pair) done(g *Gateway) {
 func (x *exchange) primaryDone() {
 	p := x.pair
 	a := &p.Primary
+	if p.Split == "candidate" {
+		a = &p.Candidate
+	}
 	tl := &x.tl
 	if x.backend != nil {
 		a.Backend = x.backend.name
@@ -434,10 +440,12 @@ func (r *pairRecorder) record(p *pair) {
 			}
 		}
 	}
-	if n := len(pp.Primary.text); n > 0 {
+	if n := len(pp.Primary.text); n > 0 && pp.Split == "" {
 		pp.LengthRatio = float64(len(pp.Candidate.text)) / float64(n)
 	}
-	pp.Similarity = similarity(pp.Primary.text, pp.Candidate.text)
+	if pp.Split == "" {
+		pp.Similarity = similarity(pp.Primary.text, pp.Candidate.text)
+	}
 	for _, a := range arms {
 		a.keep(r.cfg.Output, r.cfg.MaxOutputBytes)
 		a.text = nil

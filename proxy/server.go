@@ -83,8 +83,9 @@ type state struct {
 	tokenCaps bool
 	// adminKey is the SHA-256 of server.admin_auth, nil when unset.
 	adminKey *[32]byte
-	// mirrors are the mirror rules, in order.
+	// mirrors are the mirror rules, in order; split the canary, or nil.
 	mirrors []*mirrorRule
+	split   *splitRule
 	// configHash identifies the configuration (header
 	// X-Infergate-Config-Hash on /healthz), so a benchmark record can say
 	// which gateway settings it measured.
@@ -257,6 +258,9 @@ func (g *Gateway) build(cfg Config, old *state) (*state, error) {
 	}
 	for _, r := range cfg.Mirror.Rules {
 		st.mirrors = append(st.mirrors, newMirrorRule(r, st.pools[r.Pool]))
+	}
+	if sp := cfg.Mirror.Split; sp != nil {
+		st.split = newSplitRule(sp, st.pools[sp.Pool])
 	}
 	if cfg.DefaultPool != "" {
 		st.def = &route{pool: st.pools[cfg.DefaultPool]}

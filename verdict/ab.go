@@ -292,7 +292,11 @@ func summarize(pairs []PairSample, arm func(PairSample) ArmSample) ArmSummary {
 
 // Write prints the report: each arm, the paired differences, the verdict.
 func (r *ABReport) Write(w io.Writer) {
-	fmt.Fprintf(w, "%d pairs (primary = base, candidate = the change)\n\n", r.Pairs)
+	if r.Pairs > 0 {
+		fmt.Fprintf(w, "%d pairs (primary = base, candidate = the change)\n\n", r.Pairs)
+	} else {
+		fmt.Fprintf(w, "a live split: %d requests served by the primary, %d by the candidate (independent samples)\n\n", r.Primary.Requests, r.Candidate.Requests)
+	}
 	fmt.Fprintf(w, "%-22s %30s %30s\n", "", "primary", "candidate")
 	row := func(name string, a, b Dist) {
 		f := func(d Dist) string {
@@ -365,4 +369,91 @@ func fmtShort(ch Change) string {
 		return fmt.Sprintf("%+.2fpt [%+.2f, %+.2f]", ch.Delta*100, ch.CILow*100, ch.CIHigh*100)
 	}
 	return fmt.Sprintf("%+.1f%% [%+.1f, %+.1f]", ch.Delta*100, ch.CILow*100, ch.CIHigh*100)
+}
+
+// SplitSample is one request of a canary: served by one arm only.
+type SplitSample struct {
+	Arm                    ArmSample
+	JSONAsked, SchemaGiven bool
+}
+
+// Split compares the two arms of a canary (a live split): different
+// requests on each side, so the figures are compared as independent
+// samples (bootstrap and Mann-Whitney for latencies, Agresti-Caffo and
+// the two-proportion test for rates), by the same rule.
+func Split(primary, candidate []SplitSample, o Options) *ABReport {
+	o.Defaults()
+	rng := rand.New(rand.NewPCG(o.Seed, 13))
+	wrap := func(s []SplitSample) []PairSample {
+		out := make([]PairSample, len(s))
+		for i, x := range s {
+			out[i] = PairSample{Primary: x.Arm, JSONAsked: x.JSONAsked, SchemaGiven: x.SchemaGiven}
+		}
+		return out
+	}
+	pa, pb := wrap(primary), wrap(candidate)
+	first := func(p PairSample) ArmSample { return p.Primary }
+	r := &ABReport{Pairs: 0, Primary: summarize(pa, first), Candidate: summarize(pb, first), Samples: map[string]map[string][]float64{}}
+	for _, m := range []struct {
+		name, better string
+		get          func(ArmSample) float64
+		judged       bool
+	}{
+		{"ttft", "lower", func(a ArmSample) float64 { return a.TTFT }, true},
+		{"tpot", "lower", func(a ArmSample) float64 { return a.TPOT }, true},
+		{"e2e", "lower", func(a ArmSample) float64 { return a.E2E }, true},
+		{"speed", "higher", speedOf, false},
+	} {
+		vals := func(s []SplitSample) []float64 {
+			var v []float64
+			for _, x := range s {
+				if x.Arm.OK && m.get(x.Arm) > 0 {
+					v = append(v, m.get(x.Arm))
+				}
+			}
+			return v
+		}
+		a, b := vals(primary), vals(candidate)
+		if m.name != "speed" {
+			r.Samples[m.name] = map[string][]float64{"primary": a, "candidate": b}
+		}
+		floor := o.SpeedFloor
+		if m.better == "higher" {
+			floor = 0
+		}
+		if ch, ok := Samples(0, m.name, m.better, a, b, o.SpeedTolerance, floor, rng); ok {
+			if !m.judged {
+				ch.Judgement, ch.Need = Info, 0
+			}
+			r.Changes = append(r.Changes, ch)
+		}
+	}
+	rate := func(name string, keep func(SplitSample) bool, sig func(ArmSample) bool) {
+		count := func(s []SplitSample) (x, n int) {
+			for _, v := range s {
+				if keep(v) {
+					n++
+					if sig(v.Arm) {
+						x++
+					}
+				}
+			}
+			return
+		}
+		x, na := count(primary)
+		y, nb := count(candidate)
+		if na > 0 || nb > 0 {
+			r.Changes = append(r.Changes, Rates(0, name, x, na, y, nb, o.QualityTolerance))
+		}
+	}
+	all := func(SplitSample) bool { return true }
+	ok := func(s SplitSample) bool { return s.Arm.OK }
+	rate("error_rate", all, func(a ArmSample) bool { return !a.OK })
+	rate("invalid_json_rate", func(s SplitSample) bool { return ok(s) && s.JSONAsked }, func(a ArmSample) bool { return a.InvalidJSON })
+	rate("schema_invalid_rate", func(s SplitSample) bool { return ok(s) && s.SchemaGiven }, func(a ArmSample) bool { return a.SchemaInvalid })
+	rate("refusal_rate", ok, func(a ArmSample) bool { return a.Refusal })
+	rate("empty_rate", ok, func(a ArmSample) bool { return a.Empty })
+	rate("truncated_rate", ok, func(a ArmSample) bool { return a.Truncated && !a.LengthByPolicy })
+	r.Result = Decide(r.Changes)
+	return r
 }

@@ -216,3 +216,19 @@ func TestABNoiseFloor(t *testing.T) {
 		t.Errorf("without the A/A arm the same rise is a regression: %s", without.Verdict)
 	}
 }
+
+func TestSplitFindsARegression(t *testing.T) {
+	rng := rand.New(rand.NewPCG(12, 13))
+	var a, b []SplitSample
+	for range 300 {
+		a = append(a, SplitSample{Arm: ArmSample{OK: true, TTFT: 40 + rng.Float64()*20, E2E: 900}, JSONAsked: true})
+		b = append(b, SplitSample{Arm: ArmSample{OK: true, TTFT: 40 + rng.Float64()*20, E2E: 900, InvalidJSON: rng.Float64() < 0.15}, JSONAsked: true})
+	}
+	r := Split(a, b, Options{})
+	if r.Verdict != RollBack || !strings.Contains(strings.Join(r.Reasons, ";"), "invalid_json_rate") {
+		t.Errorf("%s %v", r.Verdict, r.Reasons)
+	}
+	if r := Split(a, a, Options{}); r.Verdict == RollBack {
+		t.Errorf("the same arm twice: %s %v", r.Verdict, r.Reasons)
+	}
+}

@@ -128,8 +128,25 @@ func writeABHTML(path string, r *verdict.ABReport, pairs []proxy.Pair) error {
 	return f.Close()
 }
 
-// abReport judges the gateway's pairs.
+// abReport judges the gateway's pairs: the mirrored ones paired; when
+// there are none, a canary's records as two independent arms.
 func abReport(pairs []proxy.Pair, o verdict.Options) *verdict.ABReport {
+	var mirrored []proxy.Pair
+	var a, b []verdict.SplitSample
+	for _, p := range pairs {
+		switch p.Split {
+		case "":
+			mirrored = append(mirrored, p)
+		case "candidate":
+			b = append(b, verdict.SplitSample{Arm: armSample(p.Candidate), JSONAsked: p.JSONAsked, SchemaGiven: p.SchemaGiven})
+		default:
+			a = append(a, verdict.SplitSample{Arm: armSample(p.Primary), JSONAsked: p.JSONAsked, SchemaGiven: p.SchemaGiven})
+		}
+	}
+	if len(mirrored) == 0 && len(a)+len(b) > 0 {
+		return verdict.Split(a, b, o)
+	}
+	pairs = mirrored
 	samples := make([]verdict.PairSample, len(pairs))
 	for i, p := range pairs {
 		samples[i] = verdict.PairSample{Primary: armSample(p.Primary), Candidate: armSample(p.Candidate), JSONAsked: p.JSONAsked, SchemaGiven: p.SchemaGiven,
