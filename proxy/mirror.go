@@ -289,6 +289,7 @@ func (x *exchange) mirror(rc *fasthttp.RequestCtx, body []byte) {
 		if p.JSONAsked {
 			p.schema = schemaOf(body)
 		}
+		p.prompt = lastUserText(body)
 		x.pair = p
 		path := x.rawPath + x.query
 		t := x.st.cfg.Timeouts
@@ -371,4 +372,42 @@ func asksJSON(body []byte) bool {
 		return true
 	})
 	return asked
+}
+
+// lastUserText is the text of a chat request's last user message (its
+// text parts joined), for the judge.
+func lastUserText(body []byte) []byte {
+	var text []byte
+	openai.EachMember(body, func(key []byte, f openai.Field) bool {
+		if !openai.KeyIs(key, "messages") {
+			return true
+		}
+		arr := f.Of(body)
+		openai.EachElement(arr, func(sp openai.Span) bool {
+			m := arr[sp.Start:sp.End]
+			user := false
+			var content []byte
+			openai.EachMember(m, func(k []byte, mf openai.Field) bool {
+				switch {
+				case openai.KeyIs(k, "role"):
+					user = string(mf.Of(m)) == `"user"`
+				case openai.KeyIs(k, "content"):
+					content = mf.Of(m)
+				}
+				return true
+			})
+			if user && len(content) > 0 {
+				text = text[:0]
+				if content[0] == '"' {
+					s, _ := openai.Unquote(content)
+					text = append(text, s...)
+				} else {
+					text = openai.AppendContent(text, content) // the parts' text
+				}
+			}
+			return true
+		})
+		return false
+	})
+	return text
 }

@@ -64,6 +64,9 @@ func TestMirrorRecordsPairs(t *testing.T) {
 		if p.Stream && (c.TTFTms < 15 || a.TTFTms > c.TTFTms || c.TPOTms < 2) {
 			t.Errorf("stream pair timings: primary ttft %.1f, candidate ttft %.1f tpot %.1f", a.TTFTms, c.TTFTms, c.TPOTms)
 		}
+		if p.Prompt != "hello" {
+			t.Errorf("prompt %q, want the last user message", p.Prompt)
+		}
 		if p.Similarity < 0 || p.Similarity > 1 || p.LengthRatio <= 0 {
 			t.Errorf("similarity %v ratio %v", p.Similarity, p.LengthRatio)
 		}

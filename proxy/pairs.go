@@ -50,6 +50,10 @@ type Pair struct {
 	Split string `json:"split,omitempty"`
 	// Overrides are what the copy was sent with instead.
 	Overrides map[string]any `json:"overrides,omitempty"`
+	// Prompt is the request's last user message (mirror.record.output
+	// full, up to max_output_bytes), for a judge model to grade the
+	// answers against.
+	Prompt string `json:"prompt,omitempty"`
 	// JSONAsked is set when the request asked for JSON (response_format),
 	// SchemaGiven when it gave a JSON schema the answers are checked
 	// against.
@@ -106,6 +110,7 @@ type pair struct {
 	pending   atomic.Int32
 	maxOutput int
 	schema    []byte // the request's JSON schema, when it gave one
+	prompt    []byte // the last user message's text, while judged
 }
 
 func newPair(x *exchange, m *mirrorRule) *pair {
@@ -449,6 +454,13 @@ func (r *pairRecorder) record(p *pair) {
 	for _, a := range arms {
 		a.keep(r.cfg.Output, r.cfg.MaxOutputBytes)
 		a.text = nil
+	}
+	if r.cfg.Output == "full" && len(p.prompt) > 0 {
+		t := p.prompt[:min(len(p.prompt), r.cfg.MaxOutputBytes)]
+		for len(t) > 0 && !utf8.Valid(t) {
+			t = t[:len(t)-1]
+		}
+		pp.Prompt = string(t)
 	}
 	r.mu.Lock()
 	if r.cfg.Recent > 0 {

@@ -90,6 +90,9 @@ type ABReport struct {
 	// how far two answers of one build differ. Empty without A/A pairs.
 	Noise []Change `json:"noise,omitempty"`
 	Result
+	// Judge is a judge model's blind grading of a sample of pairs, nil
+	// without one.
+	Judge *Judged `json:"judge,omitempty"`
 	// Samples are each arm's latencies (ms) by figure ("ttft", "tpot",
 	// "e2e"), for the report's distributions.
 	Samples map[string]map[string][]float64 `json:"-"`
@@ -349,6 +352,13 @@ func (r *ABReport) Write(w io.Writer) {
 	if len(r.Noise) > 0 {
 		fmt.Fprintf(w, "(A/A: the primary's requests answered again by its own pool, %d pairs: the noise floor)\n", r.Noise[0].N)
 	}
+	if j := r.Judge; j != nil {
+		fmt.Fprintf(w, "\njudge (blind, order randomised): candidate preferred %d, primary %d, ties %d", j.Wins, j.Losses, j.Ties)
+		if j.Failed > 0 {
+			fmt.Fprintf(w, ", not graded %d", j.Failed)
+		}
+		fmt.Fprintf(w, "; preference for the candidate %.0f%% [%.0f, %.0f]%% (50%%: none)\n", j.Preference*100, j.Low*100, j.High*100)
+	}
 	fmt.Fprintf(w, "\nverdict: %s\n", r.Verdict)
 	for _, s := range r.Reasons {
 		fmt.Fprintf(w, "  - %s\n", s)
@@ -456,4 +466,34 @@ func Split(primary, candidate []SplitSample, o Options) *ABReport {
 	rate("truncated_rate", ok, func(a ArmSample) bool { return a.Truncated && !a.LengthByPolicy })
 	r.Result = Decide(r.Changes)
 	return r
+}
+
+// Judged is a judge model's tally over a sample of pairs, graded blind:
+// the candidate's wins and losses against the primary, the ties, and the
+// pairs the judge did not grade.
+type Judged struct {
+	Wins   int `json:"candidate_preferred"`
+	Losses int `json:"primary_preferred"`
+	Ties   int `json:"ties"`
+	Failed int `json:"not_graded,omitempty"`
+	// Preference is the candidate's share of the decided pairs, with its
+	// 95% Wilson interval; 0.5 is no preference.
+	Preference float64 `json:"preference"`
+	Low        float64 `json:"preference_low"`
+	High       float64 `json:"preference_high"`
+}
+
+// Settle computes the preference and its Wilson interval.
+func (j *Judged) Settle() {
+	n := float64(j.Wins + j.Losses)
+	if n == 0 {
+		j.Preference, j.Low, j.High = 0.5, 0, 1
+		return
+	}
+	p := float64(j.Wins) / n
+	const z = 1.96
+	d := 1 + z*z/n
+	c := (p + z*z/(2*n)) / d
+	h := z * math.Sqrt(p*(1-p)/n+z*z/(4*n*n)) / d
+	j.Preference, j.Low, j.High = p, c-h, c+h
 }

@@ -69,7 +69,12 @@ func (r *ABReport) WriteHTML(w io.Writer, title string, examples []Example) erro
 		fmt.Fprintf(bw, "<tr><th>%s</th><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%d</td><td>%s</td><td>%s</td></tr>\n",
 			html.EscapeString(ch.Metric), base, nw, delta, ci, p, html.EscapeString(ch.Test), ch.N, html.EscapeString(ch.Judgement), html.EscapeString(aa))
 	}
-	fmt.Fprintf(bw, "</table>\n<h2>Distributions</h2>\n")
+	fmt.Fprintf(bw, "</table>\n")
+	if j := r.Judge; j != nil {
+		fmt.Fprintf(bw, "<p>judge (blind, order randomised): candidate preferred %d, primary %d, ties %d; preference for the candidate %.0f%% [%.0f, %.0f]%% (50%%: none)</p>\n",
+			j.Wins, j.Losses, j.Ties, j.Preference*100, j.Low*100, j.High*100)
+	}
+	fmt.Fprintf(bw, "<h2>Distributions</h2>\n")
 	for _, m := range []struct{ key, title string }{{"ttft", "TTFT"}, {"tpot", "TPOT"}, {"e2e", "end-to-end latency"}} {
 		ch := svgchart.Chart{Title: m.title + ": share of requests at or below each value", XLabel: "ms", YLabel: "share"}
 		for _, arm := range []string{"primary", "candidate", "A/A"} {

@@ -47,6 +47,10 @@ func runAB(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	gateway := fs.String("gateway", "", "read the recent pairs of a running gateway's admin listener (http://127.0.0.1:9464)")
 	adminKey := fs.String("admin-key", "", "the gateway's server.admin_auth key, when it has one")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
+	judgeURL := fs.String("judge", "", "an OpenAI-compatible server whose model grades a sample of pairs blind (base URL)")
+	judgeModel := fs.String("judge-model", "", "with --judge: the model")
+	judgeKey := fs.String("judge-key", "", "with --judge: its API key (default $OPENAI_API_KEY)")
+	judgeN := fs.Int("judge-sample", 50, "with --judge: how many pairs to grade")
 	htmlOut := fs.String("html", "", "also write the report as one self-contained HTML page to this file")
 	speedTol := fs.String("speed-tolerance", "5%", "accepted worsening of a latency median")
 	qualTol := fs.String("quality-tolerance", "2%", "accepted rise of an error or quality rate, in points")
@@ -87,6 +91,21 @@ func runAB(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return exitError{3, errors.New("ab report: no pairs")}
 	}
 	r := abReport(pairs, verdict.Options{SpeedTolerance: st, QualityTolerance: qt, SpeedFloor: float64(*floor) / 1e6})
+	if *judgeURL != "" {
+		if *judgeModel == "" {
+			return exitError{3, errors.New("--judge needs --judge-model")}
+		}
+		key := *judgeKey
+		if key == "" {
+			key = os.Getenv("OPENAI_API_KEY")
+		}
+		t, err := judgePairs(ctx, &judge{url: *judgeURL, model: *judgeModel, key: key, client: &http.Client{}}, pairs, *judgeN, 1)
+		if err != nil {
+			return exitError{3, fmt.Errorf("judge: %w", err)}
+		}
+		t.Settle()
+		r.Judge = &t
+	}
 	if *asJSON {
 		b, err := json.MarshalIndent(r, "", "  ")
 		if err != nil {

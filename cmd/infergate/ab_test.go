@@ -2,12 +2,18 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 
 	"github.com/infergate/infergate/internal/htmlcheck"
+	"github.com/infergate/infergate/proxy"
 )
 
 // abRun sends load through a gateway that mirrors every request to a
@@ -76,5 +82,50 @@ func TestABRefusesUnusableInput(t *testing.T) {
 		if code, out := exitCode(t, args...); code != 3 || strings.Contains(out, "panic") {
 			t.Errorf("infergate %v: exit %d\n%s", args, code, out)
 		}
+	}
+}
+
+// TestABJudge: a judge that prefers the better answer, shown the two in a
+// random order, prefers the candidate on every pair; the report says so
+// with its interval.
+func TestABJudge(t *testing.T) {
+	var asked atomic.Int64
+	var firstA atomic.Int64 // how often the candidate's answer came first
+	judge := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Model    string                     `json:"model"`
+			Messages []struct{ Content string } `json:"messages"`
+		}
+		json.NewDecoder(r.Body).Decode(&req)
+		u := req.Messages[len(req.Messages)-1].Content
+		a := u[strings.Index(u, "Answer A:"):strings.Index(u, "Answer B:")]
+		pick := "B"
+		if strings.Contains(a, "precise") {
+			pick = "A"
+			firstA.Add(1)
+		}
+		if req.Model != "grader" || !strings.Contains(u, "Request:\nwhat is 2+2") {
+			pick = "?"
+		}
+		asked.Add(1)
+		fmt.Fprintf(w, `{"choices":[{"message":{"role":"assistant","content":%q}}]}`, pick)
+	}))
+	defer judge.Close()
+	var lines []string
+	for i := range 40 {
+		p := proxy.Pair{ID: fmt.Sprintf("r%d", i), Prompt: "what is 2+2", Stream: true,
+			Primary:   proxy.Arm{Status: 200, Output: "maybe five", TTFTms: 50, E2Ems: 500, TPOTms: 10, OutputTokens: 10},
+			Candidate: proxy.Arm{Status: 200, Output: "4, precise", TTFTms: 50, E2Ems: 500, TPOTms: 10, OutputTokens: 10}}
+		b, _ := json.Marshal(p)
+		lines = append(lines, string(b))
+	}
+	file := filepath.Join(t.TempDir(), "pairs.jsonl")
+	os.WriteFile(file, []byte(strings.Join(lines, "\n")+"\n"), 0o600)
+	_, out := exitCode(t, "ab", "report", "--judge", judge.URL, "--judge-model", "grader", "--judge-sample", "30", file)
+	if asked.Load() != 30 || !strings.Contains(out, "candidate preferred 30, primary 0, ties 0") || !strings.Contains(out, "preference for the candidate 100% [89, 100]%") {
+		t.Fatalf("asked %d\n%s", asked.Load(), out)
+	}
+	if n := firstA.Load(); n < 5 || n > 25 {
+		t.Errorf("the candidate's answer was shown first %d times of 30: the order is not random", n)
 	}
 }
