@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 
 	"github.com/infergate/infergate/tracing"
@@ -93,6 +94,9 @@ func observe(meter metric.Meter, g *Gateway) error {
 	connsOpen := gauge("infergate.connections.open", "{connection}", "Client connections open on the API listener.")
 	connsRefused := counter("infergate.connections.refused", "{connection}", "Client connections closed unread because server.max_connections were open.")
 	goroutines := gauge("infergate.goroutines", "{goroutine}", "Goroutines of the gateway process (a leak shows here first).")
+	mirrorPairs := counter("infergate.mirror.pairs", "{pair}", "Mirrored pairs (and canary records) recorded.")
+	mirrorDropped := counter("infergate.mirror.dropped", "{copy}", "Mirrored copies dropped, by rule and reason (cap_full: the rule's max_in_flight; aa_cap_full: the A/A copy; lost: the recorder was behind).")
+	mirrorInFlight := gauge("infergate.mirror.in_flight", "{copy}", "Mirrored copies waiting for their answers.")
 	panics := counter("infergate.panics", "{panic}", "Panics recovered, by where: a request, its stream, the keep-alive forwarder, telemetry, health checks, shaping, the hang-up watcher. Each ended one request or restarted one loop; the process carried on.")
 	if err := errors.Join(errs...); err != nil {
 		return err
@@ -144,6 +148,16 @@ func observe(meter metric.Meter, g *Gateway) error {
 			o.ObserveInt64(connsRefused, cl.refused.Load())
 		}
 		o.ObserveInt64(goroutines, int64(runtime.NumGoroutine()))
+		ps := g.pairs.counts()
+		o.ObserveInt64(mirrorPairs, ps.Recorded)
+		for k, n := range ps.Dropped {
+			rule, why, _ := strings.Cut(k, " ")
+			o.ObserveInt64(mirrorDropped, n, metric.WithAttributes(attribute.String("rule", rule), attribute.String("reason", why)))
+		}
+		if ps.Lost > 0 {
+			o.ObserveInt64(mirrorDropped, ps.Lost, metric.WithAttributes(attribute.String("rule", ""), attribute.String("reason", "lost")))
+		}
+		o.ObserveInt64(mirrorInFlight, int64(g.MirrorsInFlight()))
 		var health int64
 		for _, p := range g.state.Load().pools {
 			if p.health != nil {
@@ -158,7 +172,7 @@ func observe(meter metric.Meter, g *Gateway) error {
 			o.ObserveInt64(panics, w.n, metric.WithAttributes(attribute.String("where", w.where)))
 		}
 		return nil
-	}, queued, inFlight, rejected, admitted, abandoned, redisUp, redisDown, upstream, breaker, dropped, logLost, spansDropped, connsOpen, connsRefused, goroutines, panics)
+	}, queued, inFlight, rejected, admitted, abandoned, redisUp, redisDown, upstream, breaker, dropped, logLost, spansDropped, connsOpen, connsRefused, goroutines, panics, mirrorPairs, mirrorDropped, mirrorInFlight)
 	return err
 }
 

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -139,6 +140,17 @@ func TestMirrorNeverTouchesThePrimary(t *testing.T) {
 	s := gw.pairs.Stats()
 	if s.Dropped["try cap_full"] != 8 {
 		t.Errorf("dropped %v, want 8 copies past the cap of 2", s.Dropped)
+	}
+	resp, err := http.Get(gw.AdminURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var sb strings.Builder
+	io.Copy(&sb, resp.Body)
+	if !strings.Contains(sb.String(), `infergate_mirror_dropped_total{reason="cap_full",rule="try"} 8`) ||
+		!strings.Contains(sb.String(), "infergate_mirror_in_flight 2") {
+		t.Errorf("metrics lack the mirror's drops and copies in flight:\n%s", grepLines(sb.String(), "mirror"))
 	}
 }
 
@@ -276,4 +288,14 @@ func TestSampleIsAShareOfAnyIDs(t *testing.T) {
 	if n < 900 || n > 1100 {
 		t.Errorf("%d of 10000 sampled at 0.1", n)
 	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -546,6 +546,18 @@ func (r *pairRecorder) Stats() PairStats {
 	return s
 }
 
+// counts is Stats without the pairs, and without waiting for the queue:
+// what a metrics scrape reads.
+func (r *pairRecorder) counts() PairStats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := PairStats{Recorded: r.written, Lost: r.lost.Load(), Dropped: make(map[string]int64, len(r.drops))}
+	for k, v := range r.drops {
+		s.Dropped[k] = v
+	}
+	return s
+}
+
 // Close records what is queued and closes the file.
 func (r *pairRecorder) Close() {
 	r.q.Close()
