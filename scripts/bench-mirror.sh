@@ -15,7 +15,19 @@ P2=$!
 sleep 1
 $B serve --listen 127.0.0.1:19201 --admin-listen off --log-level warn --upstream http://127.0.0.1:19101 >${OUT:-/tmp}/mb_gw1.log 2>&1 &
 G1=$!
-$B serve --listen 127.0.0.1:19202 --admin-listen off --log-level warn --upstream http://127.0.0.1:19101 --mirror http://127.0.0.1:19102 --mirror-record ${OUT:-/tmp}/mb_pairs.jsonl >${OUT:-/tmp}/mb_gw2.log 2>&1 &
+# Every request copied: the rule's cap above what the slow candidate holds.
+cat > ${OUT:-/tmp}/mb_mirror.yaml <<YAML
+server: {listen: 127.0.0.1:19202, admin_listen: "off"}
+pools:
+  primary: {backends: [{url: http://127.0.0.1:19101}]}
+  candidate: {backends: [{url: http://127.0.0.1:19102}]}
+default_pool: primary
+mirror:
+  rules: [{name: slow, pool: candidate, sample: 1, max_in_flight: 512}]
+  record: {path: ${OUT:-/tmp}/mb_pairs.jsonl}
+YAML
+rm -f ${OUT:-/tmp}/mb_pairs.jsonl
+$B serve --config ${OUT:-/tmp}/mb_mirror.yaml --log-level warn >${OUT:-/tmp}/mb_gw2.log 2>&1 &
 G2=$!
 sleep 1
 for round in 1 2 3; do
