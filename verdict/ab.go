@@ -36,6 +36,9 @@ type PairSample struct {
 	// Noise is the A/A arm (the primary's request answered again by its
 	// own pool), nil without one.
 	Noise *ArmSample
+	// At is when the request came, in seconds on any clock: the span of
+	// the pairs gives each arm's throughput.
+	At float64
 }
 
 // ArmSummary is one arm's figures over all pairs.
@@ -57,6 +60,9 @@ type ArmSummary struct {
 	// LengthByPolicy counts truncations at a gateway's output cap, kept
 	// out of TruncatedRate.
 	LengthByPolicy int `json:"length_by_policy,omitempty"`
+	// Throughput is the arm's output tokens over the span of the
+	// requests' arrival (tokens/s), 0 when the span is unknown.
+	Throughput float64 `json:"output_token_throughput,omitempty"`
 }
 
 // Dist is p50, p90 and p99 of a distribution.
@@ -244,15 +250,20 @@ func speedOf(a ArmSample) float64 {
 func summarize(pairs []PairSample, arm func(PairSample) ArmSample) ArmSummary {
 	var s ArmSummary
 	var ttft, tpot, e2e, speed []float64
+	first, last, tokens := math.Inf(1), math.Inf(-1), 0
 	var errs, ok, jsonOK, invalid, refusal, empty, trunc int
 	for _, p := range pairs {
 		a := arm(p)
 		s.Requests++
+		if p.At > 0 {
+			first, last = math.Min(first, p.At), math.Max(last, p.At)
+		}
 		if !a.OK {
 			errs++
 			continue
 		}
 		ok++
+		tokens += a.OutputTokens
 		for _, v := range []struct {
 			dst *[]float64
 			x   float64
@@ -281,6 +292,9 @@ func summarize(pairs []PairSample, arm func(PairSample) ArmSample) ArmSummary {
 		}
 	}
 	s.OK = ok
+	if last > first {
+		s.Throughput = float64(tokens) / (last - first)
+	}
 	s.TTFT, s.TPOT, s.E2E, s.Speed = distOf(ttft), distOf(tpot), distOf(e2e), distOf(speed)
 	div := func(x, n int) float64 {
 		if n == 0 {
@@ -314,6 +328,9 @@ func (r *ABReport) Write(w io.Writer) {
 	row("tpot ms", r.Primary.TPOT, r.Candidate.TPOT)
 	row("e2e ms", r.Primary.E2E, r.Candidate.E2E)
 	row("speed tok/s", r.Primary.Speed, r.Candidate.Speed)
+	if r.Primary.Throughput > 0 || r.Candidate.Throughput > 0 {
+		fmt.Fprintf(w, "%-22s %30.1f %30.1f\n", "throughput tok/s", r.Primary.Throughput, r.Candidate.Throughput)
+	}
 	pct := func(name string, a, b float64) { fmt.Fprintf(w, "%-22s %29.1f%% %29.1f%%\n", name, a*100, b*100) }
 	pct("errors", r.Primary.ErrorRate, r.Candidate.ErrorRate)
 	pct("invalid JSON", r.Primary.InvalidJSONRate, r.Candidate.InvalidJSONRate)
@@ -385,6 +402,7 @@ func fmtShort(ch Change) string {
 type SplitSample struct {
 	Arm                    ArmSample
 	JSONAsked, SchemaGiven bool
+	At                     float64 // arrival, seconds
 }
 
 // Split compares the two arms of a canary (a live split): different
@@ -397,7 +415,7 @@ func Split(primary, candidate []SplitSample, o Options) *ABReport {
 	wrap := func(s []SplitSample) []PairSample {
 		out := make([]PairSample, len(s))
 		for i, x := range s {
-			out[i] = PairSample{Primary: x.Arm, JSONAsked: x.JSONAsked, SchemaGiven: x.SchemaGiven}
+			out[i] = PairSample{Primary: x.Arm, JSONAsked: x.JSONAsked, SchemaGiven: x.SchemaGiven, At: x.At}
 		}
 		return out
 	}

@@ -42,6 +42,7 @@ func (r *ABReport) WriteHTML(w io.Writer, title string, examples []Example) erro
 		{"TPOT ms", d(r.Primary.TPOT), d(r.Candidate.TPOT)},
 		{"end-to-end ms", d(r.Primary.E2E), d(r.Candidate.E2E)},
 		{"output speed tok/s", d(r.Primary.Speed), d(r.Candidate.Speed)},
+		{"throughput tok/s", fmt.Sprintf("%.1f", r.Primary.Throughput), fmt.Sprintf("%.1f", r.Candidate.Throughput)},
 		{"errors", pct(r.Primary.ErrorRate), pct(r.Candidate.ErrorRate)},
 		{"invalid JSON", pct(r.Primary.InvalidJSONRate), pct(r.Candidate.InvalidJSONRate)},
 		{"refusals", pct(r.Primary.RefusalRate), pct(r.Candidate.RefusalRate)},

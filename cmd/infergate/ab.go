@@ -157,9 +157,9 @@ func abReport(pairs []proxy.Pair, o verdict.Options) *verdict.ABReport {
 		case "":
 			mirrored = append(mirrored, p)
 		case "candidate":
-			b = append(b, verdict.SplitSample{Arm: armSample(p.Candidate), JSONAsked: p.JSONAsked, SchemaGiven: p.SchemaGiven})
+			b = append(b, verdict.SplitSample{Arm: armSample(p.Candidate), JSONAsked: p.JSONAsked, SchemaGiven: p.SchemaGiven, At: seconds(p.Time)})
 		default:
-			a = append(a, verdict.SplitSample{Arm: armSample(p.Primary), JSONAsked: p.JSONAsked, SchemaGiven: p.SchemaGiven})
+			a = append(a, verdict.SplitSample{Arm: armSample(p.Primary), JSONAsked: p.JSONAsked, SchemaGiven: p.SchemaGiven, At: seconds(p.Time)})
 		}
 	}
 	if len(mirrored) == 0 && len(a)+len(b) > 0 {
@@ -169,13 +169,21 @@ func abReport(pairs []proxy.Pair, o verdict.Options) *verdict.ABReport {
 	samples := make([]verdict.PairSample, len(pairs))
 	for i, p := range pairs {
 		samples[i] = verdict.PairSample{Primary: armSample(p.Primary), Candidate: armSample(p.Candidate), JSONAsked: p.JSONAsked, SchemaGiven: p.SchemaGiven,
-			Similarity: p.Similarity, LengthRatio: p.LengthRatio}
+			Similarity: p.Similarity, LengthRatio: p.LengthRatio, At: seconds(p.Time)}
 		if p.Noise != nil {
 			n := armSample(*p.Noise)
 			samples[i].Noise = &n
 		}
 	}
 	return verdict.AB(samples, o)
+}
+
+// seconds is t as Unix seconds, 0 for the zero time.
+func seconds(t time.Time) float64 {
+	if t.IsZero() {
+		return 0
+	}
+	return float64(t.UnixNano()) / 1e9
 }
 
 func armSample(a proxy.Arm) verdict.ArmSample {
