@@ -83,23 +83,7 @@ func (c *Comparison) Write(w io.Writer) {
 	fmt.Fprintf(w, "base %s\nnew  %s\n\n", c.Base, c.New)
 	fmt.Fprintf(w, "%-5s %-24s %12s %12s %9s %20s %8s  %s\n", "stage", "metric", "base", "new", "change", "95% CI", "p", "judgement")
 	for _, ch := range c.Changes {
-		var base, nw, delta, ci string
-		if ch.Quality {
-			base, nw = fmt.Sprintf("%.2f%%", ch.Base*100), fmt.Sprintf("%.2f%%", ch.New*100)
-			delta = fmt.Sprintf("%+.2fpt", ch.Delta*100)
-			ci = fmt.Sprintf("[%+.2f, %+.2f]pt", ch.CILow*100, ch.CIHigh*100)
-		} else {
-			base, nw = fmt.Sprintf("%.4g", ch.Base), fmt.Sprintf("%.4g", ch.New)
-			delta = fmt.Sprintf("%+.1f%%", ch.Delta*100)
-			ci = fmt.Sprintf("[%+.1f, %+.1f]%%", ch.CILow*100, ch.CIHigh*100)
-			if math.IsNaN(ch.CILow) {
-				ci = "-"
-			}
-		}
-		p := "-"
-		if !math.IsNaN(ch.P) {
-			p = fmt.Sprintf("%.3g", ch.P)
-		}
+		base, nw, delta, ci, p := ch.Cells()
 		j := ch.Judgement
 		if ch.Judgement == verdict.Unsure && ch.Need > 0 {
 			j += fmt.Sprintf(" (≈%d needed)", ch.Need)

@@ -340,23 +340,7 @@ func (r *ABReport) Write(w io.Writer) {
 	fmt.Fprintf(w, "outputs: median similarity %.2f, median length ratio %.2f\n\n", r.Similarity, r.LengthRatio)
 	fmt.Fprintf(w, "%-20s %11s %11s %9s %22s %9s %6s  %s\n", "paired change", "primary", "candidate", "change", "95% CI", "p", "n", "judgement")
 	for _, ch := range r.Changes {
-		var base, nw, delta, ci string
-		if ch.Quality {
-			base, nw = fmt.Sprintf("%.2f%%", ch.Base*100), fmt.Sprintf("%.2f%%", ch.New*100)
-			delta = fmt.Sprintf("%+.2fpt", ch.Delta*100)
-			ci = fmt.Sprintf("[%+.2f, %+.2f]pt", ch.CILow*100, ch.CIHigh*100)
-		} else {
-			base, nw = fmt.Sprintf("%.4g", ch.Base), fmt.Sprintf("%.4g", ch.New)
-			delta = fmt.Sprintf("%+.1f%%", ch.Delta*100)
-			ci = fmt.Sprintf("[%+.1f, %+.1f]%%", ch.CILow*100, ch.CIHigh*100)
-		}
-		if math.IsNaN(ch.CILow) {
-			ci = "-"
-		}
-		p := "-"
-		if !math.IsNaN(ch.P) {
-			p = fmt.Sprintf("%.3g", ch.P)
-		}
+		base, nw, delta, ci, p := ch.Cells()
 		j := ch.Judgement
 		if ch.Judgement == Unsure && ch.Need > 0 {
 			j += fmt.Sprintf(" (≈%d pairs)", ch.Need)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"html"
 	"io"
-	"math"
 
 	"github.com/infergate/infergate/internal/svgchart"
 )
@@ -55,14 +54,7 @@ func (r *ABReport) WriteHTML(w io.Writer, title string, examples []Example) erro
 
 	fmt.Fprintf(bw, "<h2>Paired changes</h2>\n<table class=\"num\">\n<tr><th>figure</th><th>primary</th><th>candidate</th><th>change</th><th>95%% CI</th><th>p</th><th>test</th><th>n</th><th>judgement</th><th>A/A</th></tr>\n")
 	for _, ch := range r.Changes {
-		base, nw, delta, ci := fmt.Sprintf("%.4g", ch.Base), fmt.Sprintf("%.4g", ch.New), fmt.Sprintf("%+.1f%%", ch.Delta*100), fmt.Sprintf("[%+.1f, %+.1f]%%", ch.CILow*100, ch.CIHigh*100)
-		if ch.Quality {
-			base, nw, delta, ci = pct(ch.Base), pct(ch.New), fmt.Sprintf("%+.2fpt", ch.Delta*100), fmt.Sprintf("[%+.2f, %+.2f]pt", ch.CILow*100, ch.CIHigh*100)
-		}
-		p := "-"
-		if !math.IsNaN(ch.P) {
-			p = fmt.Sprintf("%.3g", ch.P)
-		}
+		base, nw, delta, ci, p := ch.Cells()
 		aa := ""
 		if n := noiseOf(r.Noise, ch.Metric); n != nil {
 			aa = fmtShort(*n)

@@ -230,3 +230,25 @@ func (c Change) MarshalJSON() ([]byte, error) {
 		P      *float64 `json:"p"`
 	}{plain(c), num(c.Delta), num(c.CILow), num(c.CIHigh), num(c.P)})
 }
+
+// Cells formats a change for a table row: the two values, the change,
+// its 95% interval ("-" when none) and its p-value ("-" when none).
+func (ch Change) Cells() (base, next, delta, ci, p string) {
+	if ch.Quality {
+		base, next = fmt.Sprintf("%.2f%%", ch.Base*100), fmt.Sprintf("%.2f%%", ch.New*100)
+		delta = fmt.Sprintf("%+.2fpt", ch.Delta*100)
+		ci = fmt.Sprintf("[%+.2f, %+.2f]pt", ch.CILow*100, ch.CIHigh*100)
+	} else {
+		base, next = fmt.Sprintf("%.4g", ch.Base), fmt.Sprintf("%.4g", ch.New)
+		delta = fmt.Sprintf("%+.1f%%", ch.Delta*100)
+		ci = fmt.Sprintf("[%+.1f, %+.1f]%%", ch.CILow*100, ch.CIHigh*100)
+	}
+	if math.IsNaN(ch.CILow) {
+		ci = "-"
+	}
+	p = "-"
+	if !math.IsNaN(ch.P) {
+		p = fmt.Sprintf("%.3g", ch.P)
+	}
+	return base, next, delta, ci, p
+}

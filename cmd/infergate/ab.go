@@ -52,31 +52,18 @@ func runAB(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	judgeKey := fs.String("judge-key", "", "with --judge: its API key (default $OPENAI_API_KEY)")
 	judgeN := fs.Int("judge-sample", 50, "with --judge: how many pairs to grade")
 	htmlOut := fs.String("html", "", "also write the report as one self-contained HTML page to this file")
-	speedTol := fs.String("speed-tolerance", "5%", "accepted worsening of a latency median")
-	qualTol := fs.String("quality-tolerance", "2%", "accepted rise of an error or quality rate, in points")
-	floor := fs.Duration("speed-floor", time.Millisecond, "latency changes smaller than this hold, however significant")
-	var files []string
-	for len(args) > 0 {
-		if err := fs.Parse(args); err != nil {
-			return err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		files = append(files, fs.Arg(0))
-		args = fs.Args()[1:]
+	tol := registerTolerances(fs)
+	files, err := parseWithFiles(fs, args)
+	if err != nil {
+		return err
 	}
 	if (len(files) == 0) == (*gateway == "") {
 		fs.Usage()
 		return exitError{3, errors.New("ab report: name pair files or --gateway, one of them")}
 	}
-	st, err := percent(*speedTol)
+	opts, err := tol.options()
 	if err != nil {
-		return exitError{3, fmt.Errorf("--speed-tolerance: %w", err)}
-	}
-	qt, err := percent(*qualTol)
-	if err != nil {
-		return exitError{3, fmt.Errorf("--quality-tolerance: %w", err)}
+		return exitError{3, err}
 	}
 	var pairs []proxy.Pair
 	if *gateway != "" {
@@ -90,7 +77,7 @@ func runAB(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(pairs) == 0 {
 		return exitError{3, errors.New("ab report: no pairs")}
 	}
-	r := abReport(pairs, verdict.Options{SpeedTolerance: st, QualityTolerance: qt, SpeedFloor: float64(*floor) / 1e6})
+	r := abReport(pairs, opts)
 	if *judgeURL != "" {
 		if *judgeModel == "" {
 			return exitError{3, errors.New("--judge needs --judge-model")}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -34,32 +35,18 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	journal := fs.String("journal", "", "append one JSON line per comparison to this file")
 	change := fs.String("change", "", "what changed between the runs (for the journal)")
 	force := fs.Bool("force", false, "compare runs whose conditions differ")
-	speedTol := fs.String("speed-tolerance", "5%", "accepted worsening of a latency median")
-	qualTol := fs.String("quality-tolerance", "2%", "accepted rise of a failure or quality-signal rate, in points")
-	floor := fs.Duration("speed-floor", time.Millisecond, "latency changes smaller than this hold, however significant")
-	// Flags may follow the two files.
-	var files []string
-	for len(args) > 0 {
-		if err := fs.Parse(args); err != nil {
-			return err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		files = append(files, fs.Arg(0))
-		args = fs.Args()[1:]
+	tol := registerTolerances(fs)
+	files, err := parseWithFiles(fs, args)
+	if err != nil {
+		return err
 	}
 	if len(files) != 2 {
 		fs.Usage()
 		return exitError{3, errors.New("want two record files: BASE.json NEW.json")}
 	}
-	st, err := percent(*speedTol)
+	opts, err := tol.options()
 	if err != nil {
-		return exitError{3, fmt.Errorf("--speed-tolerance: %w", err)}
-	}
-	qt, err := percent(*qualTol)
-	if err != nil {
-		return exitError{3, fmt.Errorf("--quality-tolerance: %w", err)}
+		return exitError{3, err}
 	}
 	base, err := bench.LoadRecord(files[0])
 	if err != nil {
@@ -75,7 +62,7 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		fmt.Fprintf(stdout, "warning: compared under --force although %s\n\n", strings.Join(d, "; "))
 	}
-	c := bench.Compare(base, next, verdict.Options{SpeedTolerance: st, QualityTolerance: qt, SpeedFloor: float64(*floor) / 1e6})
+	c := bench.Compare(base, next, opts)
 	c.Base, c.New = files[0], files[1]
 	c.Write(stdout)
 	if *journal != "" {
@@ -87,6 +74,50 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return exitError{code, nil}
 	}
 	return nil
+}
+
+// tolerances are the flags of the verdict's rule, shared by compare and
+// ab report.
+type tolerances struct {
+	speed, quality *string
+	floor          *time.Duration
+}
+
+func registerTolerances(fs *flag.FlagSet) tolerances {
+	return tolerances{
+		speed:   fs.String("speed-tolerance", "5%", "accepted worsening of a latency median"),
+		quality: fs.String("quality-tolerance", "2%", "accepted rise of a failure or quality-signal rate, in points"),
+		floor:   fs.Duration("speed-floor", time.Millisecond, "latency changes smaller than this hold, however significant"),
+	}
+}
+
+func (t tolerances) options() (verdict.Options, error) {
+	st, err := percent(*t.speed)
+	if err != nil {
+		return verdict.Options{}, fmt.Errorf("--speed-tolerance: %w", err)
+	}
+	qt, err := percent(*t.quality)
+	if err != nil {
+		return verdict.Options{}, fmt.Errorf("--quality-tolerance: %w", err)
+	}
+	return verdict.Options{SpeedTolerance: st, QualityTolerance: qt, SpeedFloor: float64(*t.floor) / 1e6}, nil
+}
+
+// parseWithFiles parses flags that may come before, between or after the
+// file arguments, and returns the files.
+func parseWithFiles(fs *flag.FlagSet, args []string) ([]string, error) {
+	var files []string
+	for len(args) > 0 {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		files = append(files, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	return files, nil
 }
 
 // percent reads "5%" or "0.05".
