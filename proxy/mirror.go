@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -125,22 +126,12 @@ func newMirrorRule(r MirrorRule, pool *Pool) *mirrorRule {
 		m.overrides = append(m.overrides, member{"model", q})
 		m.applied["model"] = r.Overrides.Model
 	}
-	for _, k := range slices.Sorted(mapKeys(r.Overrides.Fields)) {
+	for _, k := range slices.Sorted(maps.Keys(r.Overrides.Fields)) {
 		q, _ := json.Marshal(r.Overrides.Fields[k]) // validate checked it
 		m.overrides = append(m.overrides, member{k, q})
 		m.applied[k] = r.Overrides.Fields[k]
 	}
 	return m
-}
-
-func mapKeys[V any](m map[string]V) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 func sorted(s []string) []string {
