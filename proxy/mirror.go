@@ -284,6 +284,9 @@ func (x *exchange) mirror(rc *fasthttp.RequestCtx, body []byte) {
 		x.pair = p
 		path := x.rawPath + x.query
 		t := x.st.cfg.Timeouts
+		// The copies' context: timeouts.total, and ended with the primary
+		// when its client goes away (pairs.go, primaryDone).
+		p.ctx, p.stop = context.WithTimeout(x.g.base, t.Total)
 		if m.aa {
 			// The noise floor: the primary's own request once more, to its
 			// own pool, when the rule's cap has room for it too.
@@ -323,8 +326,7 @@ func (g *Gateway) runArm(p *pair, a *Arm, m *mirrorRule, pool *Pool, req *fastht
 			p.done(g)
 		}
 	}()
-	ctx, cancel := context.WithTimeout(g.base, t.Total)
-	defer cancel()
+	ctx := p.ctx
 	b, done, err := pool.pick(nil, time.Now())
 	if err != nil {
 		a.Error = err.Error()

@@ -299,3 +299,37 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestMirrorCopyEndsWithTheClient: when the primary's client goes away,
+// its copy is cancelled as the primary is (no backend generates for
+// nobody), the rule's slot comes back and the pair is still recorded.
+func TestMirrorCopyEndsWithTheClient(t *testing.T) {
+	primary := simtest.Start(t, simtest.Fixed(5*time.Millisecond, 20*time.Millisecond))
+	copyEnded := make(chan struct{}, 1)
+	candidate := newTestBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		select { // answers only when the gateway gives up on it
+		case <-r.Context().Done():
+			copyEnded <- struct{}{}
+		case <-time.After(20 * time.Second):
+		}
+	})
+	cfg := mirrorConfig(primary.URL, candidate.URL)
+	cfg.Models[0].UpstreamModel = "sim-model"
+	gw := startGateway(t, cfg)
+	c, br := rawStream(t, gw.Addr, `{"model":"m","stream":true,"max_tokens":500,"ignore_eos":true,"messages":[{"role":"user","content":"hi"}]}`)
+	if _, err := br.ReadString('\n'); err != nil { // the status line: the stream runs
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the copy at the candidate", func() bool { return candidate.requests.Load() == 1 })
+	c.Close() // the client goes away mid-stream
+	select {
+	case <-copyEnded:
+	case <-time.After(3 * time.Second):
+		t.Fatal("the copy went on after the primary's client left")
+	}
+	waitFor(t, 3*time.Second, "the rule's slot back", func() bool { return gw.MirrorsInFlight() == 0 })
+	p := pairStats(t, gw, 1).Pairs[0]
+	if p.Primary.Status != 499 || p.Candidate.Error == "" {
+		t.Errorf("pair %+v", p)
+	}
+}

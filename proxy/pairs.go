@@ -110,6 +110,9 @@ type pair struct {
 	pending   atomic.Int32
 	maxOutput int
 	schema    []byte // the request's JSON schema, when it gave one
+	// ctx is the copies' (nil for a canary's record); stop ends it.
+	ctx  context.Context
+	stop context.CancelFunc
 	prompt    []byte // the last user message's text, while judged
 }
 
@@ -127,6 +130,9 @@ func newPair(x *exchange, m *mirrorRule) *pair {
 // records the pair.
 func (p *pair) done(g *Gateway) {
 	if p.pending.Add(-1) == 0 {
+		if p.stop != nil {
+			p.stop()
+		}
 		g.pairs.offer(p)
 	}
 }
@@ -166,6 +172,11 @@ func (x *exchange) primaryDone() {
 	a.LengthByPolicy = tl.LengthByPolicy()
 	a.text = x.captured
 	x.captured = nil
+	if x.outcome == outcomeClientGone && p.stop != nil {
+		// Nobody waits for this request any more: its copies stop too,
+		// so no backend generates for nobody.
+		p.stop()
+	}
 	p.done(x.g)
 }
 
