@@ -111,9 +111,9 @@ type pair struct {
 	maxOutput int
 	schema    []byte // the request's JSON schema, when it gave one
 	// ctx is the copies' (nil for a canary's record); stop ends it.
-	ctx  context.Context
-	stop context.CancelFunc
-	prompt    []byte // the last user message's text, while judged
+	ctx    context.Context
+	stop   context.CancelFunc
+	prompt []byte // the last user message's text, while judged
 }
 
 func newPair(x *exchange, m *mirrorRule) *pair {
