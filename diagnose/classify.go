@@ -1,0 +1,407 @@
+package diagnose
+
+import (
+	"fmt"
+	"math"
+)
+
+// Bottlenecks, as Report.Bottleneck names them.
+const (
+	Memory     = "memory"
+	Batching   = "batching"
+	Scheduling = "scheduling"
+	Compute    = "compute"
+	None       = "none"
+)
+
+// Thresholds of the classifier. They are deliberately coarse: each
+// verdict rests on several signals agreeing, not on one figure being
+// past a line.
+const (
+	kvFull      = 0.90 // KV-cache share at which a scheduler stops admitting
+	kvRoom      = 0.70 // below this the cache has room for more sequences
+	utilBusy    = 85.0 // GPU utilisation (%) that counts as pinned
+	utilLow     = 60.0 // below this the GPU has headroom
+	queueDepth  = 1.0  // mean requests waiting that count as a queue
+	queueWaitS  = 0.05 // mean gateway queue wait (s) that counts as queueing
+	sparseLoad  = 1.0  // mean running requests below which traffic is sparse
+	batchHeld   = 0.8  // running/bound at which the batch is at its bound
+	prefillHigh = 4.0  // prompt tokens per output token: prefill-bound
+	decodeHigh  = 1.5  // at or below: decode-bound
+)
+
+// SweepPoint is one step of a concurrency sweep: what the load generator
+// saw and what the metrics showed meanwhile.
+type SweepPoint struct {
+	Concurrency  float64 `json:"concurrency"`
+	RequestsPerS Num     `json:"requests_per_s"`
+	// OutputTokPerS is the throughput; PerRequestTokPerS the median
+	// request's decode speed (1000 / TPOT ms).
+	OutputTokPerS     Num       `json:"output_tokens_per_s"`
+	PerRequestTokPerS Num       `json:"per_request_tokens_per_s"`
+	TTFTp50           Num       `json:"ttft_p50_ms"`
+	TTFTp99           Num       `json:"ttft_p99_ms"`
+	Backends          []Backend `json:"backends,omitempty"`
+	Gateway           *Gateway  `json:"gateway,omitempty"`
+}
+
+// Input is what a diagnosis reads: the backends' and the gateway's
+// windows at the load that matters (with a sweep: its heaviest step),
+// and the sweep when one ran.
+type Input struct {
+	Backends []Backend
+	Gateway  *Gateway
+	Sweep    []SweepPoint
+}
+
+// Finding is one signal the classifier looked at and what it found.
+type Finding struct {
+	Signal string `json:"signal"`
+	Holds  bool   `json:"holds"`
+	Detail string `json:"detail"`
+}
+
+// Knob is a change to try, in order of cost, with the figure to measure
+// again after it and when not to turn it.
+type Knob struct {
+	Knob      string `json:"knob"`
+	Action    string `json:"action"`
+	Remeasure string `json:"remeasure"`
+	Skip      string `json:"skip_if,omitempty"`
+}
+
+// Report is a diagnosis.
+type Report struct {
+	// Bottleneck is memory, batching, scheduling, compute or none.
+	Bottleneck string `json:"bottleneck"`
+	// Confidence is high, medium or low; Score the share of the
+	// verdict's signals that held (of those measurable).
+	Confidence string  `json:"confidence"`
+	Score      float64 `json:"score"`
+	Summary    string  `json:"summary"`
+	// Evidence is every signal of the verdict, held or not; Against the
+	// other verdicts' signals that held.
+	Evidence []Finding `json:"evidence"`
+	Against  []Finding `json:"against,omitempty"`
+	// Load is prefill-bound, decode-bound, mixed or unknown.
+	Load       string       `json:"load"`
+	LoadDetail string       `json:"load_detail"`
+	Knobs      []Knob       `json:"knobs"`
+	Backends   []Backend    `json:"backends"`
+	Gateway    *Gateway     `json:"gateway,omitempty"`
+	Sweep      []SweepPoint `json:"sweep,omitempty"`
+	// CapAt is the concurrency at which a cap would hold the backends
+	// where they still work well (memory, compute); 0 when none is
+	// suggested.
+	CapAt int `json:"cap_at,omitempty"`
+}
+
+// signals are the window's figures the rules read, across backends.
+type signals struct {
+	running, waiting, waitTrend, kvMean, kvMax, util, preempt float64
+	maxRunning                                                float64
+	maxFrom                                                   string
+	prompt, output                                            float64
+	gwQueued, gwWait, gwRejected, gwLimit                     float64
+	// speedKept is the heaviest sweep step's per-request speed over the
+	// lightest's; gain its throughput over the lightest's; levels the
+	// ratio of their concurrencies.
+	speedKept, gain, levels float64
+	preemptFrom             float64 // first sweep level with preemptions
+}
+
+func add(a, b float64) float64 {
+	switch {
+	case math.IsNaN(a):
+		return b
+	case math.IsNaN(b):
+		return a
+	}
+	return a + b
+}
+
+func maxNaN(a, b float64) float64 {
+	switch {
+	case math.IsNaN(a):
+		return b
+	case math.IsNaN(b):
+		return a
+	}
+	return math.Max(a, b)
+}
+
+func gather(in Input) signals {
+	nan := math.NaN()
+	s := signals{running: nan, waiting: nan, waitTrend: nan, kvMean: nan, kvMax: nan, util: nan, preempt: nan,
+		maxRunning: nan, prompt: nan, output: nan, gwQueued: nan, gwWait: nan, gwRejected: nan,
+		speedKept: nan, gain: nan, levels: nan, preemptFrom: nan}
+	allMax := len(in.Backends) > 0
+	utilN := 0
+	for _, b := range in.Backends {
+		s.running = add(s.running, float64(b.Running.Mean))
+		s.waiting = add(s.waiting, float64(b.Waiting.Mean))
+		s.waitTrend = add(s.waitTrend, float64(b.Waiting.Trend))
+		s.kvMean = maxNaN(s.kvMean, float64(b.KVUsage.Mean))
+		s.kvMax = maxNaN(s.kvMax, float64(b.KVUsage.Max))
+		if b.GPUUtil.Mean.Known() {
+			s.util = add(s.util, float64(b.GPUUtil.Mean))
+			utilN++
+		}
+		s.preempt = add(s.preempt, float64(b.PreemptionsPerS))
+		s.prompt = add(s.prompt, float64(b.PromptTokPerS))
+		s.output = add(s.output, float64(b.OutputTokPerS))
+		if b.MaxRunning.Known() {
+			s.maxRunning = add(s.maxRunning, float64(b.MaxRunning))
+			if s.maxFrom == "" || b.MaxRunningFrom == "observed" {
+				s.maxFrom = b.MaxRunningFrom
+			}
+		} else {
+			allMax = false
+		}
+	}
+	if !allMax {
+		s.maxRunning, s.maxFrom = nan, ""
+	}
+	if utilN > 0 {
+		s.util /= float64(utilN)
+	}
+	if g := in.Gateway; g != nil && g.Samples > 0 {
+		s.gwQueued, s.gwWait, s.gwRejected, s.gwLimit = float64(g.Queued.Mean), float64(g.QueueWait), float64(g.RejectedPerS), g.Limit
+	}
+	if n := len(in.Sweep); n >= 2 {
+		lo, hi := in.Sweep[0], in.Sweep[n-1]
+		if lo.PerRequestTokPerS > 0 && hi.PerRequestTokPerS.Known() {
+			s.speedKept = float64(hi.PerRequestTokPerS / lo.PerRequestTokPerS)
+		}
+		if lo.OutputTokPerS > 0 && hi.OutputTokPerS.Known() {
+			s.gain = float64(hi.OutputTokPerS / lo.OutputTokPerS)
+		}
+		if lo.Concurrency > 0 {
+			s.levels = hi.Concurrency / lo.Concurrency
+		}
+		for _, p := range in.Sweep {
+			pre := math.NaN()
+			for _, b := range p.Backends {
+				pre = add(pre, float64(b.PreemptionsPerS))
+			}
+			if pre > 0 {
+				s.preemptFrom = p.Concurrency
+				break
+			}
+		}
+	}
+	return s
+}
+
+// rule is one verdict's test: its signals (a NaN figure is not
+// measurable and left out of the score) and whether the verdict holds.
+type rule struct {
+	name     string
+	findings []Finding
+	measured int
+	held     int
+	holds    bool
+}
+
+func (r *rule) check(signal string, v float64, holds bool, detail string, args ...any) {
+	if math.IsNaN(v) {
+		r.findings = append(r.findings, Finding{Signal: signal, Detail: "not measured: " + fmt.Sprintf(detail, args...)})
+		return
+	}
+	r.measured++
+	if holds {
+		r.held++
+	}
+	r.findings = append(r.findings, Finding{Signal: signal, Holds: holds, Detail: fmt.Sprintf(detail, args...)})
+}
+
+func (r *rule) score() float64 {
+	if r.measured == 0 {
+		return 0
+	}
+	return float64(r.held) / float64(r.measured)
+}
+
+func pct(v float64) float64 { return v * 100 }
+
+// Diagnose names the bottleneck of in.
+func Diagnose(in Input) Report {
+	s := gather(in)
+	rep := Report{Backends: in.Backends, Gateway: in.Gateway, Sweep: in.Sweep}
+	if rep.Backends == nil {
+		rep.Backends = []Backend{}
+	}
+	rep.Load, rep.LoadDetail = loadKind(s)
+
+	backendQueue := s.waiting >= queueDepth
+	gatewayQueue := s.gwQueued >= queueDepth || s.gwWait >= queueWaitS || s.gwRejected > 0
+	heldAtBound := s.maxRunning > 0 && s.running >= batchHeld*s.maxRunning
+
+	mem := &rule{name: Memory}
+	mem.check("kv_cache_full", s.kvMax, s.kvMax >= kvFull, "KV cache at most %.0f%% full (mean %.0f%%)", pct(s.kvMax), pct(s.kvMean))
+	mem.check("preemptions", s.preempt, s.preempt > 0, "%.2f preemptions/s", s.preempt)
+	mem.check("queue_behind_memory", s.waiting, backendQueue && s.kvMax >= kvFull, "%.1f requests waiting at the backend", s.waiting)
+	if !math.IsNaN(s.speedKept) {
+		mem.check("speed_falls_with_load", s.speedKept, s.speedKept < 0.6 && s.gain < 0.7*s.levels,
+			"per-request speed at the heaviest step is %.0f%% of the lightest's; throughput ×%.2f for ×%.0f concurrency", pct(s.speedKept), s.gain, s.levels)
+	}
+	mem.holds = s.kvMax >= kvFull && (s.preempt > 0 || (backendQueue && !heldAtBound))
+
+	cmp := &rule{name: Compute}
+	cmp.check("gpu_pinned", s.util, s.util >= utilBusy, "GPU utilisation %.0f%%", s.util)
+	cmp.check("queue_full", s.waiting, backendQueue || gatewayQueue, "%.1f waiting at the backend, %.1f at the gateway", s.waiting, nz(s.gwQueued))
+	cmp.check("kv_cache_room", s.kvMax, s.kvMax < kvFull, "KV cache at most %.0f%% full", pct(s.kvMax))
+	cmp.holds = s.util >= utilBusy && (backendQueue || gatewayQueue)
+
+	bat := &rule{name: Batching}
+	bat.check("backend_queue", s.waiting, backendQueue, "%.1f requests waiting at the backend (trend %+.2f/s)", s.waiting, nz(s.waitTrend))
+	bat.check("batch_at_bound", s.maxRunning, heldAtBound, "running batch %.1f of a bound of %.0f (%s)", s.running, s.maxRunning, s.maxFrom)
+	bat.check("gpu_idle", s.util, s.util < utilLow, "GPU utilisation %.0f%%", s.util)
+	bat.check("kv_cache_room", s.kvMax, s.kvMax < kvRoom, "KV cache at most %.0f%% full", pct(s.kvMax))
+	bat.holds = backendQueue && (s.util < utilLow || (math.IsNaN(s.util) && s.kvMax < kvRoom && heldAtBound))
+
+	sch := &rule{name: Scheduling}
+	sch.check("gateway_queue", s.gwQueued, gatewayQueue, "%.1f queued at the gateway, mean wait %.0f ms, %.2f rejected/s", s.gwQueued, nz(s.gwWait)*1000, nz(s.gwRejected))
+	sch.check("backend_not_queueing", s.waiting, s.waiting < 0.5, "%.1f waiting at the backend", s.waiting)
+	room := s.kvMax < kvRoom || s.util < utilLow || (s.maxFrom == "server" && s.running < batchHeld*s.maxRunning)
+	roomV := s.kvMax
+	if math.IsNaN(roomV) {
+		roomV = s.util
+	}
+	sch.check("backend_has_room", roomV, room, "backend KV cache %.0f%% full, GPU %.0f%% busy, %.1f running", pct(s.kvMax), s.util, s.running)
+	if s.gwLimit > 0 {
+		sch.check("gateway_cap", s.gwLimit, s.gwLimit <= s.running+1, "the gateway's cap is %.0f requests", s.gwLimit)
+	}
+	sch.holds = gatewayQueue && s.waiting < 0.5 && room
+
+	rules := []*rule{mem, cmp, bat, sch}
+	var pick *rule
+	for _, r := range rules {
+		if r.holds {
+			pick = r
+			break
+		}
+	}
+	if pick == nil && (backendQueue || gatewayQueue) {
+		// Queues without a clear cause: the likelier, with low confidence.
+		pick = bat
+		if !(s.kvMax < kvRoom) && !(s.util < utilLow) {
+			pick = cmp
+		}
+		pick.findings = append(pick.findings, Finding{Signal: "ambiguous",
+			Detail: "requests queue but the signals disagree; GPU utilisation (--dcgm) and KV-cache figures settle it"})
+		pick.held = 0
+	}
+	if pick == nil {
+		rep.Bottleneck = None
+		idle := &rule{name: None}
+		idle.check("no_queue", nz(s.waiting)+nz(s.gwQueued), true, "%.1f waiting at the backend, %.1f at the gateway", nz(s.waiting), nz(s.gwQueued))
+		idle.check("sparse", s.running, s.running < sparseLoad, "%.2f requests running on average", s.running)
+		idle.check("kv_cache_room", s.kvMax, s.kvMax < kvFull, "KV cache at most %.0f%% full", pct(s.kvMax))
+		idle.check("no_preemptions", s.preempt, s.preempt == 0, "%.2f preemptions/s", s.preempt)
+		rep.Evidence, rep.Score = idle.findings, idle.score()
+		if s.running < sparseLoad || math.IsNaN(s.running) {
+			rep.Summary = "traffic is too sparse for the deployment to be stuck anywhere: nothing queues and the batch is nearly empty; batching and scheduling knobs will not help until load rises"
+		} else {
+			rep.Summary = "the load fits: nothing queues, the KV cache has room and nothing is preempted; no knob is needed at this load (re-run with --sweep to find where it stops fitting)"
+		}
+	} else {
+		rep.Bottleneck, rep.Evidence, rep.Score = pick.name, pick.findings, pick.score()
+		rep.Summary = summary(pick.name, s)
+	}
+	for _, r := range rules {
+		if r == pick {
+			continue
+		}
+		for _, f := range r.findings {
+			if f.Holds && (r.holds || r.name == Memory) && f.Signal != "kv_cache_room" {
+				rep.Against = append(rep.Against, Finding{Signal: r.name + "." + f.Signal, Holds: true, Detail: f.Detail})
+			}
+		}
+	}
+	switch {
+	case pick != nil && pick.held == 0:
+		rep.Confidence = "low"
+	case rep.Score >= 0.75:
+		rep.Confidence = "high"
+	case rep.Score >= 0.5:
+		rep.Confidence = "medium"
+	default:
+		rep.Confidence = "low"
+	}
+	rep.CapAt = capAt(rep.Bottleneck, s, in.Sweep)
+	rep.Knobs = knobs(rep.Bottleneck, s, rep.CapAt, rep.Load)
+	return rep
+}
+
+func nz(v float64) float64 {
+	if math.IsNaN(v) {
+		return 0
+	}
+	return v
+}
+
+func summary(b string, s signals) string {
+	switch b {
+	case Memory:
+		return fmt.Sprintf("the KV cache is full (%.0f%%) and sequences are preempted (%.2f/s): more concurrency only evicts work; each request's speed falls as load rises",
+			pct(s.kvMax), nz(s.preempt))
+	case Compute:
+		return fmt.Sprintf("the GPU is busy (%.0f%%) and requests queue: the hardware is the limit; only more hardware, a smaller model or quantization add throughput", s.util)
+	case Batching:
+		return fmt.Sprintf("requests wait (%.1f on average) while the running batch is held at %.0f and the GPU has headroom: the batch bound is set too low", s.waiting, s.running)
+	case Scheduling:
+		return fmt.Sprintf("requests queue at the gateway (%.1f waiting) while the backend has room (%.1f running, none waiting): a cap or scheduler holds them back", nz(s.gwQueued), s.running)
+	}
+	return ""
+}
+
+// loadKind says whether the load is prefill- or decode-bound, from the
+// token rates.
+func loadKind(s signals) (string, string) {
+	if !(s.output > 0) || math.IsNaN(s.prompt) {
+		return "unknown", "no token counts in the window"
+	}
+	r := s.prompt / s.output
+	switch {
+	case r >= prefillHigh:
+		return "prefill-bound", fmt.Sprintf("%.1f prompt tokens per output token: long inputs, short outputs; prefill sets TTFT and the batch's step time", r)
+	case r <= decodeHigh:
+		return "decode-bound", fmt.Sprintf("%.1f prompt tokens per output token: generation dominates; inter-token latency and batch size matter most", r)
+	}
+	return "mixed", fmt.Sprintf("%.1f prompt tokens per output token: neither phase dominates", r)
+}
+
+// capAt suggests a concurrency cap for memory and compute: the sweep's
+// last step before preemptions (or its knee in throughput), else what
+// the backends ran with the cache full.
+func capAt(b string, s signals, sweep []SweepPoint) int {
+	if b != Memory && b != Compute {
+		return 0
+	}
+	if len(sweep) >= 2 {
+		best := 0.0
+		for i, p := range sweep {
+			if !math.IsNaN(s.preemptFrom) && p.Concurrency >= s.preemptFrom {
+				break
+			}
+			// Stop where throughput gains less than a third of the
+			// added concurrency.
+			if i > 0 && sweep[i-1].OutputTokPerS > 0 && p.OutputTokPerS.Known() {
+				g := float64(p.OutputTokPerS/sweep[i-1].OutputTokPerS) - 1
+				c := p.Concurrency/sweep[i-1].Concurrency - 1
+				if g < c/3 {
+					break
+				}
+			}
+			best = p.Concurrency
+		}
+		if best > 0 {
+			return int(best)
+		}
+	}
+	if s.running >= 1 {
+		return int(math.Max(1, math.Floor(s.running*0.9)))
+	}
+	return 0
+}

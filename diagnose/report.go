@@ -1,0 +1,87 @@
+package diagnose
+
+import (
+	"fmt"
+	"io"
+	"strings"
+)
+
+// Write prints the report for a terminal.
+func (r *Report) Write(w io.Writer) {
+	fmt.Fprintf(w, "bottleneck: %s (confidence %s, %.0f%% of its signals hold)\n", strings.ToUpper(r.Bottleneck), r.Confidence, r.Score*100)
+	fmt.Fprintf(w, "  %s\n", r.Summary)
+	fmt.Fprintf(w, "load: %s: %s\n\nevidence:\n", r.Load, r.LoadDetail)
+	for _, f := range r.Evidence {
+		mark := "  no "
+		switch {
+		case strings.HasPrefix(f.Detail, "not measured"):
+			mark = "  -- "
+		case f.Holds:
+			mark = "  yes"
+		}
+		fmt.Fprintf(w, "%s %-22s %s\n", mark, f.Signal, f.Detail)
+	}
+	if len(r.Against) > 0 {
+		fmt.Fprintln(w, "\nalso seen (signals of other verdicts):")
+		for _, f := range r.Against {
+			fmt.Fprintf(w, "      %-22s %s\n", f.Signal, f.Detail)
+		}
+	}
+	fmt.Fprintln(w, "\nwhat to turn next, cheapest first:")
+	for i, k := range r.Knobs {
+		fmt.Fprintf(w, "  %d. %s: %s\n", i+1, k.Knob, k.Action)
+		if k.Remeasure != "" {
+			fmt.Fprintf(w, "     re-measure: %s\n", k.Remeasure)
+		}
+		if k.Skip != "" {
+			fmt.Fprintf(w, "     not if: %s\n", k.Skip)
+		}
+	}
+	fmt.Fprintln(w)
+	for _, b := range r.Backends {
+		fmt.Fprintf(w, "backend %s (%s, %.0f s, %d samples): running %s, waiting %s, KV %s, GPU %s%%, %s preemptions/s, %s out tok/s, TTFT %s s, queue %s s\n",
+			b.Name, b.Server, b.Seconds, b.Samples, f1(b.Running.Mean), f1(b.Waiting.Mean), pctOf(b.KVUsage.Max), f1(b.GPUUtil.Mean),
+			f2(b.PreemptionsPerS), f1(b.OutputTokPerS), f2(b.TTFT), f2(b.Queue))
+	}
+	if g := r.Gateway; g != nil && g.Samples > 0 {
+		limit := "none"
+		if g.Limit > 0 {
+			limit = fmt.Sprintf("%.0f", g.Limit)
+		}
+		fmt.Fprintf(w, "gateway (%.0f s): queued %s, in flight %s (cap %s), queue wait %s s, %s req/s, %s rejected/s\n",
+			g.Seconds, f1(g.Queued.Mean), f1(g.InFlight.Mean), limit, f2(g.QueueWait), f1(g.RequestsPerS), f2(g.RejectedPerS))
+	}
+	if len(r.Sweep) > 0 {
+		fmt.Fprintln(w, "\nsweep:\n  concurrency  req/s  out tok/s  per-request tok/s  TTFT p50 ms  TTFT p99 ms  running  waiting  KV   preempt/s")
+		for _, p := range r.Sweep {
+			run, wait, kv, pre := unknown, unknown, unknown, unknown
+			for _, b := range p.Backends {
+				run, wait, kv, pre = Num(add(float64(run), float64(b.Running.Mean))), Num(add(float64(wait), float64(b.Waiting.Mean))),
+					Num(maxNaN(float64(kv), float64(b.KVUsage.Max))), Num(add(float64(pre), float64(b.PreemptionsPerS)))
+			}
+			fmt.Fprintf(w, "  %11.0f  %5s  %9s  %17s  %11s  %11s  %7s  %7s  %4s %9s\n", p.Concurrency, f1(p.RequestsPerS), f1(p.OutputTokPerS),
+				f1(p.PerRequestTokPerS), f1(p.TTFTp50), f1(p.TTFTp99), f1(run), f1(wait), pctOf(kv), f2(pre))
+		}
+	}
+}
+
+func f1(n Num) string {
+	if !n.Known() {
+		return "?"
+	}
+	return fmt.Sprintf("%.1f", float64(n))
+}
+
+func f2(n Num) string {
+	if !n.Known() {
+		return "?"
+	}
+	return fmt.Sprintf("%.2f", float64(n))
+}
+
+func pctOf(n Num) string {
+	if !n.Known() {
+		return "?"
+	}
+	return fmt.Sprintf("%.0f%%", float64(n)*100)
+}
