@@ -24,7 +24,7 @@ const (
 	utilLow     = 60.0 // below this the GPU has headroom
 	queueDepth  = 1.0  // mean requests waiting that count as a queue
 	queueWaitS  = 0.05 // mean gateway queue wait (s) that counts as queueing
-	sparseLoad  = 1.0  // mean running requests below which traffic is sparse
+	sparseLoad  = 2.0  // mean running requests at or below which traffic is sparse
 	batchHeld   = 0.8  // running/bound at which the batch is at its bound
 	prefillHigh = 4.0  // prompt tokens per output token: prefill-bound
 	decodeHigh  = 1.5  // at or below: decode-bound
@@ -40,7 +40,7 @@ type SweepPoint struct {
 	OutputTokPerS     Num       `json:"output_tokens_per_s"`
 	PerRequestTokPerS Num       `json:"per_request_tokens_per_s"`
 	TTFTp50           Num       `json:"ttft_p50_ms"`
-	TTFTp99           Num       `json:"ttft_p99_ms"`
+	TTFTp90           Num       `json:"ttft_p90_ms"`
 	Backends          []Backend `json:"backends,omitempty"`
 	Gateway           *Gateway  `json:"gateway,omitempty"`
 }
@@ -296,11 +296,11 @@ func Diagnose(in Input) Report {
 		rep.Bottleneck = None
 		idle := &rule{name: None}
 		idle.check("no_queue", nz(s.waiting)+nz(s.gwQueued), true, "%.1f waiting at the backend, %.1f at the gateway", nz(s.waiting), nz(s.gwQueued))
-		idle.check("sparse", s.running, s.running < sparseLoad, "%.2f requests running on average", s.running)
+		idle.check("sparse", s.running, s.running <= sparseLoad, "%.2f requests running on average", s.running)
 		idle.check("kv_cache_room", s.kvMax, s.kvMax < kvFull, "KV cache at most %.0f%% full", pct(s.kvMax))
 		idle.check("no_preemptions", s.preempt, s.preempt == 0, "%.2f preemptions/s", s.preempt)
 		rep.Evidence, rep.Score = idle.findings, idle.score()
-		if s.running < sparseLoad || math.IsNaN(s.running) {
+		if s.running <= sparseLoad || math.IsNaN(s.running) {
 			rep.Summary = "traffic is too sparse for the deployment to be stuck anywhere: nothing queues and the batch is nearly empty; batching and scheduling knobs will not help until load rises"
 		} else {
 			rep.Summary = "the load fits: nothing queues, the KV cache has room and nothing is preempted; no knob is needed at this load (re-run with --sweep to find where it stops fitting)"

@@ -11,7 +11,7 @@ import (
 func knobs(b string, s signals, capAt int, load string) []Knob {
 	capText := "at the knee of a sweep (diagnose --sweep)"
 	if capAt > 0 {
-		capText = fmt.Sprintf("at about %d requests (infergate serve --max-concurrency %d, or shaping.max_concurrency)", capAt, capAt)
+		capText = fmt.Sprintf("at about %d requests (infergate serve --max-concurrency %d, or shaping.global.max_requests)", capAt, capAt)
 	}
 	quant := Knob{Knob: "quantization",
 		Action:    "serve an fp8 (or int8/AWQ) build of the model: smaller weights leave more memory for KV cache and decode steps get cheaper",

@@ -52,7 +52,7 @@ func (r *Report) Write(w io.Writer) {
 			g.Seconds, f1(g.Queued.Mean), f1(g.InFlight.Mean), limit, f2(g.QueueWait), f1(g.RequestsPerS), f2(g.RejectedPerS))
 	}
 	if len(r.Sweep) > 0 {
-		fmt.Fprintln(w, "\nsweep:\n  concurrency  req/s  out tok/s  per-request tok/s  TTFT p50 ms  TTFT p99 ms  running  waiting  KV   preempt/s")
+		fmt.Fprintln(w, "\nsweep:\n  concurrency  req/s  out tok/s  per-request tok/s  TTFT p50 ms  TTFT p90 ms  running  waiting  KV   preempt/s")
 		for _, p := range r.Sweep {
 			run, wait, kv, pre := unknown, unknown, unknown, unknown
 			for _, b := range p.Backends {
@@ -60,7 +60,7 @@ func (r *Report) Write(w io.Writer) {
 					Num(maxNaN(float64(kv), float64(b.KVUsage.Max))), Num(add(float64(pre), float64(b.PreemptionsPerS)))
 			}
 			fmt.Fprintf(w, "  %11.0f  %5s  %9s  %17s  %11s  %11s  %7s  %7s  %4s %9s\n", p.Concurrency, f1(p.RequestsPerS), f1(p.OutputTokPerS),
-				f1(p.PerRequestTokPerS), f1(p.TTFTp50), f1(p.TTFTp99), f1(run), f1(wait), pctOf(kv), f2(pre))
+				f1(p.PerRequestTokPerS), f1(p.TTFTp50), f1(p.TTFTp90), f1(run), f1(wait), pctOf(kv), f2(pre))
 		}
 	}
 }

@@ -274,3 +274,6 @@ func SummariseGateway(rs []GatewayReading) Gateway {
 	g.QueueWait = histMean(rs[0].QueueWait, rs[n-1].QueueWait)
 	return g
 }
+
+// Unknown is the float64 of a figure not measured (NaN).
+func Unknown() float64 { return math.NaN() }

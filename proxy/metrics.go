@@ -81,6 +81,7 @@ func observe(meter metric.Meter, g *Gateway) error {
 	}
 	queued := gauge("infergate.queue.depth", "{request}", "Requests waiting for a slot.")
 	inFlight := gauge("infergate.shaping.in_flight", "", "Requests and tokens holding a slot, by cap (level, name, unit).")
+	limits := gauge("infergate.shaping.limit", "", "Each cap's limit, by cap (level, name, unit); 0 when that unit is not capped.")
 	rejected := counter("infergate.shaping.rejections", "{request}", "Requests refused by admission control, by reason.")
 	admitted := counter("infergate.shaping.admitted", "{request}", "Requests given a slot.")
 	abandoned := counter("infergate.shaping.queue_abandoned", "{request}", "Requests whose client left while they waited.")
@@ -128,6 +129,8 @@ func observe(meter metric.Meter, g *Gateway) error {
 			}
 			o.ObserveInt64(inFlight, cp.Requests, at("requests"))
 			o.ObserveInt64(inFlight, cp.Tokens, at("tokens"))
+			o.ObserveInt64(limits, cp.MaxRequests, at("requests"))
+			o.ObserveInt64(limits, cp.MaxTokens, at("tokens"))
 		}
 		for _, p := range g.state.Load().pools {
 			for _, b := range p.backends {
@@ -172,7 +175,7 @@ func observe(meter metric.Meter, g *Gateway) error {
 			o.ObserveInt64(panics, w.n, metric.WithAttributes(attribute.String("where", w.where)))
 		}
 		return nil
-	}, queued, inFlight, rejected, admitted, abandoned, redisUp, redisDown, upstream, breaker, dropped, logLost, spansDropped, connsOpen, connsRefused, goroutines, panics, mirrorPairs, mirrorDropped, mirrorInFlight)
+	}, queued, inFlight, limits, rejected, admitted, abandoned, redisUp, redisDown, upstream, breaker, dropped, logLost, spansDropped, connsOpen, connsRefused, goroutines, panics, mirrorPairs, mirrorDropped, mirrorInFlight)
 	return err
 }
 

@@ -12,7 +12,7 @@ func BenchmarkEngineStep2000(b *testing.B) {
 	cfg := DefaultConfig().Engine
 	cfg.MaxNumSeqs = 2048
 	cfg.KVCacheTokens = 1 << 40 // never the limit here
-	e := newEngine(cfg, 1, newMetrics("sim-model"))
+	e := newEngine(cfg, 1, newMetrics("sim-model", DefaultConfig().Engine))
 	for range 2000 {
 		s := newSeq(100, 1<<30)
 		s.arrival = time.Now()

@@ -39,7 +39,7 @@ func TestStepCost(t *testing.T) {
 // one's TTFT and mean ITL as seen by a waiting handler.
 func runSeqs(t *testing.T, cfg EngineConfig, n, prompt, target int) (ttft, itl []time.Duration, preempt float64) {
 	t.Helper()
-	m := newMetrics("sim-model")
+	m := newMetrics("sim-model", DefaultConfig().Engine)
 	e := newEngine(cfg, 1, m)
 	e.start()
 	defer e.close()
@@ -175,7 +175,7 @@ func runningNow(t *testing.T, url string) float64 { return scrape(t, url)["vllm:
 func presetUnderLoad(t *testing.T, preset string, n int, d time.Duration) (util float64, waiting int) {
 	t.Helper()
 	p, _ := Preset(preset)
-	m := newMetrics("sim-model")
+	m := newMetrics("sim-model", DefaultConfig().Engine)
 	e := newEngine(p.Engine, 1, m)
 	e.start()
 	defer e.close()

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"math"
+	"strconv"
 	"sync"
 	"time"
 
@@ -29,7 +30,7 @@ type metrics struct {
 	util utilisation
 }
 
-func newMetrics(model string) *metrics {
+func newMetrics(model string, e EngineConfig) *metrics {
 	reg := prometheus.NewRegistry()
 	l := prometheus.Labels{"model_name": model}
 	g := func(name, help string) prometheus.Gauge {
@@ -62,6 +63,13 @@ func newMetrics(model string) *metrics {
 		Name: "vllm:request_success_total", Help: "Count of successfully processed requests.", ConstLabels: l,
 	}, []string{"finished_reason"})
 	reg.MustRegister(m.success)
+	// vLLM's cache_config_info: a constant 1 whose labels carry the cache
+	// configuration (a subset of vLLM's labels, same names).
+	info := prometheus.NewGauge(prometheus.GaugeOpts{Name: "vllm:cache_config_info", Help: "Information of the LLMEngine CacheConfig",
+		ConstLabels: prometheus.Labels{"model_name": model, "block_size": strconv.Itoa(e.BlockSize),
+			"num_gpu_blocks": strconv.Itoa(e.KVCacheTokens / e.BlockSize), "cache_dtype": "auto", "enable_prefix_caching": "False"}})
+	info.Set(1)
+	reg.MustRegister(info)
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name:        "DCGM_FI_DEV_GPU_UTIL",
 		Help:        "Simulated GPU utilization (in %): step time weighted by how full each step's batch is.",

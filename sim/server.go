@@ -49,7 +49,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{cfg: cfg, tok: tok, metrics: newMetrics(cfg.Model), watch: hangup.New(0), log: log, created: time.Now().Unix()}
+	s := &Server{cfg: cfg, tok: tok, metrics: newMetrics(cfg.Model, cfg.Engine), watch: hangup.New(0), log: log, created: time.Now().Unix()}
 	if cfg.Mode == ModeEngine {
 		s.eng = newEngine(cfg.Engine, cfg.Quality.DecodeSpeedup, s.metrics)
 		eng := s.eng

@@ -30,6 +30,7 @@ func commands() []command {
 		{"bench", "measure a server: TTFT, TPOT, throughput, goodput; closed/open loop, sweeps; save a record", runBench},
 		{"compare", "judge a new run against a base: KEEP, ROLL BACK or INCONCLUSIVE (exit 0/1/2)", runCompare},
 		{"ab", "judge a candidate backend from mirrored pairs: ab report PAIRS.jsonl (exit 0/1/2)", runAB},
+		{"diagnose", "name the bottleneck (memory, batching, scheduling, compute, none) from the gateway's and backends' metrics, and the next knob", runDiagnose},
 		{"top", "a running gateway's live view: rates, TTFT, TPOT, where the time went, per model and backend", runTop},
 		{"probe", "one request at a time: DNS, connect, TLS, first byte, first token, total", runProbe},
 		{"overhead", "measure what the gateway adds: direct vs gateway vs nginx, interleaved", runOverhead},

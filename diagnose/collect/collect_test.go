@@ -1,0 +1,194 @@
+package collect
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/infergate/infergate/bench"
+	"github.com/infergate/infergate/diagnose"
+	"github.com/infergate/infergate/proxy"
+	"github.com/infergate/infergate/sim"
+)
+
+// deployment is a simulator with a preset behind a gateway, both on
+// loopback ports, torn down with the test.
+type deployment struct {
+	api, admin string
+	model      string
+}
+
+func deploy(t *testing.T, preset string, gatewayCap int64) deployment {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	scfg, err := sim.Preset(preset)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := sim.New(scfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sln := listen(t)
+	go s.Serve(sln)
+	t.Cleanup(func() { shutdown(s.Shutdown) })
+	gcfg := proxy.Config{
+		Server:      proxy.ServerConfig{Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0"},
+		Pools:       map[string]proxy.PoolConfig{"default": {Backends: []proxy.BackendConfig{{URL: "http://" + sln.Addr().String()}}}},
+		DefaultPool: "default",
+	}
+	gcfg.Shaping.Global.MaxRequests = gatewayCap
+	g, err := proxy.New(gcfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gln, aln := listen(t), listen(t)
+	go g.Serve(gln)
+	go g.ServeAdmin(aln)
+	t.Cleanup(func() { shutdown(g.Shutdown) })
+	return deployment{api: "http://" + gln.Addr().String(), admin: "http://" + aln.Addr().String(), model: scfg.Model}
+}
+
+func listen(t *testing.T) net.Listener {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
+}
+
+func shutdown(f func(context.Context) error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	_ = f(ctx)
+}
+
+func benchConfig(d deployment, concurrency int, dur time.Duration) bench.Config {
+	bc := bench.Config{URL: d.api}
+	bc.Workload.Model = d.model
+	bc.Load.Mode, bc.Load.Concurrency, bc.Load.Duration, bc.Load.Timeout = "closed", concurrency, dur, 30*time.Second
+	return bc
+}
+
+// TestPresetsNamed loads each simulator preset through a gateway and
+// holds that diagnose names it for what it is: the numbers come from the
+// real metrics endpoints, read over HTTP while the load runs.
+func TestPresetsNamed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("loads five deployments for ~10 s each")
+	}
+	for _, tc := range []struct {
+		name, preset string
+		concurrency  int
+		cap          int64
+		want         string
+	}{
+		{"memory-bound", "memory-bound", 64, 0, diagnose.Memory},
+		{"batch-starved", "batch-starved", 32, 0, diagnose.Batching},
+		{"compute-bound", "compute-bound", 96, 0, diagnose.Compute},
+		{"gateway cap far below the backend", "balanced", 32, 2, diagnose.Scheduling},
+		{"balanced, light load", "balanced", 1, 0, diagnose.None},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			d := deploy(t, tc.preset, tc.cap)
+			ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+			defer cancel()
+			done := make(chan error, 1)
+			go func() {
+				_, err := bench.Run(ctx, benchConfig(d, tc.concurrency, 9*time.Second))
+				done <- err
+			}()
+			time.Sleep(2500 * time.Millisecond) // the batch fills
+			cfg := Config{Gateway: d.admin, Interval: 500 * time.Millisecond, Window: 5 * time.Second}
+			backends, err := Discover(ctx, cfg)
+			if err != nil || len(backends) != 1 {
+				t.Fatalf("discover: %v %v", backends, err)
+			}
+			cfg.Backends = backends
+			w, err := Sample(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			rep := diagnose.Diagnose(diagnose.Input{Backends: w.Backends, Gateway: w.Gateway})
+			var sb strings.Builder
+			rep.Write(&sb)
+			if rep.Bottleneck != tc.want {
+				t.Fatalf("bottleneck %s, want %s\n%s", rep.Bottleneck, tc.want, sb.String())
+			}
+			if rep.Confidence == "low" {
+				t.Errorf("low confidence for a clear case\n%s", sb.String())
+			}
+			b, err := json.Marshal(rep)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var top struct {
+				Bottleneck string            `json:"bottleneck"`
+				Evidence   []json.RawMessage `json:"evidence"`
+			}
+			if err := json.Unmarshal(b, &top); err != nil || top.Bottleneck != tc.want || len(top.Evidence) == 0 {
+				t.Fatalf("JSON %s: %v", b, err)
+			}
+			t.Logf("%s", sb.String())
+		})
+	}
+}
+
+// TestSweepFindsTheKnee sweeps a memory-bound deployment and holds that
+// the cap it proposes sits below the level where preemptions began.
+func TestSweepFindsTheKnee(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 12 s sweep")
+	}
+	d := deploy(t, "memory-bound", 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cfg := Config{Gateway: d.admin, Interval: 400 * time.Millisecond}
+	backends, err := Discover(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Backends = backends
+	var progress strings.Builder
+	pts, err := Sweep(ctx, SweepConfig{Bench: benchConfig(d, 1, 4*time.Second), Levels: []float64{4, 12, 48}, Sample: cfg}, &progress)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pts) != 3 || !strings.Contains(progress.String(), "concurrency 48") {
+		t.Fatalf("%d points; progress %q", len(pts), progress.String())
+	}
+	last := pts[len(pts)-1]
+	rep := diagnose.Diagnose(diagnose.Input{Backends: last.Backends, Gateway: last.Gateway, Sweep: pts})
+	var sb strings.Builder
+	rep.Write(&sb)
+	if rep.Bottleneck != diagnose.Memory || rep.CapAt < 4 || rep.CapAt >= 48 {
+		t.Fatalf("bottleneck %s, cap at %d; want memory, capped below 48\n%s", rep.Bottleneck, rep.CapAt, sb.String())
+	}
+	if !(pts[0].PerRequestTokPerS > last.PerRequestTokPerS) {
+		t.Errorf("per-request speed %v at 4 and %v at 48: it should fall", pts[0].PerRequestTokPerS, last.PerRequestTokPerS)
+	}
+	t.Log(sb.String())
+}
+
+func TestSampleFailsWithNothingToRead(t *testing.T) {
+	ln := listen(t)
+	ln.Close() // a port nobody answers on
+	_, err := Sample(context.Background(), Config{Backends: []string{"http://" + ln.Addr().String()}, Interval: 50 * time.Millisecond, Window: 100 * time.Millisecond})
+	if err == nil || !strings.Contains(err.Error(), "no target could be read") {
+		t.Fatalf("err %v", err)
+	}
+	if _, err := Sample(context.Background(), Config{Backends: []string{"ftp://x"}}); err == nil {
+		t.Fatal("an ftp URL was accepted")
+	}
+	_ = fmt.Sprint()
+}
