@@ -38,7 +38,7 @@ type Reading struct {
 	PromptTokens, OutputTokens float64
 	// TTFT, Queue and ITL are the server's histograms of time to first
 	// token, queue time and inter-token latency (seconds).
-	TTFT, Queue, ITL Hist
+	TTFT, Queue, ITL          Hist
 	hasTTFT, hasQueue, hasITL bool
 }
 

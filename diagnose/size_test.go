@@ -73,9 +73,9 @@ func TestSizeMatchesVLLM(t *testing.T) {
 // parallelism splits heads until each rank has one.
 func TestKVBytesPerToken(t *testing.T) {
 	for _, tc := range []struct {
-		model        string
-		tp           int
-		kv           string
+		model         string
+		tp            int
+		kv            string
 		token, perGPU float64
 	}{
 		// 2 × 32 layers × 8 KV heads × 128 × 2 bytes = 128 KiB (not the 32
