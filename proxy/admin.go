@@ -49,6 +49,10 @@ func (g *Gateway) handleAdmin(rc *fasthttp.RequestCtx) {
 		}
 		rc.SetContentType("application/json")
 		rc.SetBody(b)
+	case "/admin/config/versions":
+		writeJSON(rc, http.StatusOK, map[string]any{"versions": g.ConfigVersions()})
+	case "/admin/config/rollback":
+		g.handleRollback(rc)
 	case "/healthz", "/readyz":
 		g.handle(rc)
 	default:
@@ -108,4 +112,46 @@ func (x *exchange) record() {
 	if x.outcome != outcomeRejected {
 		x.g.stats.Add(&x.tl, model, backend, x.outcome == outcomeOK)
 	}
+}
+
+// handleRollback serves POST /admin/config/rollback: a body of
+// {"version": N} or {"hash": "PREFIX"}, or none for the previous
+// configuration.
+func (g *Gateway) handleRollback(rc *fasthttp.RequestCtx) {
+	if !rc.IsPost() {
+		rc.Response.Header.Set("Allow", "POST")
+		writeError(rc, http.StatusMethodNotAllowed, openai.TypeInvalidRequest, "method_not_allowed", "POST {\"version\": N}, {\"hash\": \"PREFIX\"} or nothing (the previous configuration)")
+		return
+	}
+	var req struct {
+		Version int    `json:"version"`
+		Hash    string `json:"hash"`
+	}
+	if body := rc.PostBody(); len(body) > 0 {
+		if len(body) > 4096 || json.Unmarshal(body, &req) != nil || req.Version < 0 {
+			writeError(rc, http.StatusBadRequest, openai.TypeInvalidRequest, "invalid_request", "want {\"version\": N} or {\"hash\": \"PREFIX\"}")
+			return
+		}
+	}
+	cv, err := g.Rollback(req.Version, req.Hash)
+	switch {
+	case errors.Is(err, ErrNoVersion) || errors.Is(err, ErrNoPrevious):
+		writeError(rc, http.StatusNotFound, openai.TypeNotFound, "no_such_version", err.Error())
+	case err != nil:
+		g.log.Error("rollback refused; the running configuration stays", "err", err)
+		writeError(rc, http.StatusConflict, openai.TypeInvalidRequest, "rollback_refused", "rollback refused, the running configuration stays: "+err.Error())
+	default:
+		writeJSON(rc, http.StatusOK, cv)
+	}
+}
+
+func writeJSON(rc *fasthttp.RequestCtx, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		writeError(rc, http.StatusInternalServerError, openai.TypeServer, "internal_error", "cannot render the answer")
+		return
+	}
+	rc.SetStatusCode(status)
+	rc.SetContentType("application/json")
+	rc.SetBody(b)
 }

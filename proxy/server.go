@@ -54,6 +54,8 @@ type Gateway struct {
 	cancelBase context.CancelCauseFunc
 	inflight   sync.WaitGroup
 	reloadMu   sync.Mutex
+	// versions keeps the applied configurations for rollback.
+	versions versions
 	draining   atomic.Bool // BeginDrain or Shutdown was called
 	reservedMu sync.Mutex
 	reserved   map[net.Conn]struct{} // keep-alive connections given back after a stream
@@ -131,6 +133,7 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Gateway, error) {
 		return nil, err
 	}
 	g.state.Store(st)
+	g.versions.add(cfg, st.configHash, "start")
 	s := &cfg.Server
 	g.srv = &fasthttp.Server{
 		Handler:                       g.handle,
@@ -364,7 +367,11 @@ func (g *Gateway) Serve(ln net.Listener) error {
 // restart, the TLS files, the backends' settings) runs before anything of
 // the running gateway changes, so a refused file changes nothing. The
 // listen address and server limits take effect only at restart.
-func (g *Gateway) Reload(cfg Config) error {
+func (g *Gateway) Reload(cfg Config) error { return g.ReloadFrom("reload", cfg) }
+
+// ReloadFrom is Reload, naming where the configuration came from in the
+// kept history (ConfigVersions).
+func (g *Gateway) ReloadFrom(source string, cfg Config) error {
 	g.reloadMu.Lock()
 	defer g.reloadMu.Unlock()
 	cfg.Defaults()
@@ -408,6 +415,7 @@ func (g *Gateway) Reload(cfg Config) error {
 	}
 	g.warnDeprecated(cfg)
 	g.state.Store(st)
+	g.versions.add(cfg, st.configHash, source)
 	// Requests in flight keep the old pools until they end; closing stops
 	// the old health checks and drops idle connections of backends that
 	// are gone. Unchanged backends carry on in the new pools.

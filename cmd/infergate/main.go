@@ -32,6 +32,7 @@ func commands() []command {
 		{"ab", "judge a candidate backend from mirrored pairs: ab report PAIRS.jsonl (exit 0/1/2)", runAB},
 		{"diagnose", "name the bottleneck (memory, batching, scheduling, compute, none) from the gateway's and backends' metrics, and the next knob", runDiagnose},
 		{"size", "size GPU memory: weights, KV cache per token and request, requests that fit, GPUs needed", runSize},
+		{"config", "a running gateway's kept configurations: versions, rollback; or check a file", runConfig},
 		{"top", "a running gateway's live view: rates, TTFT, TPOT, where the time went, per model and backend", runTop},
 		{"probe", "one request at a time: DNS, connect, TLS, first byte, first token, total", runProbe},
 		{"overhead", "measure what the gateway adds: direct vs gateway vs nginx, interleaved", runOverhead},

@@ -244,6 +244,53 @@ func TestConfigFileAndReload(t *testing.T) {
 	if code, _ := chat(t, url, "beta"); code != 200 {
 		t.Errorf("beta after a refused reload: %d", code)
 	}
+
+	// The gateway kept both applied configurations; a rollback through
+	// the CLI brings alpha back, and is itself a new version.
+	admin := gw.adminURL(t)
+	out, err := exec.Command(binary, "config", "versions", "--gateway", admin).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "version 2") || !strings.Contains(string(out), "sighup "+path) ||
+		!strings.Contains(string(out), "models[0].name: alpha → beta") || strings.Contains(string(out), "version 3") {
+		t.Fatalf("config versions: %v\n%s", err, out)
+	}
+	out, err = exec.Command(binary, "config", "rollback", "--gateway", admin).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "now version 3") {
+		t.Fatalf("config rollback: %v\n%s", err, out)
+	}
+	if code, _ := chat(t, url, "alpha"); code != 200 {
+		t.Errorf("alpha after the rollback: %d", code)
+	}
+	if code, _ := chat(t, url, "beta"); code != 404 {
+		t.Errorf("beta after the rollback: %d, want 404", code)
+	}
+	if !strings.Contains(gw.log(), "configuration rolled back") {
+		t.Errorf("the rollback was not logged:\n%s", gw.log())
+	}
+	// The admin API: to a named version (beta's, 2), then an unknown one.
+	resp, err := http.Post(admin+"/admin/config/rollback", "application/json", strings.NewReader(`{"version":2}`))
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("rollback to 2: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if code, _ := chat(t, url, "beta"); code != 200 {
+		t.Errorf("beta after rolling forward to version 2: %d", code)
+	}
+	for _, tc := range []struct {
+		method, body string
+		status       int
+	}{{"POST", `{"version":99}`, 404}, {"POST", `{"hash":"zzzz"}`, 404}, {"POST", `{"version":"x"}`, 400}, {"GET", "", 405}} {
+		req, _ := http.NewRequest(tc.method, admin+"/admin/config/rollback", strings.NewReader(tc.body))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil || resp.StatusCode != tc.status {
+			t.Errorf("%s %s: %v %v, want %d", tc.method, tc.body, resp, err, tc.status)
+			continue
+		}
+		resp.Body.Close()
+	}
+	// The running configuration is still version 4's (beta).
+	if code, _ := chat(t, url, "beta"); code != 200 {
+		t.Errorf("beta after refused rollbacks: %d", code)
+	}
 }
 
 func TestBadConfigRefusedAtStart(t *testing.T) {

@@ -222,7 +222,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				err = overrides(&next)
 			}
 			if err == nil {
-				err = g.Reload(next)
+				err = g.ReloadFrom("sighup "+*file, next)
 			}
 			if err != nil {
 				log.Error("reload refused; the running configuration stays", "err", err)

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/infergate/infergate/openai"
+	"github.com/infergate/infergate/proxy"
+)
+
+const configSynopsis = `config versions|rollback|check [flags]
+
+  config versions --gateway ADMIN_URL
+      the configurations a running gateway keeps (the last 10 applied),
+      newest first: version, hash, when, where from (start, SIGHUP,
+      rollback), and what changed from the one before.
+  config rollback --gateway ADMIN_URL [--to VERSION | --hash PREFIX]
+      applies a kept configuration again (default: the one before the
+      current). It is validated like a reload; a refused one changes
+      nothing. The file on disk is not touched: a later SIGHUP reads it.
+  config check FILE
+      validates a configuration file as serve would, without serving.`
+
+func runConfig(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		fs := newFlagSet("config", configSynopsis, stderr)
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		fs.Usage()
+		return errors.New("config: name a subcommand: versions, rollback or check")
+	}
+	sub, args := args[0], args[1:]
+	fs := newFlagSet("config "+sub, configSynopsis, stderr)
+	gateway := fs.String("gateway", "http://"+proxy.DefaultAdminListen, "the gateway's admin listener (serve --admin-listen)")
+	adminKey := fs.String("admin-key", "", "the gateway's server.admin_auth key, when it has one")
+	to := fs.Int("to", 0, "rollback: the version to apply again")
+	hash := fs.String("hash", "", "rollback: the hash (or a prefix) of the configuration to apply again")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	base := strings.TrimSuffix(withScheme(*gateway), "/")
+	client := &http.Client{Timeout: 30 * time.Second}
+	call := func(method, path string, body []byte, out any) error {
+		req, err := http.NewRequestWithContext(ctx, method, base+path, bytes.NewReader(body))
+		if err != nil {
+			return err
+		}
+		if *adminKey != "" {
+			req.Header.Set("Authorization", "Bearer "+*adminKey)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return fmt.Errorf("config %s: %w", sub, err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+		if err != nil {
+			return fmt.Errorf("config %s: %w", sub, err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			var e struct {
+				Error openai.Error `json:"error"`
+			}
+			if json.Unmarshal(b, &e) == nil && e.Error.Message != "" {
+				return fmt.Errorf("config %s: %s", sub, e.Error.Message)
+			}
+			return fmt.Errorf("config %s: %s: status %d", sub, base+path, resp.StatusCode)
+		}
+		return json.Unmarshal(b, out)
+	}
+	switch sub {
+	case "versions":
+		var vs struct {
+			Versions []proxy.ConfigVersion `json:"versions"`
+		}
+		if err := call(http.MethodGet, "/admin/config/versions", nil, &vs); err != nil {
+			return err
+		}
+		for i, v := range vs.Versions {
+			cur := ""
+			if v.Current {
+				cur = "  (current)"
+			}
+			fmt.Fprintf(stdout, "version %d  %s  %s  %s%s\n", v.Version, v.Hash, v.AppliedAt.Local().Format(time.DateTime), v.Source, cur)
+			if i+1 < len(vs.Versions) {
+				for _, d := range SettingsDiff(vs.Versions[i+1].Settings, v.Settings) {
+					fmt.Fprintf(stdout, "    %s\n", d)
+				}
+			}
+		}
+		return nil
+	case "rollback":
+		body := []byte{}
+		switch {
+		case *to > 0 && *hash != "":
+			return errors.New("config rollback: give --to or --hash, not both")
+		case *to > 0:
+			body, _ = json.Marshal(map[string]int{"version": *to})
+		case *hash != "":
+			body, _ = json.Marshal(map[string]string{"hash": *hash})
+		}
+		var v proxy.ConfigVersion
+		if err := call(http.MethodPost, "/admin/config/rollback", body, &v); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "rolled back: now version %d (%s), %s\n", v.Version, v.Hash, v.Source)
+		return nil
+	case "check":
+		if fs.NArg() != 1 {
+			return errors.New("config check: name one file")
+		}
+		cfg, err := loadConfig(fs.Arg(0))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%s: valid (%d pools, %d settings)\n", fs.Arg(0), len(cfg.Pools), len(proxy.Settings(cfg)))
+		return nil
+	}
+	return fmt.Errorf("config: unknown subcommand %q (versions, rollback, check)", sub)
+}
+
+// SettingsDiff lists what changed from a to b, one line per setting:
+// "key: old → new", "+key: new", "-key: old".
+func SettingsDiff(a, b map[string]string) []string {
+	var out []string
+	keys := map[string]bool{}
+	for k := range a {
+		keys[k] = true
+	}
+	for k := range b {
+		keys[k] = true
+	}
+	names := make([]string, 0, len(keys))
+	for k := range keys {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	for _, k := range names {
+		av, ina := a[k]
+		bv, inb := b[k]
+		switch {
+		case ina && inb && av != bv:
+			out = append(out, fmt.Sprintf("%s: %s → %s", k, av, bv))
+		case ina && !inb:
+			out = append(out, fmt.Sprintf("-%s: %s", k, av))
+		case !ina && inb:
+			out = append(out, fmt.Sprintf("+%s: %s", k, bv))
+		}
+	}
+	return out
+}

@@ -1,0 +1,193 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// configHistory is how many applied configurations the gateway keeps for
+// rollback.
+const configHistory = 10
+
+// ConfigVersion is one applied configuration.
+type ConfigVersion struct {
+	// Version counts applications from 1 at start; a rollback is a new
+	// version with the old settings.
+	Version   int       `json:"version"`
+	Hash      string    `json:"hash"`
+	AppliedAt time.Time `json:"applied_at"`
+	// Source says where it came from: "start", "reload", "sighup FILE",
+	// "rollback to version N".
+	Source  string `json:"source"`
+	Current bool   `json:"current"`
+	// Settings are the configuration's non-zero fields by their YAML
+	// paths, secrets left out.
+	Settings map[string]string `json:"settings"`
+	cfg      Config
+}
+
+// versions is the gateway's history of applied configurations, newest
+// last, at most configHistory long.
+type versions struct {
+	mu   sync.Mutex
+	list []ConfigVersion
+	next int
+}
+
+func (v *versions) add(cfg Config, hash, source string) ConfigVersion {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.next++
+	cv := ConfigVersion{Version: v.next, Hash: hash, AppliedAt: time.Now().UTC(), Source: source, Settings: Settings(cfg), cfg: cfg}
+	v.list = append(v.list, cv)
+	if len(v.list) > configHistory {
+		v.list = slices.Delete(v.list, 0, len(v.list)-configHistory)
+	}
+	return cv
+}
+
+// ConfigVersions lists the configurations the gateway keeps, newest
+// first; the current one is marked.
+func (g *Gateway) ConfigVersions() []ConfigVersion {
+	g.versions.mu.Lock()
+	defer g.versions.mu.Unlock()
+	out := make([]ConfigVersion, len(g.versions.list))
+	for i, v := range g.versions.list {
+		v.Current = i == len(g.versions.list)-1
+		out[len(out)-1-i] = v
+	}
+	return out
+}
+
+// Errors of Rollback.
+var (
+	ErrNoVersion = errors.New("proxy: no such configuration version")
+	ErrNoPrevious = errors.New("proxy: no earlier configuration to roll back to")
+)
+
+// Rollback applies a kept configuration again, as a reload does (it is
+// validated, and refused the same way): the version numbered to, the one
+// whose hash starts with hash, or with neither the one before the
+// current. The file on disk is not touched: a later SIGHUP reads it
+// again.
+func (g *Gateway) Rollback(to int, hash string) (ConfigVersion, error) {
+	g.versions.mu.Lock()
+	var target *ConfigVersion
+	list := g.versions.list
+	switch {
+	case to > 0:
+		for i := range list {
+			if list[i].Version == to {
+				target = &list[i]
+			}
+		}
+	case hash != "":
+		for i := range list {
+			if strings.HasPrefix(list[i].Hash, hash) {
+				target = &list[i]
+			}
+		}
+	case len(list) >= 2:
+		target = &list[len(list)-2]
+	}
+	var cv ConfigVersion
+	if target != nil {
+		cv = *target
+	}
+	g.versions.mu.Unlock()
+	switch {
+	case target == nil && to == 0 && hash == "":
+		return ConfigVersion{}, ErrNoPrevious
+	case target == nil:
+		return ConfigVersion{}, fmt.Errorf("%w: %s", ErrNoVersion, cmpOr(hash, strconv.Itoa(to)))
+	}
+	if err := g.ReloadFrom(fmt.Sprintf("rollback to version %d", cv.Version), cv.cfg); err != nil {
+		return ConfigVersion{}, err
+	}
+	vs := g.ConfigVersions()
+	g.log.Info("configuration rolled back", "to_version", cv.Version, "hash", cv.Hash, "version", vs[0].Version)
+	return vs[0], nil
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// Settings lists cfg's non-zero fields by their YAML paths
+// ("shaping.global.max_requests": "24"), secrets left out: what a
+// person compares between two configurations.
+func Settings(cfg Config) map[string]string {
+	out := map[string]string{}
+	flatten(out, "", reflect.ValueOf(withoutSecrets(cfg)))
+	return out
+}
+
+func flatten(out map[string]string, prefix string, v reflect.Value) {
+	join := func(k string) string {
+		if prefix == "" {
+			return k
+		}
+		return prefix + "." + k
+	}
+	if v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface {
+		if v.IsNil() {
+			return
+		}
+		v = v.Elem()
+	}
+	if v.Type() == reflect.TypeFor[time.Duration]() {
+		if v.Int() != 0 {
+			out[prefix] = time.Duration(v.Int()).String()
+		}
+		return
+	}
+	switch v.Kind() {
+	case reflect.Struct:
+		t := v.Type()
+		for i := range t.NumField() {
+			f := t.Field(i)
+			if !f.IsExported() {
+				continue
+			}
+			tag := f.Tag.Get("yaml")
+			name, opts, _ := strings.Cut(tag, ",")
+			switch {
+			case tag == "-":
+				continue
+			case strings.Contains(opts, "inline"):
+				flatten(out, prefix, v.Field(i))
+				continue
+			case name == "":
+				name = strings.ToLower(f.Name)
+			}
+			flatten(out, join(name), v.Field(i))
+		}
+	case reflect.Map:
+		keys := v.MapKeys()
+		names := make(map[string]reflect.Value, len(keys))
+		for _, k := range keys {
+			names[fmt.Sprint(k.Interface())] = v.MapIndex(k)
+		}
+		for _, k := range slices.Sorted(maps.Keys(names)) {
+			flatten(out, join(k), names[k])
+		}
+	case reflect.Slice, reflect.Array:
+		for i := range v.Len() {
+			flatten(out, fmt.Sprintf("%s[%d]", prefix, i), v.Index(i))
+		}
+	default:
+		if !v.IsZero() {
+			out[prefix] = fmt.Sprint(v.Interface())
+		}
+	}
+}

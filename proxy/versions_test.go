@@ -1,0 +1,62 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/infergate/infergate/policy"
+)
+
+// Settings are what a person compares: the YAML paths of the non-zero
+// fields, with no secret among them.
+func TestSettingsLeaveOutSecrets(t *testing.T) {
+	cfg := testConfig("http://user:pw-in-url@127.0.0.1:1")
+	p := cfg.Pools["p"]
+	p.Backends[0].APIKey = "sk-very-secret"
+	cfg.Pools["p"] = p
+	cfg.Tenants = map[string]TenantConfig{"acme": {Tenant: policy.Tenant{APIKeys: []string{"sk-tenant-key"}}}}
+	cfg.Server.AdminAuth = "admin-secret"
+	cfg.Shaping.Global.MaxRequests = 24
+	cfg.Defaults()
+	s := Settings(cfg)
+	if s["shaping.global.max_requests"] != "24" || s["pools.p.backends[0].url"] != "http://127.0.0.1:1" {
+		t.Fatalf("settings lack the cap or the backend: %v", s)
+	}
+	for k, v := range s {
+		for _, secret := range []string{"sk-very-secret", "sk-tenant-key", "admin-secret", "pw-in-url"} {
+			if strings.Contains(v, secret) || strings.Contains(k, secret) {
+				t.Errorf("%s = %s shows a secret", k, v)
+			}
+		}
+	}
+}
+
+// The gateway keeps the last configHistory configurations, and a
+// rollback past them is refused with nothing changed.
+func TestVersionsBounded(t *testing.T) {
+	g := startGateway(t, testConfig("http://127.0.0.1:1")).Gateway
+	for i := range configHistory + 3 {
+		cfg := testConfig(fmt.Sprintf("http://127.0.0.1:%d", 10+i))
+		if err := g.Reload(cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	vs := g.ConfigVersions()
+	if len(vs) != configHistory || vs[0].Version != configHistory+4 || !vs[0].Current || vs[1].Current {
+		t.Fatalf("%d versions, newest %d", len(vs), vs[0].Version)
+	}
+	if _, err := g.Rollback(1, ""); !errors.Is(err, ErrNoVersion) {
+		t.Fatalf("rollback to a forgotten version: %v", err)
+	}
+	before := g.state.Load().configHash
+	cv, err := g.Rollback(0, "")
+	if err != nil || cv.Hash != vs[1].Hash || g.state.Load().configHash == before || cv.Source != fmt.Sprintf("rollback to version %d", vs[1].Version) {
+		t.Fatalf("rollback to the previous: %+v %v", cv, err)
+	}
+	cv, err = g.Rollback(0, before[:6])
+	if err != nil || g.state.Load().configHash != before {
+		t.Fatalf("rollback by hash prefix: %+v %v", cv, err)
+	}
+}
