@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"encoding/json"
 	"context"
 	"errors"
 	"fmt"
@@ -45,6 +46,10 @@ type Config struct {
 	// straight to it, paired (Paired). Pairs defaults to 50.
 	DirectURL string
 	Pairs     int
+	// GatewayAdmin is the admin listener of the infergate gateway at URL
+	// (and GatewayAdminKey its server.admin_auth key): the record then
+	// carries the gateway's settings, so compare can say what changed.
+	GatewayAdmin, GatewayAdminKey string
 }
 
 // Endpoint resolves the request URL and sets the workload's endpoint
@@ -181,6 +186,13 @@ func Run(ctx context.Context, cfg Config) (*Record, error) {
 		rec.Conditions.Headers = append(rec.Conditions.Headers, h[0])
 	}
 	rec.Conditions.GatewayConfigHash = gatewayConfigHash(endpoint)
+	if cfg.GatewayAdmin != "" {
+		st, err := gatewaySettings(ctx, cfg.GatewayAdmin, cfg.GatewayAdminKey, rec.Conditions.GatewayConfigHash)
+		if err != nil {
+			return nil, err
+		}
+		rec.Conditions.GatewaySettings = st
+	}
 
 	col := NewCollector()
 	rows := NewRowWriter(cfg.CSV, cfg.Events)
@@ -276,4 +288,42 @@ func gatewayConfigHash(endpoint string) string {
 	}
 	resp.Body.Close()
 	return resp.Header.Get("X-Infergate-Config-Hash")
+}
+
+// gatewaySettings reads the settings of the gateway's configuration
+// whose hash is hash (the current one when hash is empty) from its admin
+// listener's /admin/config/versions.
+func gatewaySettings(ctx context.Context, admin, key, hash string) (map[string]string, error) {
+	u := strings.TrimSuffix(admin, "/") + "/admin/config/versions"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, fmt.Errorf("bench: --gateway-admin: %w", err)
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("bench: --gateway-admin: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("bench: --gateway-admin: %s: status %d", u, resp.StatusCode)
+	}
+	var vs struct {
+		Versions []struct {
+			Hash     string            `json:"hash"`
+			Current  bool              `json:"current"`
+			Settings map[string]string `json:"settings"`
+		} `json:"versions"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&vs); err != nil {
+		return nil, fmt.Errorf("bench: --gateway-admin: %s: %w", u, err)
+	}
+	for _, v := range vs.Versions {
+		if (hash != "" && v.Hash == hash) || (hash == "" && v.Current) {
+			return v.Settings, nil
+		}
+	}
+	return nil, fmt.Errorf("bench: --gateway-admin: %s does not know the configuration %q the gateway at the URL reports", u, hash)
 }

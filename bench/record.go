@@ -1,6 +1,9 @@
 package bench
 
 import (
+	"cmp"
+	"maps"
+	"strings"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -42,7 +45,11 @@ type Conditions struct {
 	SLOs    []SLO    `json:"slos,omitempty"`
 	// GatewayConfigHash is what an infergate gateway reported of its
 	// configuration, when the URL is one.
-	GatewayConfigHash string    `json:"gateway_config_hash,omitempty"`
+	GatewayConfigHash string `json:"gateway_config_hash,omitempty"`
+	// GatewaySettings are that configuration's settings (YAML path →
+	// value, no secrets), read from the gateway's admin listener when
+	// Config.GatewayAdmin names it.
+	GatewaySettings map[string]string `json:"gateway_settings,omitempty"`
 	ToolVersion       string    `json:"tool_version"`
 	Host              string    `json:"host"`
 	CPUs              int       `json:"cpus"`
@@ -133,5 +140,43 @@ func Differences(a, b *Conditions) []string {
 		diff("sweep", a.Sweep, b.Sweep)
 	}
 	diff("slos", a.SLOs, b.SLOs)
+	return out
+}
+
+// ConfigChanges lists what changed between the runs a and b besides the
+// workload: the URL and the gateway's settings, one line each. known is
+// false when the gateway's configuration changed (its hash) but the
+// records do not carry its settings.
+func ConfigChanges(a, b *Conditions) (changes []string, known bool) {
+	if a.URL != b.URL {
+		changes = append(changes, fmt.Sprintf("url: %s → %s", a.URL, b.URL))
+	}
+	switch {
+	case a.GatewaySettings != nil && b.GatewaySettings != nil:
+		changes = append(changes, SettingsDiff(a.GatewaySettings, b.GatewaySettings)...)
+	case a.GatewayConfigHash != b.GatewayConfigHash:
+		changes = append(changes, fmt.Sprintf("gateway configuration: %s → %s", cmp.Or(a.GatewayConfigHash, "none"), cmp.Or(b.GatewayConfigHash, "none")))
+		return changes, false
+	}
+	return changes, true
+}
+
+// SettingsDiff lists what changed from a to b, one line per setting:
+// "key: old → new", "+key: new" (added), "-key: old" (removed).
+func SettingsDiff(a, b map[string]string) []string {
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(a)) {
+		if bv, ok := b[k]; !ok {
+			out = append(out, fmt.Sprintf("-%s: %s", k, a[k]))
+		} else if bv != a[k] {
+			out = append(out, fmt.Sprintf("%s: %s → %s", k, a[k], bv))
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(b)) {
+		if _, ok := a[k]; !ok {
+			out = append(out, fmt.Sprintf("+%s: %s", k, b[k]))
+		}
+	}
+	slices.SortStableFunc(out, func(x, y string) int { return strings.Compare(strings.TrimLeft(x, "+-"), strings.TrimLeft(y, "+-")) })
 	return out
 }

@@ -70,6 +70,7 @@ type benchFlags struct {
 	out, html, csv, events    *string
 	cpuprofile, memprofile    *string
 	directURL                 *string
+	gwAdmin, gwAdminKey       *string
 	pairs                     *int
 }
 
@@ -109,6 +110,8 @@ func registerBenchFlags(fs *flag.FlagSet) *benchFlags {
 	f.quiet = fs.Bool("quiet", false, "no progress bar (it is off anyway when stderr is not a terminal)")
 	f.directURL = fs.String("direct-url", "", "the backend behind the gateway at --url: after the run, send --pairs requests through both, paired, and print the gateway's added TTFT and end-to-end time")
 	f.pairs = fs.Int("pairs", 0, "with --direct-url: request pairs, one at a time (default 50)")
+	f.gwAdmin = fs.String("gateway-admin", "", "the admin listener of the infergate gateway at --url: the record carries the gateway's settings, so compare says what changed")
+	f.gwAdminKey = fs.String("gateway-admin-key", "", "with --gateway-admin: its server.admin_auth key")
 	f.gwTiming = fs.Bool("gateway-timing", false, "ask an infergate gateway for its timeline (X-Infergate-Timing) and print where the TTFT went")
 	f.out = fs.String("out", "", "write the run record (JSON) here")
 	f.html = fs.String("html", "", "write an HTML report with charts here")
@@ -137,6 +140,7 @@ func (f *benchFlags) config(set map[string]bool, stderr io.Writer) (bench.Config
 		cfg.Sweep = levels
 	}
 	cfg.DirectURL, cfg.Pairs = *f.directURL, *f.pairs
+	cfg.GatewayAdmin, cfg.GatewayAdminKey = withScheme(*f.gwAdmin), *f.gwAdminKey
 	// The warm-up flag's "auto" depends on the mode the defaults decide.
 	cfg.Defaults()
 	if err := cfg.Load.SetWarmup(*f.warmup); err != nil {

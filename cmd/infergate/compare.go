@@ -62,6 +62,7 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		fmt.Fprintf(stdout, "warning: compared under --force although %s\n\n", strings.Join(d, "; "))
 	}
+	writeChanges(stdout, &base.Conditions, &next.Conditions)
 	c := bench.Compare(base, next, opts)
 	c.Base, c.New = files[0], files[1]
 	c.Write(stdout)
@@ -134,4 +135,29 @@ func percent(s string) (float64, error) {
 		return 0, fmt.Errorf("%q: want e.g. 5%% or 0.05", s)
 	}
 	return f, nil
+}
+
+// writeChanges says what changed between the runs besides the workload,
+// and warns when it was more than one thing: a verdict on several changes
+// at once cannot say which of them earned it.
+func writeChanges(w io.Writer, a, b *bench.Conditions) {
+	changes, known := bench.ConfigChanges(a, b)
+	if len(changes) == 0 {
+		if a.GatewaySettings != nil && b.GatewaySettings != nil {
+			fmt.Fprintln(w, "what changed: nothing in the gateway's configuration (a change elsewhere, or none)")
+			fmt.Fprintln(w)
+		}
+		return
+	}
+	fmt.Fprintln(w, "what changed:")
+	for _, c := range changes {
+		fmt.Fprintf(w, "  %s\n", c)
+	}
+	if !known {
+		fmt.Fprintln(w, "  (run bench with --gateway-admin to record the gateway's settings and see which changed)")
+	}
+	if len(changes) > 1 {
+		fmt.Fprintf(w, "warning: %d things changed between the runs; change one variable at a time, or the verdict cannot say which change earned it\n", len(changes))
+	}
+	fmt.Fprintln(w)
 }

@@ -8,10 +8,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
+	"github.com/infergate/infergate/bench"
 	"github.com/infergate/infergate/openai"
 	"github.com/infergate/infergate/proxy"
 )
@@ -92,7 +92,7 @@ func runConfig(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			}
 			fmt.Fprintf(stdout, "version %d  %s  %s  %s%s\n", v.Version, v.Hash, v.AppliedAt.Local().Format(time.DateTime), v.Source, cur)
 			if i+1 < len(vs.Versions) {
-				for _, d := range SettingsDiff(vs.Versions[i+1].Settings, v.Settings) {
+				for _, d := range bench.SettingsDiff(vs.Versions[i+1].Settings, v.Settings) {
 					fmt.Fprintf(stdout, "    %s\n", d)
 				}
 			}
@@ -126,35 +126,4 @@ func runConfig(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return nil
 	}
 	return fmt.Errorf("config: unknown subcommand %q (versions, rollback, check)", sub)
-}
-
-// SettingsDiff lists what changed from a to b, one line per setting:
-// "key: old → new", "+key: new", "-key: old".
-func SettingsDiff(a, b map[string]string) []string {
-	var out []string
-	keys := map[string]bool{}
-	for k := range a {
-		keys[k] = true
-	}
-	for k := range b {
-		keys[k] = true
-	}
-	names := make([]string, 0, len(keys))
-	for k := range keys {
-		names = append(names, k)
-	}
-	slices.Sort(names)
-	for _, k := range names {
-		av, ina := a[k]
-		bv, inb := b[k]
-		switch {
-		case ina && inb && av != bv:
-			out = append(out, fmt.Sprintf("%s: %s → %s", k, av, bv))
-		case ina && !inb:
-			out = append(out, fmt.Sprintf("-%s: %s", k, av))
-		case !ina && inb:
-			out = append(out, fmt.Sprintf("+%s: %s", k, bv))
-		}
-	}
-	return out
 }
