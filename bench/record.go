@@ -2,15 +2,15 @@ package bench
 
 import (
 	"cmp"
-	"maps"
-	"strings"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"reflect"
 	"runtime"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -50,10 +50,10 @@ type Conditions struct {
 	// value, no secrets), read from the gateway's admin listener when
 	// Config.GatewayAdmin names it.
 	GatewaySettings map[string]string `json:"gateway_settings,omitempty"`
-	ToolVersion       string    `json:"tool_version"`
-	Host              string    `json:"host"`
-	CPUs              int       `json:"cpus"`
-	Start             time.Time `json:"start"`
+	ToolVersion     string            `json:"tool_version"`
+	Host            string            `json:"host"`
+	CPUs            int               `json:"cpus"`
+	Start           time.Time         `json:"start"`
 }
 
 // NewConditions fills in the tool and host fields.

@@ -55,7 +55,7 @@ type Gateway struct {
 	inflight   sync.WaitGroup
 	reloadMu   sync.Mutex
 	// versions keeps the applied configurations for rollback.
-	versions versions
+	versions   versions
 	draining   atomic.Bool // BeginDrain or Shutdown was called
 	reservedMu sync.Mutex
 	reserved   map[net.Conn]struct{} // keep-alive connections given back after a stream

@@ -68,7 +68,7 @@ func (g *Gateway) ConfigVersions() []ConfigVersion {
 
 // Errors of Rollback.
 var (
-	ErrNoVersion = errors.New("proxy: no such configuration version")
+	ErrNoVersion  = errors.New("proxy: no such configuration version")
 	ErrNoPrevious = errors.New("proxy: no earlier configuration to roll back to")
 )
 
