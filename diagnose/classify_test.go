@@ -2,9 +2,13 @@ package diagnose
 
 import (
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/infergate/infergate/internal/htmlcheck"
 )
 
 // series builds n one-second readings with f setting each.
@@ -174,4 +178,32 @@ func TestNumJSON(t *testing.T) {
 			t.Errorf("%v → %s, want %s", tc.n, b, tc.want)
 		}
 	}
+}
+
+// TestReportHTML renders a diagnosis with a sweep in a real browser: the
+// page must draw its charts and log no error.
+func TestReportHTML(t *testing.T) {
+	mk := func(c, tok, speed, pre float64) SweepPoint {
+		b := Summarise("sim", series(5, func(i int, r *Reading) {
+			r.Running, r.Waiting, r.KVUsage, r.Preemptions = c, 0, math.Min(0.99, c/24), pre*float64(i)
+		}), nil)
+		return SweepPoint{Concurrency: c, OutputTokPerS: Num(tok), PerRequestTokPerS: Num(speed), TTFTp50: Num(c * 20), Backends: []Backend{b}}
+	}
+	sweep := []SweepPoint{mk(4, 400, 100, 0), mk(16, 1400, 88, 0), mk(64, 1250, 20, 6)}
+	rep := Diagnose(Input{Backends: sweep[2].Backends, Sweep: sweep})
+	path := filepath.Join(t.TempDir(), "diagnose.html")
+	var b strings.Builder
+	if err := rep.WriteHTML(&b, "diagnose <test>"); err != nil {
+		t.Fatal(err)
+	}
+	page := b.String()
+	for _, want := range []string{"bottleneck: memory", "diagnose &lt;test&gt;", "kv_cache_full", "concurrency cap", "<svg"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("page lacks %q", want)
+		}
+	}
+	if err := os.WriteFile(path, []byte(page), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	htmlcheck.Check(t, path, "#0072B2")
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -69,22 +70,42 @@ func TestBenchCompareEndToEnd(t *testing.T) {
 	}
 }
 
+// TestDemoRunsOnItsOwn runs the whole workflow on its defaults, shortened:
+// baseline, diagnosis, the knob, the re-test, the verdict (and the
+// rollback when it is ROLL BACK), the shadow test; every record and report
+// lands in the folder.
 func TestDemoRunsOnItsOwn(t *testing.T) {
 	dir := t.TempDir()
-	code, out := exitCode(t, "demo", "--duration", "2s", "--out", filepath.Join(dir, "d.json"), "--html", filepath.Join(dir, "d.html"))
+	code, out := exitCode(t, "demo", "--duration", "4s", "--dir", dir)
 	if code != 0 {
 		t.Fatalf("demo exit %d\n%s", code, out)
 	}
-	for _, want := range []string{"probe http://127.0.0.1:", "infergate bench: http://127.0.0.1:", "ttft ms", "tpot ms", "throughput:", " 0 failed",
-		"where the time went", "model: time to first token", "client ↔ gateway network",
-		"shadow test: the candidate (int4) against the primary", "paired change", "verdict: "} {
+	for _, want := range []string{"probe http://127.0.0.1:", "== 1. baseline: 48 users", "== 2. diagnose", "bottleneck: MEMORY",
+		"evidence: KV cache at most", "next knob: concurrency cap", "== 3. turn the knob: cap the gateway at",
+		"== 4. measure again", "== 5. compare", "+shaping.global.max_requests: ", "verdict: ",
+		"== 6. shadow test", "paired change", "records and reports: " + dir} {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q\n%s", want, out)
 		}
 	}
-	rec, err := bench.LoadRecord(filepath.Join(dir, "d.json"))
-	if err != nil || rec.Conditions.GatewayConfigHash == "" {
-		t.Errorf("demo record: %v, gateway config hash %q (want the gateway's)", err, rec.Conditions.GatewayConfigHash)
+	// A ROLL BACK is carried out on the running gateway.
+	if strings.Contains(out, "== 5.") && strings.Contains(strings.SplitN(out, "== 6.", 2)[0], "verdict: ROLL BACK") && !strings.Contains(out, "rolled back: the gateway runs its earlier configuration again") {
+		t.Errorf("ROLL BACK without the rollback\n%s", out)
+	}
+	for _, f := range []string{"1-baseline.json", "1-baseline.html", "2-diagnose.json", "2-diagnose.html", "4-after-cap.json", "4-after-cap.html", "6-shadow-test.html"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+	rec, err := bench.LoadRecord(filepath.Join(dir, "1-baseline.json"))
+	if err != nil || rec.Conditions.GatewayConfigHash == "" || rec.Conditions.GatewaySettings["pools.default.backends[0].url"] == "" {
+		t.Errorf("demo record: %v, gateway config hash %q, settings %v (want the gateway's)", err, rec.Conditions.GatewayConfigHash, rec.Conditions.GatewaySettings)
+	}
+	var rep struct {
+		Bottleneck string `json:"bottleneck"`
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "2-diagnose.json")); err != nil || json.Unmarshal(b, &rep) != nil || rep.Bottleneck != "memory" {
+		t.Errorf("2-diagnose.json: %v %q", err, rep.Bottleneck)
 	}
 }
 
