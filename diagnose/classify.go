@@ -303,7 +303,12 @@ func Diagnose(in Input) Report {
 		if s.running <= sparseLoad || math.IsNaN(s.running) {
 			rep.Summary = "traffic is too sparse for the deployment to be stuck anywhere: nothing queues and the batch is nearly empty; batching and scheduling knobs will not help until load rises"
 		} else {
-			rep.Summary = "the load fits: nothing queues, the KV cache has room and nothing is preempted; no knob is needed at this load (re-run with --sweep to find where it stops fitting)"
+			rep.Summary = "the load fits: nothing queues, the KV cache has room and nothing is preempted; no knob is needed at this load"
+			if len(in.Sweep) == 0 {
+				rep.Summary += " (re-run with --sweep to find where it stops fitting)"
+			} else {
+				rep.Summary += " (the sweep's heaviest step still fits: sweep higher to find the limit)"
+			}
 		}
 	} else {
 		rep.Bottleneck, rep.Evidence, rep.Score = pick.name, pick.findings, pick.score()
