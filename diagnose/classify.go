@@ -103,6 +103,8 @@ type signals struct {
 	maxFrom                                                   string
 	prompt, output                                            float64
 	gwQueued, gwWait, gwRejected, gwLimit                     float64
+	// queueShare is the gateway's queue time over its total, -1 unknown.
+	queueShare float64
 	// speedKept is the heaviest sweep step's per-request speed over the
 	// lightest's; gain its throughput over the lightest's; levels the
 	// ratio of their concurrencies.
@@ -134,7 +136,7 @@ func gather(in Input) signals {
 	nan := math.NaN()
 	s := signals{running: nan, waiting: nan, waitTrend: nan, kvMean: nan, kvMax: nan, util: nan, preempt: nan,
 		maxRunning: nan, prompt: nan, output: nan, gwQueued: nan, gwWait: nan, gwRejected: nan,
-		speedKept: nan, gain: nan, levels: nan, preemptFrom: nan}
+		speedKept: nan, gain: nan, levels: nan, preemptFrom: nan, queueShare: -1}
 	allMax := len(in.Backends) > 0
 	utilN := 0
 	for _, b := range in.Backends {
@@ -167,6 +169,9 @@ func gather(in Input) signals {
 	}
 	if g := in.Gateway; g != nil && g.Samples > 0 {
 		s.gwQueued, s.gwWait, s.gwRejected, s.gwLimit = float64(g.Queued.Mean), float64(g.QueueWait), float64(g.RejectedPerS), g.Limit
+		if a := g.Attribution; a["total_ms"] > 0 {
+			s.queueShare = a["queue_ms"] / a["total_ms"]
+		}
 	}
 	if n := len(in.Sweep); n >= 2 {
 		lo, hi := in.Sweep[0], in.Sweep[n-1]
@@ -269,6 +274,9 @@ func Diagnose(in Input) Report {
 		roomV = s.util
 	}
 	sch.check("backend_has_room", roomV, room, "backend KV cache %.0f%% full, GPU %.0f%% busy, %.1f running", pct(s.kvMax), s.util, s.running)
+	if s.queueShare >= 0 {
+		sch.check("time_in_gateway_queue", s.queueShare, s.queueShare >= 0.2, "%.0f%% of the gateway's recent request time was spent in its queue", pct(s.queueShare))
+	}
 	if s.gwLimit > 0 {
 		sch.check("gateway_cap", s.gwLimit, s.gwLimit <= s.running+1, "the gateway's cap is %.0f requests", s.gwLimit)
 	}

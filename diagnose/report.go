@@ -50,6 +50,10 @@ func (r *Report) Write(w io.Writer) {
 		}
 		fmt.Fprintf(w, "gateway (%.0f s): queued %s, in flight %s (cap %s), queue wait %s s, %s req/s, %s rejected/s\n",
 			g.Seconds, f1(g.Queued.Mean), f1(g.InFlight.Mean), limit, f2(g.QueueWait), f1(g.RequestsPerS), f2(g.RejectedPerS))
+		if a := g.Attribution; a != nil {
+			fmt.Fprintf(w, "  where the time went (mean ms, last minute): queue %.1f, gateway %.2f, network %.2f, model to first token %.1f, decode %.1f, total %.1f\n",
+				a["queue_ms"], a["gateway_ms"], a["network_ms"], a["model_ttft_ms"], a["decode_ms"], a["total_ms"])
+		}
 	}
 	if len(r.Sweep) > 0 {
 		fmt.Fprintln(w, "\nsweep:\n  concurrency  req/s  out tok/s  per-request tok/s  TTFT p50 ms  TTFT p90 ms  running  waiting  KV   preempt/s")

@@ -241,6 +241,10 @@ type Gateway struct {
 	RejectedPerS Num     `json:"rejected_per_s"`
 	// QueueWait is the mean time a request waited for a slot (s).
 	QueueWait Num `json:"queue_wait_s"`
+	// Attribution is the gateway's account of where the time went (its
+	// live view's last minute, mean ms: queue_ms, gateway_ms, network_ms,
+	// model_ttft_ms, decode_ms, total_ms), when it was read.
+	Attribution map[string]float64 `json:"attribution_ms,omitempty"`
 }
 
 // SummariseGateway sums up a gateway's readings, in time order.

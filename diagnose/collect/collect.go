@@ -139,6 +139,24 @@ func Discover(ctx context.Context, cfg Config) ([]string, error) {
 	return out, nil
 }
 
+// attribution reads the gateway's account of where its recent requests'
+// time went, from its live view; nil when it cannot be read.
+func (c *Config) attribution(ctx context.Context) map[string]float64 {
+	b, err := c.get(ctx, strings.TrimSuffix(c.Gateway, "/")+"/admin/stats", true)
+	if err != nil {
+		return nil
+	}
+	var snap struct {
+		All struct {
+			Attribution map[string]float64 `json:"attribution_ms"`
+		} `json:"all"`
+	}
+	if json.Unmarshal(b, &snap) != nil {
+		return nil
+	}
+	return snap.All.Attribution
+}
+
 // Windows are the summaries of one sampling window.
 type Windows struct {
 	Backends []diagnose.Backend
@@ -244,6 +262,7 @@ func Sample(ctx context.Context, cfg Config) (Windows, error) {
 	}
 	if len(gw) > 0 {
 		g := diagnose.SummariseGateway(gw)
+		g.Attribution = cfg.attribution(ctx)
 		w.Gateway = &g
 	}
 	for e, n := range errs {

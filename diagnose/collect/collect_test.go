@@ -92,7 +92,7 @@ func TestPresetsNamed(t *testing.T) {
 		{"memory-bound", "memory-bound", 64, 0, diagnose.Memory},
 		{"batch-starved", "batch-starved", 32, 0, diagnose.Batching},
 		{"compute-bound", "compute-bound", 96, 0, diagnose.Compute},
-		{"gateway cap far below the backend", "balanced", 32, 2, diagnose.Scheduling},
+		{"gateway cap far below the backend", "balanced", 16, 2, diagnose.Scheduling},
 		{"balanced, light load", "balanced", 1, 0, diagnose.None},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
