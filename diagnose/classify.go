@@ -198,6 +198,9 @@ func gather(in Input) signals {
 	return s
 }
 
+// notMeasured starts the detail of a signal whose figure was unknown.
+const notMeasured = "not measured: "
+
 // rule is one verdict's test: its signals (a NaN figure is not
 // measurable and left out of the score) and whether the verdict holds.
 type rule struct {
@@ -210,7 +213,7 @@ type rule struct {
 
 func (r *rule) check(signal string, v float64, holds bool, detail string, args ...any) {
 	if math.IsNaN(v) {
-		r.findings = append(r.findings, Finding{Signal: signal, Detail: "not measured: " + fmt.Sprintf(detail, args...)})
+		r.findings = append(r.findings, Finding{Signal: signal, Detail: notMeasured + fmt.Sprintf(detail, args...)})
 		return
 	}
 	r.measured++

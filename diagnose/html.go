@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"html"
 	"io"
-	"strings"
 
 	"github.com/infergate/infergate/internal/svgchart"
 )
@@ -20,14 +19,7 @@ func (r *Report) WriteHTML(w io.Writer, title string) error {
 		html.EscapeString(r.Bottleneck), html.EscapeString(r.Confidence), html.EscapeString(r.Summary), html.EscapeString(r.Load), html.EscapeString(r.LoadDetail))
 	fmt.Fprintf(bw, "<h2>Evidence</h2>\n<table>\n<tr><th>signal</th><th>holds</th><th>what was seen</th></tr>\n")
 	for _, f := range r.Evidence {
-		holds := "no"
-		switch {
-		case strings.HasPrefix(f.Detail, "not measured"):
-			holds = "-"
-		case f.Holds:
-			holds = "yes"
-		}
-		fmt.Fprintf(bw, "<tr><td>%s</td><td>%s</td><td>%s</td></tr>\n", html.EscapeString(f.Signal), holds, html.EscapeString(f.Detail))
+		fmt.Fprintf(bw, "<tr><td>%s</td><td>%s</td><td>%s</td></tr>\n", html.EscapeString(f.Signal), f.verdict(), html.EscapeString(f.Detail))
 	}
 	for _, f := range r.Against {
 		fmt.Fprintf(bw, "<tr><td>%s (another verdict's)</td><td>yes</td><td>%s</td></tr>\n", html.EscapeString(f.Signal), html.EscapeString(f.Detail))

@@ -12,14 +12,7 @@ func (r *Report) Write(w io.Writer) {
 	fmt.Fprintf(w, "  %s\n", r.Summary)
 	fmt.Fprintf(w, "load: %s: %s\n\nevidence:\n", r.Load, r.LoadDetail)
 	for _, f := range r.Evidence {
-		mark := "  no "
-		switch {
-		case strings.HasPrefix(f.Detail, "not measured"):
-			mark = "  -- "
-		case f.Holds:
-			mark = "  yes"
-		}
-		fmt.Fprintf(w, "%s %-22s %s\n", mark, f.Signal, f.Detail)
+		fmt.Fprintf(w, "  %-3s %-22s %s\n", f.verdict(), f.Signal, f.Detail)
 	}
 	if len(r.Against) > 0 {
 		fmt.Fprintln(w, "\nalso seen (signals of other verdicts):")
@@ -67,6 +60,17 @@ func (r *Report) Write(w io.Writer) {
 				f1(p.PerRequestTokPerS), f1(p.TTFTp50), f1(p.TTFTp90), f1(run), f1(wait), pctOf(kv), f2(pre))
 		}
 	}
+}
+
+// verdict is yes, no, or "-" for a signal that was not measured.
+func (f Finding) verdict() string {
+	switch {
+	case strings.HasPrefix(f.Detail, notMeasured):
+		return "-"
+	case f.Holds:
+		return "yes"
+	}
+	return "no"
 }
 
 func f1(n Num) string {

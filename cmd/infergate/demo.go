@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -262,11 +261,7 @@ func demoRun(ctx context.Context, cfg bench.Config, sc collect.Config, dir, name
 	if err := rec.Save(filepath.Join(dir, name+".json")); err != nil {
 		return nil, win, err
 	}
-	fh, err := os.Create(filepath.Join(dir, name+".html"))
-	if err != nil {
-		return nil, win, err
-	}
-	if err := errors.Join(rec.WriteHTML(fh), fh.Close()); err != nil {
+	if err := writeFileWith(filepath.Join(dir, name+".html"), rec.WriteHTML); err != nil {
 		return nil, win, err
 	}
 	return rec, win, nil
@@ -303,11 +298,7 @@ func saveDiagnosis(dir string, rep *diagnose.Report) error {
 	if err := os.WriteFile(filepath.Join(dir, "2-diagnose.json"), b, 0o644); err != nil {
 		return err
 	}
-	fh, err := os.Create(filepath.Join(dir, "2-diagnose.html"))
-	if err != nil {
-		return err
-	}
-	return errors.Join(rep.WriteHTML(fh, "infergate diagnose: "+rep.Bottleneck), fh.Close())
+	return writeFileWith(filepath.Join(dir, "2-diagnose.html"), func(w io.Writer) error { return rep.WriteHTML(w, "infergate diagnose: "+rep.Bottleneck) })
 }
 
 // shadowTest mirrors the gateway's traffic to a candidate simulator (the

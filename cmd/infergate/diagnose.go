@@ -111,15 +111,7 @@ func runDiagnose(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	rep := diagnose.Diagnose(in)
 	if *htmlOut != "" {
-		f, err := os.Create(*htmlOut)
-		if err != nil {
-			return err
-		}
-		if err := rep.WriteHTML(f, "infergate diagnose: "+rep.Bottleneck); err != nil {
-			f.Close()
-			return err
-		}
-		if err := f.Close(); err != nil {
+		if err := writeFileWith(*htmlOut, func(w io.Writer) error { return rep.WriteHTML(w, "infergate diagnose: "+rep.Bottleneck) }); err != nil {
 			return err
 		}
 	}
@@ -130,6 +122,15 @@ func runDiagnose(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	rep.Write(stdout)
 	return nil
+}
+
+// writeFileWith creates path and has write fill it.
+func writeFileWith(path string, write func(io.Writer) error) error {
+	fh, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	return errors.Join(write(fh), fh.Close())
 }
 
 // withScheme adds http:// to a bare host:port.
