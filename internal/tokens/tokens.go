@@ -40,22 +40,36 @@ func Load(name string) (*Tokenizer, error) {
 	if name != CL100K && name != O200K {
 		return nil, fmt.Errorf("tokens: unknown encoding %q (cl100k_base or o200k_base)", name)
 	}
-	// SetBpeLoader is the library's own process-wide setting.
-	loader := tiktokenloader.NewOfflineLoader()
-	tiktoken.SetBpeLoader(loader)
-	enc, err := tiktoken.GetEncoding(name)
+	enc, ranks, err := loadEncoding(name)
 	if err != nil {
-		return nil, fmt.Errorf("tokens: %s: %w", name, err)
-	}
-	ranks, err := loader.LoadTiktokenBpe(name + ".tiktoken")
-	if err != nil {
-		return nil, fmt.Errorf("tokens: %s: %w", name, err)
+		return nil, err
 	}
 	t := &Tokenizer{name: name, enc: enc, bpe: bpe{ranks: ranks}, piece: pieceCL100K, cache: newChunkCache()}
 	if name == O200K {
 		t.piece = pieceO200K
 	}
 	return t, nil
+}
+
+// libraryMu serialises the library's loading: SetBpeLoader is its own
+// process-wide setting, written without a lock, and tokenizers load side
+// by side (a simulator and a gateway's policy in one process, tests).
+var libraryMu sync.Mutex
+
+func loadEncoding(name string) (*tiktoken.Tiktoken, map[string]int, error) {
+	libraryMu.Lock()
+	defer libraryMu.Unlock()
+	loader := tiktokenloader.NewOfflineLoader()
+	tiktoken.SetBpeLoader(loader)
+	enc, err := tiktoken.GetEncoding(name)
+	if err != nil {
+		return nil, nil, fmt.Errorf("tokens: %s: %w", name, err)
+	}
+	ranks, err := loader.LoadTiktokenBpe(name + ".tiktoken")
+	if err != nil {
+		return nil, nil, fmt.Errorf("tokens: %s: %w", name, err)
+	}
+	return enc, ranks, nil
 }
 
 // Name is the encoding's name.
