@@ -204,19 +204,35 @@ func (g *Gateway) serveAgain(hc net.Conn) {
 		}
 	}
 	_ = raw.SetReadDeadline(time.Time{})
-	if len(pending) > 0 {
-		raw = &prefixConn{Conn: raw, pre: pending}
-	}
 	// fasthttp counts a connection as idle, to close at shutdown, only 5s
 	// after ServeConn took it; the gateway closes its own at the end of a
 	// drain instead.
 	g.reservedMu.Lock()
 	g.reserved[raw] = struct{}{}
 	g.reservedMu.Unlock()
-	_ = g.srv.ServeConn(raw)
-	g.reservedMu.Lock()
-	delete(g.reserved, raw)
-	g.reservedMu.Unlock()
+	defer func(c net.Conn) {
+		g.reservedMu.Lock()
+		delete(g.reserved, c)
+		g.reservedMu.Unlock()
+	}(raw)
+	if len(pending) == 0 {
+		// An idle keep-alive connection: wait for the next request as long
+		// as server.idle_timeout allows, and close it silently if none
+		// comes. ServeConn would count the wait as the first request's
+		// header read and answer 408 to a client that merely kept its
+		// connection, racing the request it sends next.
+		if d := g.state.Load().cfg.Server.IdleTimeout; d > 0 {
+			_ = raw.SetReadDeadline(time.Now().Add(d))
+		}
+		n, _ := hc.Read(buf[:])
+		_ = raw.SetReadDeadline(time.Time{})
+		if n == 0 {
+			_ = raw.Close()
+			return
+		}
+		pending = append(pending, buf[:n]...)
+	}
+	_ = g.srv.ServeConn(&prefixConn{Conn: raw, pre: pending})
 }
 
 // closeReserved closes the connections handed back to the server.

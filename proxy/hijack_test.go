@@ -91,3 +91,53 @@ func TestHTTP10Stream(t *testing.T) {
 		t.Errorf("HTTP/1.0 body %q", body)
 	}
 }
+
+// TestIdleAfterStream: a keep-alive connection left idle after a stream,
+// longer than server.header_timeout but within idle_timeout, still takes
+// the next request (it once got an unasked 408 there, which a client
+// reads as its next request's answer); past idle_timeout it is closed
+// without a word.
+func TestIdleAfterStream(t *testing.T) {
+	be := newTestBackend(t, sseHandler(2, 0))
+	cfg := testConfig(be.URL)
+	cfg.Server.HeaderTimeout, cfg.Server.IdleTimeout = 150*time.Millisecond, 600*time.Millisecond
+	gw := startGateway(t, cfg)
+	conn, err := net.Dial("tcp", gw.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	br := bufio.NewReader(conn)
+	send := func() *http.Response {
+		t.Helper()
+		fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(streamBody), streamBody)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.HasSuffix(string(body), doneEvent) {
+			t.Fatalf("status %d body %q", resp.StatusCode, body)
+		}
+		return resp
+	}
+	send()
+	time.Sleep(350 * time.Millisecond) // past header_timeout, within idle_timeout
+	conn.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
+	if b, err := br.Peek(1); len(b) > 0 {
+		t.Fatalf("the idle connection got %q unasked (err %v)", b, err)
+	}
+	conn.SetReadDeadline(time.Time{})
+	send()
+	// Past idle_timeout: closed, and nothing written.
+	conn.SetReadDeadline(time.Now().Add(3 * time.Second))
+	b, err := br.ReadByte()
+	if err == nil {
+		rest, _ := br.Peek(br.Buffered())
+		t.Fatalf("an idle connection got %q%q instead of a silent close", b, rest)
+	}
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatal("the idle connection was not closed within idle_timeout")
+	}
+}
