@@ -3,11 +3,13 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -193,12 +195,20 @@ func (g *Gateway) serveAgain(hc net.Conn) {
 	if u, ok := hc.(interface{ UnsafeConn() net.Conn }); ok {
 		raw = u.UnsafeConn()
 	}
-	var pending []byte
-	var buf [4096]byte
+	// A connection served again before is wrapped already: unwrap it once
+	// its prefix is read, so wrappers do not pile up stream after stream.
+	for {
+		pc, ok := raw.(*prefixConn)
+		if !ok || len(pc.pre) > 0 {
+			break
+		}
+		raw = pc.Conn
+	}
+	pc := &prefixConn{Conn: raw}
 	_ = raw.SetReadDeadline(time.Unix(1, 0)) // answer from the buffer, never wait
 	for {
-		n, err := hc.Read(buf[:])
-		pending = append(pending, buf[:n]...)
+		n, err := hc.Read(pc.buf[:])
+		pc.pre = append(pc.pre, pc.buf[:n]...)
 		if err != nil || n == 0 {
 			break
 		}
@@ -215,24 +225,24 @@ func (g *Gateway) serveAgain(hc net.Conn) {
 		delete(g.reserved, c)
 		g.reservedMu.Unlock()
 	}(raw)
-	if len(pending) == 0 {
+	if len(pc.pre) == 0 {
 		// An idle keep-alive connection: wait for the next request as long
 		// as server.idle_timeout allows, and close it silently if none
 		// comes. ServeConn would count the wait as the first request's
 		// header read and answer 408 to a client that merely kept its
-		// connection, racing the request it sends next.
+		// connection open, racing the request it sends next.
 		if d := g.state.Load().cfg.Server.IdleTimeout; d > 0 {
 			_ = raw.SetReadDeadline(time.Now().Add(d))
 		}
-		n, _ := hc.Read(buf[:])
+		n, _ := hc.Read(pc.buf[:])
 		_ = raw.SetReadDeadline(time.Time{})
 		if n == 0 {
 			_ = raw.Close()
 			return
 		}
-		pending = append(pending, buf[:n]...)
+		pc.pre = pc.buf[:n]
 	}
-	_ = g.srv.ServeConn(&prefixConn{Conn: raw, pre: pending})
+	_ = g.srv.ServeConn(pc)
 }
 
 // closeReserved closes the connections handed back to the server.
@@ -248,6 +258,20 @@ func (g *Gateway) closeReserved() {
 type prefixConn struct {
 	net.Conn
 	pre []byte
+	buf [2048]byte // the first bytes of the next request, read while waiting for it
+}
+
+// SyscallConn is the socket's, so the hang-up watch and the round-trip
+// time read the connection's descriptor through the wrapper.
+func (p *prefixConn) SyscallConn() (syscall.RawConn, error) {
+	c := p.Conn
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	if sc, ok := c.(syscall.Conn); ok {
+		return sc.SyscallConn()
+	}
+	return nil, errors.ErrUnsupported
 }
 
 func (p *prefixConn) Read(b []byte) (int, error) {

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -139,5 +140,48 @@ func TestIdleAfterStream(t *testing.T) {
 	}
 	if ne, ok := err.(net.Error); ok && ne.Timeout() {
 		t.Fatal("the idle connection was not closed within idle_timeout")
+	}
+}
+
+// TestClientGoneAfterKeptAliveStream: on a connection served again after
+// a stream, a client that leaves while its next request waits for the
+// first byte still cancels the backend's work at once (the hang-up watch
+// sees the socket through the connection's wrapper).
+func TestClientGoneAfterKeptAliveStream(t *testing.T) {
+	sawClose := make(chan time.Time, 1)
+	var n atomic.Int32
+	be := newTestBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) == 1 {
+			sseHandler(2, 0)(w, r)
+			return
+		}
+		<-r.Context().Done() // a long prefill
+		sawClose <- time.Now()
+	})
+	gw := startGateway(t, testConfig(be.URL))
+	conn, err := net.Dial("tcp", gw.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(conn)
+	req := fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(streamBody), streamBody)
+	io.WriteString(conn, req)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.ReadAll(resp.Body)
+	resp.Body.Close()
+	io.WriteString(conn, req)
+	waitFor(t, 2*time.Second, "the backend to get the second request", func() bool { return n.Load() == 2 })
+	left := time.Now()
+	conn.Close()
+	select {
+	case at := <-sawClose:
+		if d := at.Sub(left); d > 100*time.Millisecond {
+			t.Errorf("backend saw the close %v after the client left, want within 100ms", d)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("backend never saw its connection close")
 	}
 }
