@@ -20,9 +20,14 @@ import (
 // telemetryQueue bounds the requests waiting for the telemetry goroutine.
 const telemetryQueue = 4096
 
+// handOffLinger is how long the telemetry goroutine waits for more
+// finished requests before it parks: under load it then wakes about once
+// per linger instead of once per request (BENCHMARKS.md, issue 16).
+const handOffLinger = 2 * time.Millisecond
+
 // startTelemetry starts the goroutine; stopTelemetry drains and stops it.
 func (g *Gateway) startTelemetry() {
-	g.telem = bgqueue.Start(bgqueue.Config[*exchange]{Size: telemetryQueue, Handle: (*exchange).emit,
+	g.telem = bgqueue.Start(bgqueue.Config[*exchange]{Size: telemetryQueue, Handle: (*exchange).emit, Linger: handOffLinger,
 		OnPanic: func(v any, stack []byte) {
 			g.log.Error("panic recovered in the telemetry goroutine; it carries on", "panic", fmt.Sprint(v), "stack", string(stack))
 		}})

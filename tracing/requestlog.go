@@ -142,7 +142,7 @@ func OpenRequestLog(cfg LogConfig) (*RequestLog, error) {
 	if err := l.open(); err != nil {
 		return nil, err
 	}
-	l.q = bgqueue.Start(bgqueue.Config[Entry]{Size: cfg.Buffer, Handle: l.write, Flush: l.flush, Tick: time.Second})
+	l.q = bgqueue.Start(bgqueue.Config[Entry]{Size: cfg.Buffer, Handle: l.write, Flush: l.flush, Tick: time.Second, Linger: 2 * time.Millisecond})
 	return l, nil
 }
 

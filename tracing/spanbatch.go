@@ -28,7 +28,7 @@ type spanBatcher struct {
 
 func newSpanBatcher(exp sdktrace.SpanExporter) *spanBatcher {
 	b := &spanBatcher{exp: exp, batch: make([]sdktrace.ReadOnlySpan, 0, maxBatch)}
-	b.q = bgqueue.Start(bgqueue.Config[sdktrace.ReadOnlySpan]{Size: spanQueue, Handle: b.add1, Flush: b.export, Tick: flushInterval})
+	b.q = bgqueue.Start(bgqueue.Config[sdktrace.ReadOnlySpan]{Size: spanQueue, Handle: b.add1, Flush: b.export, Tick: flushInterval, Linger: 2 * time.Millisecond})
 	return b
 }
 

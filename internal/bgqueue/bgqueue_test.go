@@ -1,6 +1,7 @@
 package bgqueue
 
 import (
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -113,5 +114,60 @@ func TestTickFlushes(t *testing.T) {
 	case <-flushed:
 	case <-time.After(5 * time.Second):
 		t.Fatal("no flush on the tick")
+	}
+}
+
+// TestLinger: with Linger, items are still handled in order and soon, a
+// barrier (Sync) does not wait out the linger, and Close handles what is
+// left.
+func TestLinger(t *testing.T) {
+	var mu sync.Mutex
+	var got []int
+	q := Start(Config[int]{Linger: 200 * time.Millisecond, Handle: func(v int) {
+		mu.Lock()
+		got = append(got, v)
+		mu.Unlock()
+	}})
+	defer q.Close()
+	for i := range 100 {
+		if !q.Offer(i) {
+			t.Fatal("refused")
+		}
+	}
+	start := time.Now()
+	q.Sync()
+	if d := time.Since(start); d > 100*time.Millisecond {
+		t.Errorf("Sync waited %v, out the linger", d)
+	}
+	mu.Lock()
+	if len(got) != 100 {
+		t.Fatalf("%d handled after Sync, want 100", len(got))
+	}
+	for i, v := range got {
+		if v != i {
+			t.Fatalf("out of order at %d: %d", i, v)
+		}
+	}
+	mu.Unlock()
+	// While it lingers, new items wait for it (no wake-up per item) and
+	// are handled within about one linger.
+	q.Offer(100)
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		mu.Lock()
+		n := len(got)
+		mu.Unlock()
+		if n == 101 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("an item offered while lingering was never handled")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	q.Offer(101)
+	q.Close()
+	if len(got) != 102 {
+		t.Fatalf("%d handled after Close, want 102", len(got))
 	}
 }
