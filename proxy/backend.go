@@ -137,7 +137,17 @@ func (b *Backend) close() { b.hc.CloseIdleConnections() }
 type dialConn struct {
 	net.Conn
 	handshake time.Duration
+	// rtt is the kernel's round-trip time as last read, at rttAt: a
+	// connection is used by one request at a time, and the kernel's
+	// figure moves slowly, so it is read again only after rttFresh.
+	rtt   time.Duration
+	rttAt time.Time
 }
+
+// rttFresh is how long a connection's round-trip time is reused before
+// TCP_INFO is read again: one getsockopt per request was 3% of the
+// gateway's CPU on small requests (BENCHMARKS.md, issue 16).
+const rttFresh = 200 * time.Millisecond
 
 // dialer dials TCP and, for HTTPS, does the TLS handshake itself so the
 // handshake time is its own figure.

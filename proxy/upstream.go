@@ -81,7 +81,15 @@ func (x *exchange) Connected(conn net.Conn, reused bool) {
 }
 
 func (x *exchange) Sent(conn net.Conn) {
-	x.tl.Sent = time.Now()
+	now := time.Now()
+	x.tl.Sent = now
+	if dc, ok := conn.(*dialConn); ok {
+		if dc.rttAt.IsZero() || now.Sub(dc.rttAt) > rttFresh {
+			dc.rtt, dc.rttAt = tcpRTT(conn), now
+		}
+		x.tl.UpstreamRTT = dc.rtt
+		return
+	}
 	x.tl.UpstreamRTT = tcpRTT(conn)
 }
 
