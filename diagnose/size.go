@@ -104,6 +104,11 @@ func Estimate(in SizeInput) (Size, error) {
 	if in.ReserveGiB == 0 {
 		in.ReserveGiB = 2
 	}
+	for _, v := range []float64{in.Utilization, in.ReserveGiB, in.KVMemoryGiB, in.GPU.MemoryGiB, m.Params, m.WeightGiB} {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return Size{}, errors.New("diagnose: size: every figure must be a finite number")
+		}
+	}
 	switch {
 	case m.Layers <= 0:
 		return Size{}, errors.New("diagnose: size: --layers must be positive")
@@ -123,6 +128,8 @@ func Estimate(in SizeInput) (Size, error) {
 		return Size{}, errors.New("diagnose: size: --gpu-memory-utilization must be in (0,1]")
 	case in.GPU.MemoryGiB <= 0 && in.KVMemoryGiB <= 0:
 		return Size{}, errors.New("diagnose: size: give --gpu (or --gpu-memory), or --kv-memory")
+	case in.BlockSize < 1:
+		return Size{}, errors.New("diagnose: size: --block-size must be at least 1")
 	case in.ReserveGiB < 0 || in.KVMemoryGiB < 0:
 		return Size{}, errors.New("diagnose: size: --reserve and --kv-memory must not be negative")
 	}

@@ -152,6 +152,10 @@ func TestSizeRefusesNonsense(t *testing.T) {
 		{Model: m, Context: 10},
 		{Model: m, Context: 10, KVMemoryGiB: 1, Dtype: "fp3"},
 		{Model: m, Context: 10, KVMemoryGiB: 1, TP: 4, GPUs: 2},
+		{Model: m, Context: 10, KVMemoryGiB: 1, BlockSize: -16},
+		{Model: m, Context: 10, KVMemoryGiB: -1},
+		{Model: m, Context: 10, KVMemoryGiB: 1, Utilization: math.NaN()},
+		{Model: m, Context: 10, KVMemoryGiB: 1, ReserveGiB: math.Inf(1)},
 		{Model: Shape{Layers: 2, Attn: AttnGQA, KVHeads: 0, HeadDim: 2, Params: 1}, Context: 10, KVMemoryGiB: 1},
 	} {
 		if _, err := Estimate(in); err == nil {

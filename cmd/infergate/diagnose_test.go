@@ -53,3 +53,17 @@ func TestDiagnoseCLI(t *testing.T) {
 		t.Fatalf("diagnose with nothing to read: %v\n%s", err, out)
 	}
 }
+
+// FuzzParseParams: any --params text gives a positive count or an error,
+// never a panic, NaN or infinity.
+func FuzzParseParams(f *testing.F) {
+	for _, s := range []string{"8B", "70.6b", "1240M", "0.5", "", "NaN", "Inf", "-3B", "1e400", "8BB"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		v, err := parseParams(s)
+		if err == nil && !(v > 0 && v <= 1e5) {
+			t.Fatalf("%q → %v", s, v)
+		}
+	})
+}

@@ -123,7 +123,7 @@ func parseParams(s string) (float64, error) {
 		t, scale = strings.TrimSuffix(t, "M"), 1e-3
 	}
 	v, err := strconv.ParseFloat(t, 64)
-	if err != nil || v <= 0 || v > 1e5 {
+	if err != nil || !(v > 0 && v <= 1e5) { // NaN fails too
 		return 0, fmt.Errorf("size: --params %q: want a size like 8B, 70.6B or 1240M (or --model)", s)
 	}
 	return v * scale, nil
