@@ -90,10 +90,23 @@ type Report struct {
 	Backends   []Backend    `json:"backends"`
 	Gateway    *Gateway     `json:"gateway,omitempty"`
 	Sweep      []SweepPoint `json:"sweep,omitempty"`
+	// PerBackend is each backend's own verdict when there are several:
+	// the overall one adds them up, and one sick replica can hide among
+	// healthy ones.
+	PerBackend []BackendVerdict `json:"per_backend,omitempty"`
 	// CapAt is the concurrency at which a cap would hold the backends
 	// where they still work well (memory, compute); 0 when none is
 	// suggested.
 	CapAt int `json:"cap_at,omitempty"`
+}
+
+// BackendVerdict is one backend's bottleneck, diagnosed on its own
+// figures (the gateway's are left out: they belong to all of them).
+type BackendVerdict struct {
+	Name       string `json:"name"`
+	Bottleneck string `json:"bottleneck"`
+	Confidence string `json:"confidence"`
+	Summary    string `json:"summary"`
 }
 
 // signals are the window's figures the rules read, across backends.
@@ -232,8 +245,20 @@ func (r *rule) score() float64 {
 
 func pct(v float64) float64 { return v * 100 }
 
-// Diagnose names the bottleneck of in.
+// Diagnose names the bottleneck of in: of all its backends together, and
+// with several, of each on its own.
 func Diagnose(in Input) Report {
+	rep := diagnose(in)
+	if len(in.Backends) > 1 {
+		for _, b := range in.Backends {
+			one := diagnose(Input{Backends: []Backend{b}})
+			rep.PerBackend = append(rep.PerBackend, BackendVerdict{Name: b.Name, Bottleneck: one.Bottleneck, Confidence: one.Confidence, Summary: one.Summary})
+		}
+	}
+	return rep
+}
+
+func diagnose(in Input) Report {
 	s := gather(in)
 	rep := Report{Backends: in.Backends, Gateway: in.Gateway, Sweep: in.Sweep}
 	if rep.Backends == nil {

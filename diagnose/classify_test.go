@@ -207,3 +207,37 @@ func TestReportHTML(t *testing.T) {
 	}
 	htmlcheck.Check(t, path, "#0072B2")
 }
+
+// TestDiagnosePerBackend: one replica out of memory among two idle ones
+// is named on its own line, whatever the sum says.
+func TestDiagnosePerBackend(t *testing.T) {
+	idle := func(name string) Backend {
+		return Summarise(name, series(10, func(i int, r *Reading) {
+			r.Running, r.Waiting, r.KVUsage, r.Preemptions = 1, 0, 0.05, 0
+		}), flat(10, 10))
+	}
+	sick := Summarise("gpu-c", series(10, func(i int, r *Reading) {
+		r.Running, r.Waiting, r.KVUsage, r.Preemptions = 20, 12, 0.97, float64(3*i)
+	}), flat(10, 70))
+	rep := Diagnose(Input{Backends: []Backend{idle("gpu-a"), idle("gpu-b"), sick}})
+	if len(rep.PerBackend) != 3 {
+		t.Fatalf("%d per-backend verdicts, want 3", len(rep.PerBackend))
+	}
+	for _, b := range rep.PerBackend {
+		want := None
+		if b.Name == "gpu-c" {
+			want = Memory
+		}
+		if b.Bottleneck != want {
+			t.Errorf("%s: %s, want %s", b.Name, b.Bottleneck, want)
+		}
+	}
+	var sb strings.Builder
+	rep.Write(&sb)
+	if !strings.Contains(sb.String(), "each backend on its own") {
+		t.Errorf("the report does not list the backends' verdicts:\n%s", sb.String())
+	}
+	if one := Diagnose(Input{Backends: []Backend{sick}}); one.PerBackend != nil {
+		t.Error("a single backend got a per-backend list")
+	}
+}

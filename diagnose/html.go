@@ -24,6 +24,13 @@ func (r *Report) WriteHTML(w io.Writer, title string) error {
 	for _, f := range r.Against {
 		fmt.Fprintf(bw, "<tr><td>%s (another verdict's)</td><td>yes</td><td>%s</td></tr>\n", html.EscapeString(f.Signal), html.EscapeString(f.Detail))
 	}
+	if len(r.PerBackend) > 0 {
+		fmt.Fprintf(bw, "</table>\n<h2>Each backend on its own</h2>\n<table>\n<tr><th>backend</th><th>bottleneck</th><th>confidence</th><th>why</th></tr>\n")
+		for _, b := range r.PerBackend {
+			fmt.Fprintf(bw, "<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>\n", html.EscapeString(b.Name), html.EscapeString(b.Bottleneck),
+				html.EscapeString(b.Confidence), html.EscapeString(b.Summary))
+		}
+	}
 	fmt.Fprintf(bw, "</table>\n<h2>What to turn next, cheapest first</h2>\n<table>\n<tr><th></th><th>knob</th><th>action</th><th>re-measure</th><th>not if</th></tr>\n")
 	for i, k := range r.Knobs {
 		fmt.Fprintf(bw, "<tr><td>%d</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>\n", i+1, html.EscapeString(k.Knob),

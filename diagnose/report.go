@@ -14,6 +14,12 @@ func (r *Report) Write(w io.Writer) {
 	for _, f := range r.Evidence {
 		fmt.Fprintf(w, "  %-3s %-22s %s\n", f.verdict(), f.Signal, f.Detail)
 	}
+	if len(r.PerBackend) > 0 {
+		fmt.Fprintln(w, "\neach backend on its own:")
+		for _, b := range r.PerBackend {
+			fmt.Fprintf(w, "  %-40s %-10s (%s) %s\n", b.Name, b.Bottleneck, b.Confidence, b.Summary)
+		}
+	}
 	if len(r.Against) > 0 {
 		fmt.Fprintln(w, "\nalso seen (signals of other verdicts):")
 		for _, f := range r.Against {
