@@ -234,7 +234,10 @@ func (g *Gateway) serveAgain(hc net.Conn) {
 		if d := g.state.Load().cfg.Server.IdleTimeout; d > 0 {
 			_ = raw.SetReadDeadline(time.Now().Add(d))
 		}
-		n, _ := hc.Read(pc.buf[:])
+		// The hijacked reader was emptied above, so the next request is
+		// read from the connection itself: nothing of it can stay behind
+		// in that reader, where the server would not look.
+		n, _ := raw.Read(pc.buf[:])
 		_ = raw.SetReadDeadline(time.Time{})
 		if n == 0 {
 			_ = raw.Close()

@@ -124,6 +124,18 @@ func TestIdleAfterStream(t *testing.T) {
 		return resp
 	}
 	send()
+	// A request larger than one read of the waiting connection: the rest
+	// sits in the reader the stream left behind and must reach the server.
+	big := strings.Replace(streamBody, `"content":"hi"`, `"content":"`+strings.Repeat("x", 9000)+`"`, 1)
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(big), big)
+	conn.SetReadDeadline(time.Now().Add(3 * time.Second))
+	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("a 9 KB request after a stream: %v %v", resp, err)
+	} else {
+		io.ReadAll(resp.Body)
+		resp.Body.Close()
+	}
+	conn.SetReadDeadline(time.Time{})
 	time.Sleep(350 * time.Millisecond) // past header_timeout, within idle_timeout
 	conn.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
 	if b, err := br.Peek(1); len(b) > 0 {
