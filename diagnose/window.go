@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"strconv"
+	"time"
 )
 
 // Num is a figure that may be unknown (NaN); it is null in JSON.
@@ -125,6 +126,24 @@ func histMean(a, b Hist) Num {
 	return Num((b.Sum - a.Sum) / dc)
 }
 
+// column is f of each reading, in order.
+func column[R any](rs []R, f func(R) float64) []float64 {
+	v := make([]float64, len(rs))
+	for i, r := range rs {
+		v[i] = f(r)
+	}
+	return v
+}
+
+// offsets are the readings' times, in seconds from the first's.
+func offsets[R any](rs []R, at func(R) time.Time) []float64 {
+	t := make([]float64, len(rs))
+	for i, r := range rs {
+		t[i] = at(r).Sub(at(rs[0])).Seconds()
+	}
+	return t
+}
+
 // Backend is one backend's readings summarised over a window.
 type Backend struct {
 	Name    string  `json:"name"`
@@ -163,19 +182,9 @@ func Summarise(name string, rs []Reading, util []float64) Backend {
 		return b
 	}
 	b.Server = rs[0].Server
-	t0 := rs[0].At
 	n := len(rs)
-	t := make([]float64, n)
-	col := func(f func(Reading) float64) []float64 {
-		v := make([]float64, n)
-		for i, r := range rs {
-			v[i] = f(r)
-		}
-		return v
-	}
-	for i, r := range rs {
-		t[i] = r.At.Sub(t0).Seconds()
-	}
+	t := offsets(rs, func(r Reading) time.Time { return r.At })
+	col := func(f func(Reading) float64) []float64 { return column(rs, f) }
 	b.Seconds = t[n-1]
 	b.Running = stat(t, col(func(r Reading) float64 { return r.Running }))
 	b.Waiting = stat(t, col(func(r Reading) float64 { return r.Waiting }))
@@ -257,17 +266,8 @@ func SummariseGateway(rs []GatewayReading) Gateway {
 		return g
 	}
 	n := len(rs)
-	t := make([]float64, n)
-	col := func(f func(GatewayReading) float64) []float64 {
-		v := make([]float64, n)
-		for i, r := range rs {
-			v[i] = f(r)
-		}
-		return v
-	}
-	for i, r := range rs {
-		t[i] = r.At.Sub(rs[0].At).Seconds()
-	}
+	t := offsets(rs, func(r GatewayReading) time.Time { return r.At })
+	col := func(f func(GatewayReading) float64) []float64 { return column(rs, f) }
 	g.Seconds = t[n-1]
 	g.Queued = stat(t, col(func(r GatewayReading) float64 { return r.Queued }))
 	g.InFlight = stat(t, col(func(r GatewayReading) float64 { return r.InFlight }))

@@ -34,21 +34,9 @@ func (g *Gateway) handleAdmin(rc *fasthttp.RequestCtx) {
 	case "/metrics":
 		fastsrv.WriteMetrics(rc, g.m.mp.Registry, g.log)
 	case "/admin/stats":
-		b, err := json.Marshal(g.Stats(time.Now()))
-		if err != nil {
-			writeError(rc, http.StatusInternalServerError, openai.TypeServer, "internal_error", "cannot render the stats")
-			return
-		}
-		rc.SetContentType("application/json")
-		rc.SetBody(b)
+		writeJSON(rc, http.StatusOK, g.Stats(time.Now()))
 	case "/admin/pairs":
-		b, err := json.Marshal(g.Pairs())
-		if err != nil {
-			writeError(rc, http.StatusInternalServerError, openai.TypeServer, "internal_error", "cannot render the pairs")
-			return
-		}
-		rc.SetContentType("application/json")
-		rc.SetBody(b)
+		writeJSON(rc, http.StatusOK, g.Pairs())
 	case "/admin/config/versions":
 		writeJSON(rc, http.StatusOK, map[string]any{"versions": g.ConfigVersions()})
 	case "/admin/config/rollback":

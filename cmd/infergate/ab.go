@@ -123,15 +123,7 @@ func writeABHTML(path string, r *verdict.ABReport, pairs []proxy.Pair) error {
 		}
 	}
 	slices.SortStableFunc(ex, func(a, b verdict.Example) int { return cmp.Compare(a.Similarity, b.Similarity) })
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := r.WriteHTML(f, "infergate ab report", ex[:min(len(ex), 5)]); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return writeFileWith(path, func(w io.Writer) error { return r.WriteHTML(w, "infergate ab report", ex[:min(len(ex), 5)]) })
 }
 
 // abReport judges the gateway's pairs: the mirrored ones paired; when

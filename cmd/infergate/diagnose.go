@@ -116,12 +116,18 @@ func runDiagnose(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 	}
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", " ")
-		return enc.Encode(rep)
+		return printJSON(stdout, rep)
 	}
 	rep.Write(stdout)
 	return nil
+}
+
+// printJSON writes v as indented JSON, as diagnose --json and size
+// --json print their reports.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", " ")
+	return enc.Encode(v)
 }
 
 // writeFileWith creates path and has write fill it.

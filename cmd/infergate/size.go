@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -104,9 +103,7 @@ func runSize(_ context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", " ")
-		return enc.Encode(s)
+		return printJSON(stdout, s)
 	}
 	s.Write(stdout)
 	return nil
