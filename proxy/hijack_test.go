@@ -197,3 +197,38 @@ func TestClientGoneAfterKeptAliveStream(t *testing.T) {
 		t.Fatal("backend never saw its connection close")
 	}
 }
+
+// TestCutOffAfterStream: a client that sends half a request on a
+// connection kept alive after a stream and then vanishes, or one that
+// vanishes idle, leaves nothing behind: the connection is let go.
+func TestCutOffAfterStream(t *testing.T) {
+	be := newTestBackend(t, sseHandler(2, 0))
+	cfg := testConfig(be.URL)
+	cfg.Server.HeaderTimeout = 300 * time.Millisecond
+	gw := startGateway(t, cfg)
+	req := fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(streamBody), streamBody)
+	for _, tail := range []string{"POST /v1/chat/compl", "", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 500\r\n\r\n{\"model\":"} {
+		conn, err := net.Dial("tcp", gw.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReader(conn)
+		io.WriteString(conn, req)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.ReadAll(resp.Body)
+		resp.Body.Close()
+		io.WriteString(conn, tail)
+		conn.Close()
+	}
+	waitFor(t, 3*time.Second, "every served-again connection let go", func() bool {
+		gw.reservedMu.Lock()
+		defer gw.reservedMu.Unlock()
+		return len(gw.reserved) == 0
+	})
+	if code, _, _ := post(t, gw.URL, "/v1/chat/completions", plainBody); code != 200 {
+		t.Errorf("the gateway after cut-off clients: %d", code)
+	}
+}
