@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -40,7 +39,7 @@ func (x *exchange) tokenBudget(body []byte) int64 {
 func (x *exchange) admit(rc *fasthttp.RequestCtx, body []byte) error {
 	g := x.g
 	r := shaping.Request{Tenant: x.tenant, Pool: x.route.pool.name, Model: x.model, Tokens: x.tokenBudget(body)}
-	p, err := g.lim.Acquire(x.ctx, r)
+	p, err := g.lim.Acquire(&x.ctx, r)
 	x.tl.Admitted = time.Now()
 	if err != nil {
 		if errors.Is(err, shaping.ErrQueueFull) || errors.Is(err, shaping.ErrQueueTimeout) || errors.Is(err, shaping.ErrSharedDown) {
@@ -48,7 +47,7 @@ func (x *exchange) admit(rc *fasthttp.RequestCtx, body []byte) error {
 		}
 		// The wait ended with the request: the client left, or the total
 		// timeout passed.
-		if c := context.Cause(x.ctx); c != nil {
+		if c := x.ctx.Cause(); c != nil {
 			return c
 		}
 		return err

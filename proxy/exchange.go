@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/internal/hangup"
+	"github.com/infergate/infergate/internal/reqctx"
 	"github.com/infergate/infergate/openai"
 	"github.com/infergate/infergate/policy"
 	"github.com/infergate/infergate/shaping"
@@ -40,10 +40,10 @@ type exchange struct {
 	stream  bool
 	tl      tracing.Timeline
 
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	stopT  context.CancelFunc
-	watch  *hangup.Handle
+	// ctx ends when the client leaves, timeouts.total passes, the
+	// gateway shuts down or finishWith runs, with that cause.
+	ctx   reqctx.Ctx
+	watch *hangup.Handle
 
 	ureq    *fasthttp.Request
 	route   *route
@@ -228,11 +228,9 @@ func (x *exchange) reject(rc *fasthttp.RequestCtx, status int, typ, code, msg st
 func (x *exchange) start(rc *fasthttp.RequestCtx, body []byte) {
 	g, cfg := x.g, &x.st.cfg
 	g.inflight.Add(1)
-	c, cancel := context.WithCancelCause(g.base)
-	x.ctx, x.stopT = context.WithTimeoutCause(c, cfg.Timeouts.Total, errTotalTimeout)
-	x.cancel = cancel
+	g.reqs.Start(&x.ctx, cfg.Timeouts.Total, errTotalTimeout)
 	x.started = true // from here finishWith has something to release
-	x.watch = g.watch.Watch(rc.Conn(), func() { cancel(errClientGone) })
+	x.watch = g.watch.Watch(rc.Conn(), func() { x.ctx.Cancel(errClientGone) })
 
 	r := fasthttp.AcquireRequest()
 	r.Header.DisableNormalizing()
@@ -275,9 +273,8 @@ func (x *exchange) finishWith(status int, outcome string) {
 		x.up.finish(x.reuse)
 		x.up = nil
 	}
-	x.stopT()
 	x.conn.disarm()
-	x.cancel(nil)
+	x.ctx.Cancel(nil)
 	x.permit.Release()
 	if x.backend != nil {
 		// What the client's own request caused (it left, or its

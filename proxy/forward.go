@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"net/http"
 	"time"
@@ -37,9 +36,9 @@ func (x *exchange) forward(fill bool) error {
 		}
 		x.prepare(b)
 		x.tl.Attempts++
-		up, err := b.roundTrip(x.ctx, x, &cfg.Timeouts)
+		up, err := b.roundTrip(&x.ctx, x, &cfg.Timeouts)
 		if err != nil {
-			cause := context.Cause(x.ctx)
+			cause := x.ctx.Cause()
 			// A client that left or a total timeout is not the backend's fault.
 			x.dropAttempt(cause != nil)
 			// Connect errors and resets before any response byte move on;

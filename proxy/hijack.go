@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"context"
 	"crypto/tls"
 	"errors"
 	"net"
@@ -12,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/infergate/infergate/internal/reqctx"
 	"github.com/valyala/fasthttp"
 )
 
@@ -36,7 +36,7 @@ import (
 // when ctx ends before the handler starts (the hang-up watcher fires once
 // fasthttp closes that connection), the streamer is abandoned instead:
 // whichever of the two comes first claims the stream.
-func (g *Gateway) streamResponse(ctx context.Context, rc *fasthttp.RequestCtx, s streamer) {
+func (g *Gateway) streamResponse(ctx *reqctx.Ctx, rc *fasthttp.RequestCtx, s streamer) {
 	// HTTP/1.0 has no chunked coding: its stream ends with the connection.
 	chunked := rc.Request.Header.IsHTTP11()
 	keep := chunked && !rc.Request.Header.ConnectionClose() && !g.draining.Load()
@@ -56,12 +56,12 @@ func (g *Gateway) streamResponse(ctx context.Context, rc *fasthttp.RequestCtx, s
 	// One watch on the request's end serves both phases: before the body
 	// runs it abandons the stream; while it runs, a total timeout or a
 	// shutdown fails a write blocked on a client that stopped reading.
-	stop := context.AfterFunc(ctx, func() {
+	stop := ctx.AfterFunc(func() {
 		if claimed.CompareAndSwap(false, true) {
 			s.abandon()
 			return
 		}
-		if c := context.Cause(ctx); errors.Is(c, errTotalTimeout) || errors.Is(c, errShutdown) {
+		if c := ctx.Cause(); errors.Is(c, errTotalTimeout) || errors.Is(c, errShutdown) {
 			s.clientConn().unblock()
 		}
 	})

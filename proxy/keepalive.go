@@ -39,7 +39,7 @@ func (x *exchange) forwardWithKeepAlive(rc *fasthttp.RequestCtx, ka KeepAlive) {
 	rc.SetContentType("text/event-stream")
 	rc.Response.Header.Set("Cache-Control", "no-cache")
 	rc.Response.Header.Set("X-Accel-Buffering", "no")
-	x.g.streamResponse(x.ctx, rc, &keepAliveStream{x: x, res: res, interval: ka.Interval})
+	x.g.streamResponse(&x.ctx, rc, &keepAliveStream{x: x, res: res, interval: ka.Interval})
 }
 
 // keepAliveStream is the body of a stream committed before its backend
@@ -68,7 +68,7 @@ func (k *keepAliveStream) body(w *bufio.Writer) {
 		}
 		if _, err := w.Write(keepAliveLine); err != nil || w.Flush() != nil {
 			alive = false
-			x.cancel(errClientGone)
+			x.ctx.Cancel(errClientGone)
 		}
 	}
 	send()

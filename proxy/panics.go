@@ -105,7 +105,7 @@ func (k *keepAliveStream) release(err error) {
 	if x.finished {
 		return
 	}
-	x.cancel(err)
+	x.ctx.Cancel(err)
 	if !k.answered {
 		<-k.res
 		k.answered = true

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -31,7 +30,7 @@ func (x *exchange) commit(rc *fasthttp.RequestCtx) {
 	copyResponseHeaders(&rc.Response.Header, &up.Resp.Header)
 	if bytes.HasPrefix(up.Resp.Header.ContentType(), eventStream) && x.status < 300 {
 		rc.Response.Header.Set("X-Accel-Buffering", "no")
-		x.g.streamResponse(x.ctx, rc, x)
+		x.g.streamResponse(&x.ctx, rc, x)
 		return
 	}
 	body, err := x.readWhole()
@@ -109,7 +108,7 @@ func (x *exchange) readWhole() ([]byte, error) {
 
 // readErr names why reading the backend's body stopped.
 func (x *exchange) readErr(err error) error {
-	if cause := context.Cause(x.ctx); cause != nil {
+	if cause := x.ctx.Cause(); cause != nil {
 		return cause
 	}
 	if isTimeout(err) {

@@ -24,6 +24,7 @@ import (
 	"github.com/infergate/infergate/internal/bgqueue"
 	"github.com/infergate/infergate/internal/fastsrv"
 	"github.com/infergate/infergate/internal/hangup"
+	"github.com/infergate/infergate/internal/reqctx"
 	"github.com/infergate/infergate/openai"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
@@ -50,8 +51,11 @@ type Gateway struct {
 	tracer         *tracing.Tracer
 	spanProcessors []sdktrace.SpanProcessor
 
+	// base is the parent of the gateway's own work (mirrored requests);
+	// reqs of each request's context. Shutdown cancels both.
 	base       context.Context
 	cancelBase context.CancelCauseFunc
+	reqs       reqctx.Group
 	inflight   sync.WaitGroup
 	reloadMu   sync.Mutex
 	// versions keeps the applied configurations for rollback.
@@ -465,6 +469,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	g.cancelBase(errShutdown)
+	g.reqs.Cancel(errShutdown)
 	var err error
 	select {
 	case <-idle:

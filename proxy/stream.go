@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -59,10 +58,10 @@ func (x *exchange) ready() bool {
 func (x *exchange) endStream(w *bufio.Writer, out relayOutcome) {
 	var err error
 	switch {
-	case context.Cause(x.ctx) != nil:
+	case x.ctx.Cause() != nil:
 		// Before a write error: a total timeout or a shutdown cuts a
 		// blocked write short (hijack.go), and is the reason.
-		err = context.Cause(x.ctx)
+		err = x.ctx.Cause()
 	case out.clientErr && isTimeout(w.Flush()): // a failed writer keeps its error
 		err = fmt.Errorf("%w: a write blocked longer than server.write_timeout", errClientGone)
 	case out.clientErr:

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/infergate/infergate/internal/reqctx"
+
 	"github.com/redis/go-redis/v9"
 )
 
@@ -242,7 +244,7 @@ func (l *Limiter) Acquire(ctx context.Context, r Request) (Permit, error) {
 			l.stats.Cancelled++
 			l.forget(t)
 			l.mu.Unlock()
-			return Permit{}, context.Cause(ctx)
+			return Permit{}, reqctx.Cause(ctx)
 		}
 		tenantFull = full != nil && full.tenant
 	} else {
@@ -299,7 +301,7 @@ func (l *Limiter) wait(ctx context.Context, w *waiter, timeout time.Duration) (P
 		p.Waited = time.Since(start)
 		return p, nil
 	case <-ctx.Done():
-		err = context.Cause(ctx)
+		err = reqctx.Cause(ctx)
 	case <-timer.C:
 		err = ErrQueueTimeout
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/infergate/infergate/internal/reqctx"
+
 	"github.com/infergate/infergate/internal/supervise"
 	"github.com/redis/go-redis/v9"
 )
@@ -138,7 +140,7 @@ func (l *Limiter) tryShared(ctx context.Context, p *Permit) (ok bool, full *shar
 		t := p.tenant
 		p.Release()
 		p.tenant = t
-		return false, nil, context.Cause(ctx)
+		return false, nil, reqctx.Cause(ctx)
 	}
 	return true, nil, nil
 }

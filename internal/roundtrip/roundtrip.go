@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/infergate/infergate/internal/reqctx"
+
 	"github.com/valyala/fasthttp"
 )
 
@@ -118,14 +120,14 @@ func Do[C Conn](ctx context.Context, p Pool[C], req *fasthttp.Request, o Options
 		cc, err := p.AcquireConn(o.Connect, false)
 		if err != nil {
 			if ctx.Err() != nil {
-				return Trip{}, context.Cause(ctx)
+				return Trip{}, reqctx.Cause(ctx)
 			}
 			return Trip{}, &Error{StageConnect, err}
 		}
 		conn := cc.Conn()
 		reused := cc.CreatedTime().Before(start)
 		obs.Connected(conn, reused)
-		stop := context.AfterFunc(ctx, func() { conn.Close() })
+		stop := afterFunc(ctx, func() { conn.Close() })
 		fail := func() {
 			stop()
 			p.CloseConn(cc)
@@ -142,7 +144,7 @@ func Do[C Conn](ctx context.Context, p Pool[C], req *fasthttp.Request, o Options
 		if err != nil {
 			fail()
 			if ctx.Err() != nil {
-				return Trip{}, context.Cause(ctx)
+				return Trip{}, reqctx.Cause(ctx)
 			}
 			if reused && try == 0 {
 				continue // the server closed an idle connection
@@ -167,7 +169,7 @@ func Do[C Conn](ctx context.Context, p Pool[C], req *fasthttp.Request, o Options
 			fail()
 			switch {
 			case ctx.Err() != nil:
-				return Trip{}, context.Cause(ctx)
+				return Trip{}, reqctx.Cause(ctx)
 			case reused && try == 0 && Stale(err):
 				continue
 			}
@@ -187,6 +189,16 @@ func Do[C Conn](ctx context.Context, p Pool[C], req *fasthttp.Request, o Options
 		}
 		return t, nil
 	}
+}
+
+// afterFunc is context.AfterFunc, called straight on a context that has
+// the method (a reqctx.Ctx), which saves the child context the standard
+// function builds around it.
+func afterFunc(ctx context.Context, f func()) (stop func() bool) {
+	if a, ok := ctx.(interface{ AfterFunc(func()) func() bool }); ok {
+		return a.AfterFunc(f)
+	}
+	return context.AfterFunc(ctx, f)
 }
 
 func isSmallBuffer(err error) bool {
