@@ -47,8 +47,8 @@ type exchange struct {
 
 	ureq    *fasthttp.Request
 	route   *route
-	backend *Backend      // the attempt's backend, from its pick (forward) to finishWith
-	done    func(ok bool) // the breaker permit of backend
+	backend *Backend    // the attempt's backend, from its pick (forward) to finishWith
+	done    func(error) // the breaker permit of backend (Backend.settle)
 	up      *upstream
 	reuse   bool                // the upstream body was read to its end
 	er      *openai.EventReader // set once the first event was awaited
@@ -282,7 +282,7 @@ func (x *exchange) finishWith(status int, outcome string) {
 		// it counts as a success for ejection and the breaker.
 		ok := outcome == outcomeOK || outcome == outcomeClientGone || outcome == outcomeBackend4xx || status == http.StatusTooManyRequests ||
 			errors.Is(x.err, errTotalTimeout)
-		x.done(ok)
+		x.backend.settle(x.done, ok)
 		x.backend.outstanding.Add(-1)
 	}
 	if x.ureq != nil {

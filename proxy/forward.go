@@ -74,7 +74,7 @@ func (x *exchange) forward(fill bool) error {
 // dropAttempt gives back the attempt's breaker permit, reporting ok, and
 // its count of outstanding requests: the request moves on or fails.
 func (x *exchange) dropAttempt(ok bool) {
-	x.done(ok)
+	x.backend.settle(x.done, ok)
 	x.backend.outstanding.Add(-1)
 	x.backend, x.done = nil, nil
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -123,6 +124,23 @@ func TestTimeouts(t *testing.T) {
 				<-r.Context().Done()
 			}).URL
 		}, func(to *Timeouts) { to.Idle = 150 * time.Millisecond }, true, 0, "timeout", 150 * time.Millisecond},
+		// A plain answer whose body stops part-way: the idle bound holds
+		// whether the rest is counted by Content-Length or in chunks.
+		{"idle inside a plain body", func(t *testing.T) string {
+			return newTestBackend(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Length", "40")
+				io.WriteString(w, `{"choices":[`)
+				w.(http.Flusher).Flush()
+				<-r.Context().Done()
+			}).URL
+		}, func(to *Timeouts) { to.Idle = 150 * time.Millisecond }, false, 504, "timeout", 150 * time.Millisecond},
+		{"idle inside a chunked plain body", func(t *testing.T) string {
+			return newTestBackend(t, func(w http.ResponseWriter, r *http.Request) {
+				io.WriteString(w, `{"choices":[`)
+				w.(http.Flusher).Flush()
+				<-r.Context().Done()
+			}).URL
+		}, func(to *Timeouts) { to.Idle = 150 * time.Millisecond }, false, 504, "timeout", 150 * time.Millisecond},
 		{"total", func(t *testing.T) string { return newTestBackend(t, sseHandler(50, 20*time.Millisecond)).URL },
 			func(to *Timeouts) { to.Total = 200 * time.Millisecond }, true, 0, "timeout", 200 * time.Millisecond},
 		{"total before headers", func(t *testing.T) string { return newTestBackend(t, stall).URL },
@@ -161,6 +179,42 @@ func TestTimeouts(t *testing.T) {
 				t.Errorf("last event code %s, want %s", *e.Code, tc.code)
 			}
 		})
+	}
+}
+
+// A plain body read with a deadline leaves none on the backend
+// connection it goes back to: the next request on that connection, long
+// after the deadline, is answered.
+func TestPooledConnectionLosesItsDeadline(t *testing.T) {
+	var mu sync.Mutex
+	var remotes []string
+	be := newTestBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		remotes = append(remotes, r.RemoteAddr)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", "11")
+		io.WriteString(w, `{"ok":`)
+		w.(http.Flusher).Flush()
+		time.Sleep(20 * time.Millisecond) // the gateway waits: with a deadline
+		io.WriteString(w, `true}`)
+	})
+	cfg := testConfig(be.URL)
+	cfg.Timeouts.Idle = 100 * time.Millisecond
+	gw := startGateway(t, cfg)
+	for i := range 2 {
+		if i == 1 {
+			time.Sleep(300 * time.Millisecond) // well past the first read's deadline
+		}
+		code, _, resp := post(t, gw.URL, "/v1/chat/completions", plainBody)
+		if code != 200 || resp != `{"ok":true}` {
+			t.Fatalf("request %d: status %d: %s", i, code, resp)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(remotes) != 2 || remotes[0] != remotes[1] {
+		t.Fatalf("backend connections %v: the second request did not reuse the first's", remotes)
 	}
 }
 

@@ -342,7 +342,7 @@ func (g *Gateway) runArm(p *pair, a *Arm, m *mirrorRule, pool *Pool, req *fastht
 		req.Header.Set("Authorization", b.auth)
 	}
 	ok := readArm(ctx, b, req, p.Stream, t, a, p.maxOutput)
-	done(ok)
+	b.settle(done, ok)
 	p.done(g)
 }
 

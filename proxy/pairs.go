@@ -219,6 +219,7 @@ func readArm(ctx context.Context, b *Backend, req *fasthttp.Request, stream bool
 	fasthttp.ReleaseResponse(resp)
 	var tl tracing.Timeline
 	tl.Sent = obs.at
+	trip.DeadlineSet = true // both readers bound their reads
 	if sse {
 		err = readArmStream(trip.Conn, &body, t, &tl, a)
 	} else {

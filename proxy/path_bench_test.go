@@ -39,11 +39,11 @@ func BenchmarkPick(b *testing.B) {
 	now := time.Now()
 	b.ReportAllocs()
 	for range b.N {
-		_, done, err := p.pick(nil, now)
+		be, permit, err := p.pick(nil, now)
 		if err != nil {
 			b.Fatal(err)
 		}
-		done(true)
+		be.settle(permit, true)
 	}
 }
 

@@ -62,32 +62,62 @@ func (p *Pool) Ready(now time.Time) bool {
 }
 
 // pick chooses an available backend not in tried and takes a breaker
-// permit for it. The returned done must be called with the outcome.
-func (p *Pool) pick(tried []*Backend, now time.Time) (*Backend, func(ok bool), error) {
-	var buf [16]*Backend
-	cands := buf[:0]
+// permit for it. The permit must be settled (Backend.settle) with the
+// outcome.
+func (p *Pool) pick(tried []*Backend, now time.Time) (*Backend, func(error), error) {
+	var only *Backend
+	n := 0
+	for _, b := range p.backends {
+		if b.Available(now) && !contains(tried, b) {
+			only = b
+			n++
+		}
+	}
+	switch n {
+	case 0:
+		return nil, nil, ErrNoBackend
+	case 1:
+		// Nothing to choose (the common single-backend pool): no list to
+		// build for the selector.
+		if done, err := only.cb.Allow(); err == nil {
+			return only, done, nil
+		}
+		return nil, nil, ErrNoBackend
+	}
+	sp := candsPool.Get().(*[]*Backend)
+	defer candsPool.Put(sp)
+	cands := (*sp)[:0]
 	for _, b := range p.backends {
 		if b.Available(now) && !contains(tried, b) {
 			cands = append(cands, b)
 		}
 	}
+	defer func() { clear(cands); *sp = cands[:0] }()
 	for len(cands) > 0 {
 		b := p.sel.Select(cands)
 		done, err := b.cb.Allow()
 		if err == nil {
-			return b, func(ok bool) {
-				if ok {
-					done(nil)
-				} else {
-					done(errAttemptFailed)
-				}
-				b.result(ok, time.Now())
-			}, nil
+			return b, done, nil
 		}
 		// Open or half-open with its probes in use: try the others.
 		cands = remove(cands, b)
 	}
 	return nil, nil, ErrNoBackend
+}
+
+// candsPool holds pick's candidate lists: the selector is an interface,
+// so a list on pick's stack would escape to the heap on every request.
+var candsPool = sync.Pool{New: func() any { s := make([]*Backend, 0, 16); return &s }}
+
+// settle reports an attempt's outcome to b's breaker, through the permit
+// pick gave, and to its ejection count.
+func (b *Backend) settle(permit func(error), ok bool) {
+	if ok {
+		permit(nil)
+	} else {
+		permit(errAttemptFailed)
+	}
+	b.result(ok, time.Now())
 }
 
 func contains(s []*Backend, b *Backend) bool {

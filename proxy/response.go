@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/infergate/infergate/openai"
@@ -33,7 +34,16 @@ func (x *exchange) commit(rc *fasthttp.RequestCtx) {
 		x.g.streamResponse(&x.ctx, rc, x)
 		return
 	}
-	body, err := x.readWhole()
+	wb := wholePool.Get().(*[]byte)
+	body, err := x.readWhole((*wb)[:0])
+	defer func() {
+		// The buffer read into goes back, unless it grew past what is
+		// worth keeping (then the one taken goes back).
+		if body != nil && cap(body) <= maxPooledWhole {
+			*wb = body[:0]
+		}
+		wholePool.Put(wb)
+	}()
 	if err != nil {
 		rc.Response.Reset()
 		rc.Response.Header.Set("X-Request-Id", x.id)
@@ -45,7 +55,11 @@ func (x *exchange) commit(rc *fasthttp.RequestCtx) {
 		}
 		return
 	}
-	rc.Response.SetBodyRaw(body) // ours, and not touched again: no copy
+	if cap(body) <= maxPooledWhole {
+		rc.Response.SetBody(body) // a copy: the buffer goes back to the pool
+	} else {
+		rc.Response.SetBodyRaw(body) // not pooled: no copy
+	}
 	if x.pair != nil {
 		x.captured = openai.AppendContent(nil, body)
 		x.captured = x.captured[:min(len(x.captured), maxCapture)]
@@ -67,20 +81,32 @@ func statusOutcome(status int) string {
 	return outcomeOK
 }
 
-// readWhole reads a non-streamed body, bounded in size and by the idle
-// timeout between reads.
-func (x *exchange) readWhole() ([]byte, error) {
+// wholePool holds the buffers plain answers are read into: the answer is
+// copied into the response (fasthttp's own pooled buffer) and the buffer
+// comes back, so a small answer costs no allocation.
+var wholePool = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+
+// maxPooledWhole is the largest buffer kept in wholePool; larger answers
+// are read into a buffer of their own and sent without a copy.
+const maxPooledWhole = 64 << 10
+
+// readWhole reads a non-streamed body into buf, bounded in size and by the
+// idle timeout between reads, and returns it (grown when needed).
+func (x *exchange) readWhole(buf []byte) ([]byte, error) {
 	limit := x.st.cfg.Server.MaxResponseBytes
 	idle := x.st.cfg.Timeouts.Idle
-	buf := make([]byte, 0, 4096)
-	if n := x.up.Resp.Header.ContentLength(); n > 0 && n <= limit {
+	if n := x.up.Resp.Header.ContentLength(); n > cap(buf) && n <= limit {
 		buf = make([]byte, 0, n)
 	}
 	for {
 		if len(buf) == cap(buf) {
 			buf = append(buf, 0)[:len(buf)]
 		}
-		_ = x.up.Conn.SetReadDeadline(time.Now().Add(idle))
+		if !x.up.body.Ready() {
+			// Only a read that may wait on the backend needs the bound:
+			// a small answer is usually whole in the reader already.
+			_ = x.up.SetReadDeadline(time.Now().Add(idle))
+		}
 		n, err := x.up.body.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
 		if len(buf) > limit {

@@ -38,7 +38,7 @@ func (x *exchange) relayStream(w *bufio.Writer) {
 	}
 	er := x.reader()
 	cfg := &x.st.cfg
-	out := relay(w, er, x.up.Conn, cfg.Timeouts.FirstByte, cfg.Timeouts.Idle, &x.tl, x.relayMode())
+	out := relay(w, er, x.up, cfg.Timeouts.FirstByte, cfg.Timeouts.Idle, &x.tl, x.relayMode())
 	x.endStream(w, out)
 	x.putReader(er)
 }
@@ -112,7 +112,7 @@ func (x *exchange) putReader(er *openai.EventReader) {
 func (x *exchange) fillFirst() {
 	x.er = readerPool.Get().(*openai.EventReader)
 	x.er.Reset(&x.up.body, nil, maxEventBytes)
-	_ = x.up.Conn.SetReadDeadline(time.Now().Add(x.st.cfg.Timeouts.FirstByte))
+	_ = x.up.SetReadDeadline(time.Now().Add(x.st.cfg.Timeouts.FirstByte))
 	x.er.Fill()
 }
 

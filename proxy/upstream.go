@@ -32,6 +32,13 @@ func (up *upstream) finish(reuse bool) {
 	fasthttp.ReleaseResponse(up.Resp)
 }
 
+// SetReadDeadline sets the connection's read deadline, noting it so that
+// the connection loses it before it is pooled again.
+func (up *upstream) SetReadDeadline(t time.Time) error {
+	up.DeadlineSet = true
+	return up.Conn.SetReadDeadline(t)
+}
+
 // roundTrip sends x's request to b, its attempt's backend (x.backend),
 // and waits for the response headers (internal/roundtrip). The
 // connection is closed at once when ctx ends, which unblocks every read

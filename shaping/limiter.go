@@ -394,7 +394,9 @@ func (l *Limiter) giveBack(p *Permit) {
 // forget drops an idle tenant's state, so tenants that come and go (one
 // per API key) do not pile up. Called with l.mu held.
 func (l *Limiter) forget(t *tenant) {
-	if t.idle() && l.tenants[t.name] == t {
+	// The anonymous tenant (every request without one) stays: forgetting
+	// it would cost an allocation per request, and it is only one.
+	if t.idle() && t.name != "" && l.tenants[t.name] == t {
 		delete(l.tenants, t.name)
 	}
 }

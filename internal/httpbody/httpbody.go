@@ -62,6 +62,21 @@ func (b *Reader) Complete() bool {
 }
 
 // Read implements io.Reader.
+// Ready reports that the next Read returns without waiting on the
+// connection: the body is at its end, or its next bytes are buffered and
+// need no framing line read first.
+func (b *Reader) Ready() bool {
+	switch {
+	case b.err != nil || b.state == stDone || b.mode == None:
+		return true
+	case b.mode == Fixed && b.left == 0:
+		return true
+	case b.mode == Fixed || b.mode == Close || b.mode == Chunked && b.state == stData:
+		return b.br.Buffered() > 0
+	}
+	return false
+}
+
 func (b *Reader) Read(p []byte) (int, error) {
 	if b.err != nil {
 		return 0, b.err

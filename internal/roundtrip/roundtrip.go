@@ -102,13 +102,17 @@ type Trip struct {
 	Reader *bufio.Reader
 	// Reused says the connection came from the pool.
 	Reused bool
-	finish func(reuse bool)
+	// DeadlineSet says the caller set a deadline on Conn, which Finish
+	// then clears before the connection goes back to the pool (it clears
+	// its own Options.Deadline regardless).
+	DeadlineSet bool
+	finish      func(reuse, deadline bool)
 }
 
 // Finish gives the reader back and the connection to its pool when reuse
 // is set (the body was read to its end and the server did not ask to
 // close) and the context did not close it; else it closes the connection.
-func (t *Trip) Finish(reuse bool) { t.finish(reuse) }
+func (t *Trip) Finish(reuse bool) { t.finish(reuse, t.DeadlineSet) }
 
 // Do sends req on a connection of p and reads the response headers. When
 // ctx ends first it returns context.Cause(ctx); otherwise a failure is an
@@ -176,12 +180,14 @@ func Do[C Conn](ctx context.Context, p Pool[C], req *fasthttp.Request, o Options
 			return Trip{}, &Error{StageHeaders, err}
 		}
 		t := Trip{Resp: resp, Conn: conn, Reader: br, Reused: reused}
-		t.finish = func(reuse bool) {
+		t.finish = func(reuse, deadline bool) {
 			// stop reports false once the close ran: never pool that conn.
 			reuse = stop() && reuse
 			obs.ReleaseReader(br)
 			if reuse {
-				_ = conn.SetDeadline(time.Time{})
+				if deadline || o.Deadline > 0 {
+					_ = conn.SetDeadline(time.Time{})
+				}
 				p.ReleaseConn(cc)
 			} else {
 				p.CloseConn(cc)
