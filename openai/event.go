@@ -2,7 +2,6 @@ package openai
 
 import (
 	"bytes"
-	"encoding/json"
 )
 
 var (
@@ -159,7 +158,7 @@ func UsageOf(data []byte) (Usage, bool) {
 // integer fields, found by key without reflection (a stream's usage chunk
 // is read at the rate of requests, a plain body's at the rate of bodies).
 func decodeUsage(b []byte) (Usage, bool) {
-	if !json.Valid(b) {
+	if !validJSON(b) {
 		return Usage{}, false
 	}
 	var u Usage

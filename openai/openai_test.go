@@ -351,3 +351,19 @@ func TestSetMember(t *testing.T) {
 		}
 	}
 }
+
+// FuzzHasControl holds the word-at-a-time check to a plain loop.
+func FuzzHasControl(f *testing.F) {
+	for _, s := range []string{"", "abc", "abcdefgh\x1f", "\x00", "\x7f\x80\xff\x20\x20\x20\x20\x20\x20", "{\"a\":\"\n\"}"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		want := false
+		for _, c := range b {
+			want = want || c < 0x20
+		}
+		if got := hasControl(b); got != want {
+			t.Fatalf("hasControl(%q) = %v, want %v", b, got, want)
+		}
+	})
+}
