@@ -193,27 +193,31 @@ func intField(b, key []byte) int {
 	return n
 }
 
-var (
-	keyMaxCompletionTokens = []byte(`"max_completion_tokens"`)
-	keyMaxTokens           = []byte(`"max_tokens"`)
-)
-
-// MaxOutputTokens returns a request body's max_completion_tokens, else
-// its max_tokens, or 0 when neither is a number.
-func MaxOutputTokens(body []byte) int {
-	for _, key := range [...][]byte{keyMaxCompletionTokens, keyMaxTokens} {
-		if v := nextValue(body, key); len(v) > 0 && v[0] >= '0' && v[0] <= '9' {
-			n := 0
-			for _, c := range v {
-				if c < '0' || c > '9' || n > 1<<40 {
-					break
-				}
-				n = n*10 + int(c-'0')
-			}
+// MaxOutput returns the top-level max_completion_tokens of the body e was
+// scanned from, else its max_tokens, or 0 when neither is a number. It
+// reads the members' spans: no other pass over the body.
+func (e Envelope) MaxOutput(body []byte) int {
+	for _, f := range [...]Field{e.MaxCompletionTokens, e.MaxTokens} {
+		if n, ok := leadingInt(f.Of(body)); ok {
 			return n
 		}
 	}
 	return 0
+}
+
+// leadingInt reads the digits v starts with, if it starts with one.
+func leadingInt(v []byte) (int, bool) {
+	if len(v) == 0 || v[0] < '0' || v[0] > '9' {
+		return 0, false
+	}
+	n := 0
+	for _, c := range v {
+		if c < '0' || c > '9' || n > 1<<40 {
+			break
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, true
 }
 
 var keyChoices = []byte(`"choices"`)

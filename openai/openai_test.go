@@ -261,18 +261,25 @@ func FuzzUsageOf(f *testing.F) {
 	})
 }
 
-func TestMaxOutputTokens(t *testing.T) {
+func TestMaxOutput(t *testing.T) {
 	for _, tc := range []struct {
 		body string
 		want int
 	}{
 		{`{"model":"m","max_tokens":256}`, 256},
-		{`{"max_tokens": 10, "max_completion_tokens" : 99}`, 99},
-		{`{"messages":[{"content":"\"max_tokens\":5"}]}`, 0},
-		{`{"max_tokens":null}`, 0},
+		{`{"model":"m","max_tokens": 10, "max_completion_tokens" : 99}`, 99},
+		{`{"model":"m","max_completion_tokens":null,"max_tokens":7}`, 7},
+		{`{"model":"m","messages":[{"content":"\"max_tokens\":5"}]}`, 0},
+		{`{"tools":[{"function":{"parameters":{"max_tokens":5}}}],"model":"m"}`, 0}, // top level only
+		{`{"model":"m","max_tokens":null}`, 0},
+		{`{"model":"m","max_tokens":"12"}`, 0},
 	} {
-		if got := MaxOutputTokens([]byte(tc.body)); got != tc.want {
-			t.Errorf("MaxOutputTokens(%s) = %d, want %d", tc.body, got, tc.want)
+		env, err := ScanRequest([]byte(tc.body))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.body, err)
+		}
+		if got := env.MaxOutput([]byte(tc.body)); got != tc.want {
+			t.Errorf("MaxOutput(%s) = %d, want %d", tc.body, got, tc.want)
 		}
 	}
 }

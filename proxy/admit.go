@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/infergate/infergate/openai"
 	"github.com/infergate/infergate/shaping"
 	"github.com/valyala/fasthttp"
 )
@@ -22,7 +21,7 @@ import (
 func (x *exchange) tokenBudget(body []byte) int64 {
 	out := int64(x.pol.MaxTokens)
 	if out <= 0 {
-		out = int64(openai.MaxOutputTokens(body))
+		out = int64(x.askedOut)
 	}
 	if out <= 0 {
 		out = x.st.cfg.Shaping.DefaultOutputTokens

@@ -55,8 +55,11 @@ type exchange struct {
 	permit  shaping.Permit      // the admission slot, released by finishWith
 	timing  bool                // the client asked for X-Infergate-Timing
 	tenant  string              // as the policy named it
-	pol     policy.Decision     // what the policy made of the request
-	pair    *pair               // the mirrored pair this request is the primary of, or nil
+	// askedOut is the output the client asked for (max_completion_tokens,
+	// else max_tokens; 0 for neither), read as the request was scanned.
+	askedOut int
+	pol      policy.Decision // what the policy made of the request
+	pair     *pair           // the mirrored pair this request is the primary of, or nil
 	// captured is the primary's answer text while a pair is being made.
 	captured []byte
 	logged   bool   // this request goes to the request log
@@ -152,6 +155,8 @@ func (g *Gateway) serveAPI(rc *fasthttp.RequestCtx, strict bool) {
 	x.model, x.stream = env.Model, env.Stream
 	if err != nil {
 		x.model = ""
+	} else {
+		x.askedOut = env.MaxOutput(body)
 	}
 	if len(x.model) > maxModelBytes {
 		n := len(x.model)
