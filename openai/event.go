@@ -39,7 +39,10 @@ func EventData(ev []byte) []byte {
 }
 
 // IsDone reports whether the event is the stream terminator data: [DONE].
-func IsDone(ev []byte) bool { return bytes.Equal(EventData(ev), doneData) }
+func IsDone(ev []byte) bool { return IsDoneData(EventData(ev)) }
+
+// IsDoneData is IsDone for an event's data (EventData), already found.
+func IsDoneData(data []byte) bool { return bytes.Equal(data, doneData) }
 
 // HasFinishReason reports whether a chunk's finish_reason is set (a string,
 // not null).
@@ -67,14 +70,23 @@ func IsErrorChunk(data []byte) bool {
 // nextValue finds the next occurrence of key (a quoted name) in data that
 // is followed by a colon, and returns data from that key's value on; nil
 // when there is none.
+//
+// It searches for the name without its opening quote and checks the quote
+// after: bytes.Index finds a pattern by its first byte, and a quote, the
+// commonest byte of JSON, would stop it at every string.
 func nextValue(data, key []byte) []byte {
-	for {
-		i := bytes.Index(data, key)
+	name := key[1:]
+	for off := 0; ; {
+		i := bytes.Index(data[off:], name)
 		if i < 0 {
 			return nil
 		}
-		data = data[i+len(key):]
-		if j := skipSpace(data, 0); j < len(data) && data[j] == ':' {
+		i += off
+		off = i + len(name)
+		if i == 0 || data[i-1] != '"' {
+			continue
+		}
+		if j := skipSpace(data, off); j < len(data) && data[j] == ':' {
 			return data[skipSpace(data, j+1):]
 		}
 	}

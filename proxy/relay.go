@@ -102,7 +102,7 @@ func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByt
 		switch {
 		case len(data) == 0 || out.finish:
 			// comments, and what follows the finish (usage, [DONE])
-			if openai.IsDone(ev) {
+			if openai.IsDoneData(data) {
 				out.done = true
 				break
 			}
@@ -110,7 +110,7 @@ func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByt
 			if m.stripUsage && !timing && openai.IsUsageOnly(data) {
 				continue
 			}
-		case openai.IsDone(ev):
+		case openai.IsDoneData(data):
 			out.done = true
 		case openai.IsErrorChunk(data):
 			out.backendError = true
