@@ -38,6 +38,7 @@ func (x *exchange) tokenBudget(body []byte) int64 {
 func (x *exchange) admit(rc *fasthttp.RequestCtx, body []byte) error {
 	g := x.g
 	r := shaping.Request{Tenant: x.tenant, Pool: x.route.pool.name, Model: x.model, Tokens: x.tokenBudget(body)}
+	x.tl.Asked = time.Now()
 	p, err := g.lim.Acquire(&x.ctx, r)
 	x.tl.Admitted = time.Now()
 	if err != nil {

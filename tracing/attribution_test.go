@@ -22,6 +22,11 @@ func TestAttributionAddsUp(t *testing.T) {
 		{"plain, RTT unknown", Timeline{Received: at(0), Admitted: at(0), UpstreamStart: at(0.1), Connected: at(0.2), Sent: at(0.3),
 			Headers: at(40.3), Done: at(41)},
 			Attribution{Connect: 100 * time.Microsecond, ModelTTFT: 40 * time.Millisecond, Gateway: 900 * time.Microsecond, Total: 41 * time.Millisecond}},
+		// The gateway's setup before it asks for a slot is its own work,
+		// not a queue.
+		{"setup before admission", Timeline{Received: at(0), Asked: at(0.05), Admitted: at(0.051), UpstreamStart: at(0.06), Connected: at(0.06),
+			Sent: at(0.07), Headers: at(1.07), Done: at(1.1)},
+			Attribution{Queue: time.Microsecond, ModelTTFT: time.Millisecond, Gateway: 99 * time.Microsecond, Total: 1100 * time.Microsecond}},
 		// The kernel's RTT can exceed a fast answer: network is capped.
 		{"RTT above the wait", Timeline{Received: at(0), Admitted: at(0), UpstreamStart: at(0), Connected: at(0), Sent: at(0),
 			Headers: at(1), Done: at(1), UpstreamRTT: 5 * time.Millisecond},

@@ -11,6 +11,7 @@ import (
 // by one goroutine at a time: the handler, then the stream writer.
 type Timeline struct {
 	Received      time.Time // the request was fully read
+	Asked         time.Time // its own setup done, it asked for a slot
 	Admitted      time.Time // a slot was granted
 	UpstreamStart time.Time // a backend was picked and the call started
 	Connected     time.Time // a backend connection was in hand
@@ -78,8 +79,14 @@ func (t *Timeline) Connect() time.Duration { return since(t.UpstreamStart, t.Con
 func (t *Timeline) ModelTTFT() time.Duration { return since(t.Sent, t.FirstTokenIn) }
 
 // QueueWait is the time the request waited for an admission slot: from
-// receipt to admission, less the policy's work.
+// asking for it to admission. Without an Asked stamp it is from receipt
+// to admission, less the policy's work; that also counts the gateway's
+// own setup of the request (parsing, headers), tens of microseconds that
+// are not a queue.
 func (t *Timeline) QueueWait() time.Duration {
+	if !t.Asked.IsZero() {
+		return since(t.Asked, t.Admitted)
+	}
 	return max(0, since(t.Received, t.Admitted)-t.PolicyTime)
 }
 
