@@ -34,16 +34,28 @@ func (l *connLimit) Accept() (net.Conn, error) {
 			continue
 		}
 		l.open.Add(1)
-		return &countedConn{Conn: c, l: l}, nil
+		cc := &countedConn{Conn: c, l: l, fd: -1}
+		if sc, ok := c.(syscall.Conn); ok {
+			if raw, err := sc.SyscallConn(); err == nil {
+				_ = raw.Control(func(fd uintptr) { cc.fd = int(fd) })
+			}
+		}
+		return cc, nil
 	}
 }
 
-// countedConn gives its place back when closed, once.
+// countedConn gives its place back when closed, once. It knows its
+// socket's descriptor from the accept on, so the hang-up watcher, which
+// polls it for every request, need not look it up each time.
 type countedConn struct {
 	net.Conn
 	l    *connLimit
+	fd   int // -1 when there is no socket
 	once sync.Once
 }
+
+// SocketFD returns the socket's descriptor (hangup.Watch).
+func (c *countedConn) SocketFD() (int, bool) { return c.fd, c.fd >= 0 }
 
 func (c *countedConn) Close() error {
 	c.once.Do(func() { c.l.open.Add(-1) })

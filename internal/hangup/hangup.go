@@ -150,10 +150,15 @@ func (w *Watcher) loop() {
 	}
 }
 
-// socketFD returns the file descriptor under conn, looking through TLS.
+// socketFD returns the file descriptor under conn, looking through TLS:
+// from the connection's SocketFD method when it has one (a descriptor
+// found once, at accept), else through its syscall.RawConn.
 func socketFD(conn net.Conn) (int, bool) {
 	if tc, ok := conn.(*tls.Conn); ok {
 		conn = tc.NetConn()
+	}
+	if s, ok := conn.(interface{ SocketFD() (int, bool) }); ok {
+		return s.SocketFD()
 	}
 	sc, ok := conn.(syscall.Conn)
 	if !ok {

@@ -90,3 +90,35 @@ func TestPipeIsNotWatched(t *testing.T) {
 	}
 	w.Close() // twice is fine
 }
+
+// fdConn hides its socket from syscall.Conn and tells its descriptor
+// only through SocketFD, as the gateway's accepted connections do.
+type fdConn struct {
+	net.Conn
+	fd int
+}
+
+func (c fdConn) SocketFD() (int, bool) { return c.fd, true }
+
+func TestWatchUsesTheConnectionsOwnDescriptor(t *testing.T) {
+	w := New(5 * time.Millisecond)
+	defer w.Close()
+	client, server := pair(t)
+	defer server.Close()
+	fd, ok := socketFD(server)
+	if !ok {
+		t.Fatal("no descriptor for a TCP connection")
+	}
+	fired := make(chan struct{})
+	h := w.Watch(fdConn{Conn: struct{ net.Conn }{server}, fd: fd}, func() { close(fired) })
+	defer h.Stop()
+	if w.Len() != 1 {
+		t.Fatalf("watching %d connections, want 1", w.Len())
+	}
+	client.Close()
+	select {
+	case <-fired:
+	case <-time.After(2 * time.Second):
+		t.Fatal("peer close not noticed through SocketFD")
+	}
+}
