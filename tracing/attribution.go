@@ -13,7 +13,7 @@ import (
 // backend, failed attempts, writing the request, relaying each event,
 // finishing).
 type Attribution struct {
-	// Queue is the wait for an admission slot (admitted − received).
+	// Queue is the wait for an admission slot (QueueWait: admitted − asked).
 	Queue time.Duration
 	// Connect is getting a backend connection, new or pooled.
 	Connect time.Duration

@@ -252,7 +252,7 @@ func (t *Tracer) End(parent, sc trace.SpanContext, tl *Timeline, r RequestSpans)
 	// A queue span only for a request that waited: a microsecond of
 	// admission is no queue, and a span costs what the request did.
 	if tl.QueueWait() >= 100*time.Microsecond {
-		child("queue", trace.SpanKindInternal, tl.Received, tl.Admitted, nil)
+		child("queue", trace.SpanKindInternal, tl.Admitted.Add(-tl.QueueWait()), tl.Admitted, nil)
 	}
 	if !tl.UpstreamStart.IsZero() {
 		end := tl.LastTokenIn
