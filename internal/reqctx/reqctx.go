@@ -47,7 +47,7 @@ type Ctx struct {
 	linked     bool
 	deadline   time.Time // zero: none
 	until      time.Time // the deadline, or forever: the list's order
-	onDeadline error // the cause when the deadline passes
+	onDeadline error     // the cause when the deadline passes
 
 	mu    sync.Mutex
 	cause error         // nil while live
