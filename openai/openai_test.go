@@ -374,3 +374,24 @@ func FuzzHasControl(f *testing.F) {
 		}
 	})
 }
+
+// Nesting: fastjson's validator has no depth bound, encoding/json refuses
+// past 10000; the verdict is encoding/json's at every depth (the fuzzer
+// cannot reach these).
+func TestValidJSONNesting(t *testing.T) {
+	for _, depth := range []int{1, 299, 301, 9999, 10000, 10001, 20000} {
+		b := []byte(`{"model":"m","x":` + strings.Repeat("[", depth) + strings.Repeat("]", depth) + `}`)
+		if got, want := validJSON(b), json.Valid(b); got != want {
+			t.Errorf("depth %d: validJSON %v, json.Valid %v", depth, got, want)
+		}
+		_, err := ScanRequest(b)
+		if (err == nil) != json.Valid(b) {
+			t.Errorf("depth %d: ScanRequest error %v, json.Valid %v", depth, err, json.Valid(b))
+		}
+	}
+	// Brackets inside strings only send the body to encoding/json.
+	b := []byte(`{"model":"m","x":"` + strings.Repeat("[", 20000) + `"}`)
+	if !validJSON(b) {
+		t.Error("20000 brackets in a string refused")
+	}
+}

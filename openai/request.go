@@ -356,12 +356,25 @@ func SetMember(body []byte, name string, value []byte) []byte {
 // any byte below 0x20 goes to encoding/json alone (outside strings only
 // whitespace may be one: pretty-printed bodies take that path).
 // FuzzScanRequest holds the verdict to json.Valid's.
+//
+// encoding/json also refuses nesting deeper than maxJSONDepth, where
+// fastjson's validator has no bound: a body with more opening brackets
+// than that (counted in strings too, which only errs towards asking
+// encoding/json) goes to encoding/json as well.
 func validJSON(b []byte) bool {
-	if hasControl(b) {
+	if hasControl(b) || fastjson.ValidateBytes(b) != nil {
 		return json.Valid(b)
 	}
-	return fastjson.ValidateBytes(b) == nil || json.Valid(b)
+	if bytes.Count(b, openArray)+bytes.Count(b, openObject) > maxJSONDepth {
+		return json.Valid(b)
+	}
+	return true
 }
+
+// maxJSONDepth is encoding/json's bound on nesting.
+const maxJSONDepth = 10000
+
+var openArray, openObject = []byte{'['}, []byte{'{'}
 
 // hasControl reports whether b holds a byte below 0x20, eight bytes at a
 // time: (x - 0x20 in each byte) & ^x has a byte's top bit set where that
