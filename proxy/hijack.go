@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/infergate/infergate/internal/hangup"
 	"github.com/infergate/infergate/internal/reqctx"
 	"github.com/valyala/fasthttp"
 )
@@ -277,26 +278,9 @@ func (p *prefixConn) SyscallConn() (syscall.RawConn, error) {
 	return nil, errors.ErrUnsupported
 }
 
-// SocketFD is the descriptor the accepted connection found once
-// (countedConn), else the socket's, looked up now.
-func (p *prefixConn) SocketFD() (int, bool) {
-	c := p.Conn
-	if tc, ok := c.(*tls.Conn); ok {
-		c = tc.NetConn()
-	}
-	if s, ok := c.(interface{ SocketFD() (int, bool) }); ok {
-		return s.SocketFD()
-	}
-	raw, err := p.SyscallConn()
-	if err != nil {
-		return -1, false
-	}
-	fd := -1
-	if raw.Control(func(f uintptr) { fd = int(f) }) != nil {
-		return -1, false
-	}
-	return fd, fd >= 0
-}
+// SocketFD is the wrapped connection's descriptor: the one the accepted
+// connection found once (countedConn), else the socket's, looked up now.
+func (p *prefixConn) SocketFD() (int, bool) { return hangup.SocketFD(p.Conn) }
 
 func (p *prefixConn) Read(b []byte) (int, error) {
 	if len(p.pre) > 0 {

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+
+	"github.com/infergate/infergate/internal/hangup"
 )
 
 // connLimit caps the client connections open at once (server.
@@ -35,10 +37,8 @@ func (l *connLimit) Accept() (net.Conn, error) {
 		}
 		l.open.Add(1)
 		cc := &countedConn{Conn: c, l: l, fd: -1}
-		if sc, ok := c.(syscall.Conn); ok {
-			if raw, err := sc.SyscallConn(); err == nil {
-				_ = raw.Control(func(fd uintptr) { cc.fd = int(fd) })
-			}
+		if fd, ok := hangup.SocketFD(c); ok {
+			cc.fd = fd
 		}
 		return cc, nil
 	}

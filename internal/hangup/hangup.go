@@ -78,7 +78,7 @@ func New(interval time.Duration) *Watcher {
 // poll (a net.Pipe in tests) gives a handle that never fires.
 func (w *Watcher) Watch(conn net.Conn, onHup func()) *Handle {
 	h := &Handle{w: w, fd: -1, idx: -1, onHup: onHup}
-	fd, ok := socketFD(conn)
+	fd, ok := SocketFD(conn)
 	if !ok || !supported {
 		return h
 	}
@@ -150,10 +150,10 @@ func (w *Watcher) loop() {
 	}
 }
 
-// socketFD returns the file descriptor under conn, looking through TLS:
-// from the connection's SocketFD method when it has one (a descriptor
-// found once, at accept), else through its syscall.RawConn.
-func socketFD(conn net.Conn) (int, bool) {
+// SocketFD returns the file descriptor under conn, looking through TLS:
+// from the connection's own SocketFD method when it has one (a wrapper
+// that found it once, at accept), else through its syscall.RawConn.
+func SocketFD(conn net.Conn) (int, bool) {
 	if tc, ok := conn.(*tls.Conn); ok {
 		conn = tc.NetConn()
 	}

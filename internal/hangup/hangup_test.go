@@ -105,7 +105,7 @@ func TestWatchUsesTheConnectionsOwnDescriptor(t *testing.T) {
 	defer w.Close()
 	client, server := pair(t)
 	defer server.Close()
-	fd, ok := socketFD(server)
+	fd, ok := SocketFD(server)
 	if !ok {
 		t.Fatal("no descriptor for a TCP connection")
 	}
