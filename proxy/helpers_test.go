@@ -225,6 +225,11 @@ func events(body string) []string {
 	}
 }
 
+// streamRequest is the raw HTTP/1.1 request of a chat completion with body.
+func streamRequest(body string) string {
+	return fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+}
+
 // rawStream opens a raw connection and sends a streaming request; the
 // caller reads the response from the returned reader.
 func rawStream(t testing.TB, addr, body string) (net.Conn, *bufio.Reader) {
@@ -233,8 +238,37 @@ func rawStream(t testing.TB, addr, body string) (net.Conn, *bufio.Reader) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	io.WriteString(c, streamRequest(body))
 	return c, bufio.NewReader(c)
+}
+
+// readResponse reads one response from br to its end.
+func readResponse(t testing.TB, br *bufio.Reader) (*http.Response, []byte) {
+	t.Helper()
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, body
+}
+
+// leaveAndExpectBackendClose closes the client's connection and requires
+// the backend's handler to report (on sawClose) its request's end within
+// 100 ms.
+func leaveAndExpectBackendClose(t testing.TB, conn net.Conn, sawClose <-chan time.Time) {
+	t.Helper()
+	left := time.Now()
+	conn.Close()
+	select {
+	case at := <-sawClose:
+		if d := at.Sub(left); d > 100*time.Millisecond {
+			t.Errorf("backend saw the close %v after the client left, want within 100ms", d)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("backend never saw its connection close")
+	}
 }
 
 // waitFor polls cond until it holds or the deadline passes.

@@ -23,7 +23,7 @@ func TestPipelinedRequestAfterStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	req := fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(streamBody), streamBody)
+	req := streamRequest(streamBody)
 	if _, err := io.WriteString(c, req+req); err != nil {
 		t.Fatal(err)
 	}
@@ -111,13 +111,8 @@ func TestIdleAfterStream(t *testing.T) {
 	br := bufio.NewReader(conn)
 	send := func() *http.Response {
 		t.Helper()
-		fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(streamBody), streamBody)
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		io.WriteString(conn, streamRequest(streamBody))
+		resp, body := readResponse(t, br)
 		if resp.StatusCode != 200 || !strings.HasSuffix(string(body), doneEvent) {
 			t.Fatalf("status %d body %q", resp.StatusCode, body)
 		}
@@ -127,7 +122,7 @@ func TestIdleAfterStream(t *testing.T) {
 	// A request larger than one read of the waiting connection: the rest
 	// sits in the reader the stream left behind and must reach the server.
 	big := strings.Replace(streamBody, `"content":"hi"`, `"content":"`+strings.Repeat("x", 9000)+`"`, 1)
-	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(big), big)
+	io.WriteString(conn, streamRequest(big))
 	conn.SetReadDeadline(time.Now().Add(3 * time.Second))
 	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("a 9 KB request after a stream: %v %v", resp, err)
@@ -171,31 +166,11 @@ func TestClientGoneAfterKeptAliveStream(t *testing.T) {
 		sawClose <- time.Now()
 	})
 	gw := startGateway(t, testConfig(be.URL))
-	conn, err := net.Dial("tcp", gw.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	br := bufio.NewReader(conn)
-	req := fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(streamBody), streamBody)
-	io.WriteString(conn, req)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.ReadAll(resp.Body)
-	resp.Body.Close()
-	io.WriteString(conn, req)
+	conn, br := rawStream(t, gw.Addr, streamBody)
+	readResponse(t, br)
+	io.WriteString(conn, streamRequest(streamBody))
 	waitFor(t, 2*time.Second, "the backend to get the second request", func() bool { return n.Load() == 2 })
-	left := time.Now()
-	conn.Close()
-	select {
-	case at := <-sawClose:
-		if d := at.Sub(left); d > 100*time.Millisecond {
-			t.Errorf("backend saw the close %v after the client left, want within 100ms", d)
-		}
-	case <-time.After(2 * time.Second):
-		t.Fatal("backend never saw its connection close")
-	}
+	leaveAndExpectBackendClose(t, conn, sawClose)
 }
 
 // TestCutOffAfterStream: a client that sends half a request on a
@@ -206,20 +181,9 @@ func TestCutOffAfterStream(t *testing.T) {
 	cfg := testConfig(be.URL)
 	cfg.Server.HeaderTimeout = 300 * time.Millisecond
 	gw := startGateway(t, cfg)
-	req := fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(streamBody), streamBody)
 	for _, tail := range []string{"POST /v1/chat/compl", "", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 500\r\n\r\n{\"model\":"} {
-		conn, err := net.Dial("tcp", gw.Addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		br := bufio.NewReader(conn)
-		io.WriteString(conn, req)
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.ReadAll(resp.Body)
-		resp.Body.Close()
+		conn, br := rawStream(t, gw.Addr, streamBody)
+		readResponse(t, br)
 		io.WriteString(conn, tail)
 		conn.Close()
 	}
