@@ -189,19 +189,7 @@ var (
 // intField returns the non-negative integer value of key at the object's
 // top level or below (usage objects nest details, whose keys differ), or 0.
 func intField(b, key []byte) int {
-	i := bytes.Index(b, key)
-	if i < 0 {
-		return 0
-	}
-	j := skipSpace(b, i+len(key))
-	if j >= len(b) || b[j] != ':' {
-		return 0
-	}
-	j = skipSpace(b, j+1)
-	n := 0
-	for ; j < len(b) && b[j] >= '0' && b[j] <= '9' && n < 1<<40; j++ {
-		n = n*10 + int(b[j]-'0')
-	}
+	n, _ := leadingInt(nextValue(b, key))
 	return n
 }
 
