@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/internal/reqctx"
-
 	"github.com/redis/go-redis/v9"
 )
 

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/internal/reqctx"
-
 	"github.com/infergate/infergate/internal/supervise"
 	"github.com/redis/go-redis/v9"
 )

@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/internal/reqctx"
-
 	"github.com/valyala/fasthttp"
 )
 
