@@ -39,7 +39,7 @@ const (
 
 func newGatewayMetrics(g *Gateway, mp *tracing.MeterProvider, cfg tracing.MetricsConfig) (*gatewayMetrics, error) {
 	meter := mp.Meter("github.com/infergate/infergate/proxy")
-	tm, err := tracing.NewMetrics(meter, cfg)
+	tm, err := tracing.NewMetrics(mp, cfg)
 	if err != nil {
 		return nil, err
 	}

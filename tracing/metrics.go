@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/exemplar"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.opentelemetry.io/otel/sdk/resource"
 )
 
@@ -67,6 +68,8 @@ type MeterProvider struct {
 	*sdkmetric.MeterProvider
 	// Registry holds what /metrics serves.
 	Registry *prometheus.Registry
+	// prod gives both readers the series Metrics aggregates itself.
+	prod *producer
 }
 
 // NewMeterProvider builds the provider cfg describes. service is the
@@ -77,8 +80,9 @@ func NewMeterProvider(ctx context.Context, cfg MetricsConfig, service string) (*
 		return nil, err
 	}
 	reg := prometheus.NewRegistry()
+	prod := &producer{}
 	// No otel_scope_* labels on every series: one scope is all there is.
-	prom, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithoutScopeInfo())
+	prom, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithoutScopeInfo(), otelprom.WithProducer(prod))
 	if err != nil {
 		return nil, fmt.Errorf("metrics: prometheus exporter: %w", err)
 	}
@@ -97,9 +101,9 @@ func NewMeterProvider(ctx context.Context, cfg MetricsConfig, service string) (*
 		return nil, fmt.Errorf("metrics: %s exporter: %w", cfg.Exporter, err)
 	}
 	if exp != nil {
-		opts = append(opts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(exp, sdkmetric.WithInterval(cfg.Interval))))
+		opts = append(opts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(exp, sdkmetric.WithInterval(cfg.Interval), sdkmetric.WithProducer(prod))))
 	}
-	return &MeterProvider{MeterProvider: sdkmetric.NewMeterProvider(opts...), Registry: reg}, nil
+	return &MeterProvider{MeterProvider: sdkmetric.NewMeterProvider(opts...), Registry: reg, prod: prod}, nil
 }
 
 // otlpOptions are an OTLP exporter's endpoint and TLS options, for any of
@@ -137,66 +141,98 @@ var (
 type Metrics struct {
 	off bool
 
-	opDuration, ttfc, tpoc, srvDuration, srvTTFT, srvTPOT metric.Float64Histogram
-	tokens                                                metric.Int64Histogram
-	queue, gateway, relayMax, connect, rtt, model, decode metric.Float64Histogram
-	backendQueue, prefill                                 metric.Float64Histogram
-	requests, disconnects, truncated, retries             metric.Int64Counter
+	disconnects, retries metric.Int64Counter   // rare: left to the SDK
+	phases               [3][]metric.AddOption // client disconnects by phase
 
-	phases [3][]metric.AddOption // client disconnects by phase
-
-	mu   sync.RWMutex
-	sets map[setKey]*attrSets
+	mu       sync.RWMutex
+	sets     map[setKey]*attrSets
+	overflow *attrSets // every combination past maxAttrSets
 }
+
+// histID names a histogram recorded on a combination's base attributes.
+type histID int
+
+const (
+	hOpDuration histID = iota
+	hTTFC
+	hTPOC
+	hSrvDuration
+	hSrvTTFT
+	hSrvTPOT
+	hQueue
+	hGateway
+	hRelayMax
+	hRTT
+	hModel
+	hDecode
+	hBackendQueue
+	hPrefill
+	numHists
+)
+
+// instrument describes one exported metric.
+type instrument struct {
+	name, unit, desc string
+	bounds           []float64
+}
+
+var hists = [numHists]instrument{
+	hOpDuration:   {"gen_ai.client.operation.duration", "s", "Gateway → backend: request sent to response complete.", latencyBuckets},
+	hTTFC:         {"gen_ai.client.operation.time_to_first_chunk", "s", "Gateway → backend: request sent to the first content chunk in.", latencyBuckets},
+	hTPOC:         {"gen_ai.client.operation.time_per_output_chunk", "s", "Gateway → backend: mean time between content chunks, one value per stream.", tokenTimeBuckets},
+	hSrvDuration:  {"gen_ai.server.request.duration", "s", "The gateway's endpoint: request read to response complete.", latencyBuckets},
+	hSrvTTFT:      {"gen_ai.server.time_to_first_token", "s", "The gateway's endpoint: request read to the first content event flushed to the client.", latencyBuckets},
+	hSrvTPOT:      {"gen_ai.server.time_per_output_token", "s", "The gateway's endpoint: (last − first content event) / (output tokens − 1).", tokenTimeBuckets},
+	hQueue:        {"infergate.queue.wait", "s", "Time admitted requests waited for a slot under the shaping caps.", latencyBuckets},
+	hGateway:      {"infergate.gateway.processing", "s", "The gateway's own time per request (choosing a backend, writing the request, relaying every event).", tokenTimeBuckets},
+	hRelayMax:     {"infergate.relay.max", "s", "Per stream, the longest time one read of events took from the backend to the client.", tokenTimeBuckets},
+	hRTT:          {"infergate.upstream.rtt", "s", "Round trip to the backend: the kernel's minimum RTT of the connection (TCP_INFO).", tokenTimeBuckets},
+	hModel:        {"infergate.model.time_to_first_token", "s", "The backend's own time to the first token: sent → first token in, less the round trip.", latencyBuckets},
+	hDecode:       {"infergate.model.decode", "s", "The backend's decode: first to last token, less the gateway's relay time.", latencyBuckets},
+	hBackendQueue: {"infergate.backend.queue", "s", "The backend's own scheduler queue, as it reports it (vLLM per-request metrics, TGI x-queue-time).", latencyBuckets},
+	hPrefill:      {"infergate.backend.prefill", "s", "The backend's own scheduling → first token, as it reports it (vLLM per-request metrics, llama.cpp timings).", latencyBuckets},
+}
+
+var (
+	connectHist = instrument{"infergate.upstream.connect", "s", "Time to get a backend connection, by infergate.connection (new or pooled).", latencyBuckets}
+	tokenHist   = instrument{"gen_ai.client.token.usage", "{token}", "Tokens per request as the backend's usage reports them, by gen_ai.token.type.", tokenBuckets}
+	requestsSum = instrument{name: "infergate.requests", unit: "{request}",
+		desc: "Requests by model and outcome (ok, client_gone, timeout, upstream_error, no_backend, rejected, shed, backend_4xx, backend_5xx, shutdown)."}
+	truncatedSum = instrument{name: "infergate.upstream.truncated", unit: "{stream}", desc: "Backend streams that ended without finish_reason and [DONE], or were reset."}
+)
 
 // setKey names one combination of a request's attributes.
 type setKey struct{ op, model, backend, outcome string }
 
-// attrSets are a combination's attribute sets, made once.
+// attrSets are a combination's attribute sets, made once, and its series.
 type attrSets struct {
-	base, input, output, newConn, pooled []metric.RecordOption
-	request                              []metric.AddOption
+	base, input, output, newConn, pooled, request attribute.Set
+
+	h                                  [numHists]series
+	connNew, connPooled, tokIn, tokOut series
+	requests, truncated                counter
 }
 
-// maxAttrSets bounds the cache; past it sets are built per request.
+// maxAttrSets bounds the combinations; past it requests share one set of
+// series marked otel.metric.overflow, as the SDK marks its own overflow.
 const maxAttrSets = 4096
 
-// NewMetrics creates the instruments on m.
-func NewMetrics(m metric.Meter, cfg MetricsConfig) (*Metrics, error) {
-	x := &Metrics{off: cfg.Off, sets: map[setKey]*attrSets{}}
+// metricsScope is the instrumentation scope of the gateway's metrics.
+const metricsScope = "github.com/infergate/infergate/proxy"
+
+// NewMetrics creates the instruments on mp.
+func NewMetrics(mp *MeterProvider, cfg MetricsConfig) (*Metrics, error) {
+	m := mp.Meter(metricsScope)
+	over := attribute.NewSet(attribute.Bool("otel.metric.overflow", true))
+	x := &Metrics{off: cfg.Off, sets: map[setKey]*attrSets{}, overflow: &attrSets{base: over, input: over, output: over,
+		newConn: over, pooled: over, request: over, requests: counter{start: time.Now()}, truncated: counter{start: time.Now()}}}
 	var errs []error
-	hist := func(name, unit, desc string, bounds []float64) metric.Float64Histogram {
-		h, err := m.Float64Histogram(name, metric.WithUnit(unit), metric.WithDescription(desc), metric.WithExplicitBucketBoundaries(bounds...))
-		errs = append(errs, err)
-		return h
-	}
 	count := func(name, unit, desc string) metric.Int64Counter {
 		c, err := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
 		errs = append(errs, err)
 		return c
 	}
-	x.opDuration = hist("gen_ai.client.operation.duration", "s", "Gateway → backend: request sent to response complete.", latencyBuckets)
-	x.ttfc = hist("gen_ai.client.operation.time_to_first_chunk", "s", "Gateway → backend: request sent to the first content chunk in.", latencyBuckets)
-	x.tpoc = hist("gen_ai.client.operation.time_per_output_chunk", "s", "Gateway → backend: mean time between content chunks, one value per stream.", tokenTimeBuckets)
-	x.srvDuration = hist("gen_ai.server.request.duration", "s", "The gateway's endpoint: request read to response complete.", latencyBuckets)
-	x.srvTTFT = hist("gen_ai.server.time_to_first_token", "s", "The gateway's endpoint: request read to the first content event flushed to the client.", latencyBuckets)
-	x.srvTPOT = hist("gen_ai.server.time_per_output_token", "s", "The gateway's endpoint: (last − first content event) / (output tokens − 1).", tokenTimeBuckets)
-	tok, err := m.Int64Histogram("gen_ai.client.token.usage", metric.WithUnit("{token}"),
-		metric.WithDescription("Tokens per request as the backend's usage reports them, by gen_ai.token.type."), metric.WithExplicitBucketBoundaries(tokenBuckets...))
-	errs = append(errs, err)
-	x.tokens = tok
-	x.queue = hist("infergate.queue.wait", "s", "Time admitted requests waited for a slot under the shaping caps.", latencyBuckets)
-	x.gateway = hist("infergate.gateway.processing", "s", "The gateway's own time per request (choosing a backend, writing the request, relaying every event).", tokenTimeBuckets)
-	x.relayMax = hist("infergate.relay.max", "s", "Per stream, the longest time one read of events took from the backend to the client.", tokenTimeBuckets)
-	x.connect = hist("infergate.upstream.connect", "s", "Time to get a backend connection, by infergate.connection (new or pooled).", latencyBuckets)
-	x.rtt = hist("infergate.upstream.rtt", "s", "Round trip to the backend: the kernel's minimum RTT of the connection (TCP_INFO).", tokenTimeBuckets)
-	x.model = hist("infergate.model.time_to_first_token", "s", "The backend's own time to the first token: sent → first token in, less the round trip.", latencyBuckets)
-	x.decode = hist("infergate.model.decode", "s", "The backend's decode: first to last token, less the gateway's relay time.", latencyBuckets)
-	x.backendQueue = hist("infergate.backend.queue", "s", "The backend's own scheduler queue, as it reports it (vLLM per-request metrics, TGI x-queue-time).", latencyBuckets)
-	x.prefill = hist("infergate.backend.prefill", "s", "The backend's own scheduling → first token, as it reports it (vLLM per-request metrics, llama.cpp timings).", latencyBuckets)
-	x.requests = count("infergate.requests", "{request}", "Requests by model and outcome (ok, client_gone, timeout, upstream_error, no_backend, rejected, shed, backend_4xx, backend_5xx, shutdown).")
 	x.disconnects = count("infergate.client.disconnects", "{request}", "Clients that left before their response was complete, by infergate.phase (queued, before_first_token, streaming).")
-	x.truncated = count("infergate.upstream.truncated", "{stream}", "Backend streams that ended without finish_reason and [DONE], or were reset.")
 	x.retries = count("infergate.retries", "{attempt}", "Upstream attempts beyond the first (failover before the first byte).")
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
@@ -204,6 +240,7 @@ func NewMetrics(m metric.Meter, cfg MetricsConfig) (*Metrics, error) {
 	for i, p := range [...]string{"queued", "before_first_token", "streaming"} {
 		x.phases[i] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("infergate.phase", p)))}
 	}
+	mp.prod.add(x.collect)
 	return x, nil
 }
 
@@ -221,8 +258,7 @@ type RequestMetrics struct {
 // Record adds a finished request.
 func (m *Metrics) Record(tl *Timeline, r RequestMetrics) {
 	s := m.attrs(setKey{r.Operation, r.Model, r.Backend, r.Outcome})
-	ctx := context.Background()
-	m.requests.Add(ctx, 1, s.request...)
+	s.requests.n.Add(1)
 	if r.ClientGone {
 		phase := 0
 		switch {
@@ -231,58 +267,142 @@ func (m *Metrics) Record(tl *Timeline, r RequestMetrics) {
 		case !tl.Admitted.IsZero():
 			phase = 1
 		}
-		m.disconnects.Add(ctx, 1, m.phases[phase]...)
+		m.disconnects.Add(context.Background(), 1, m.phases[phase]...)
 	}
 	if r.Truncated {
-		m.truncated.Add(ctx, 1, s.request...)
+		s.truncated.n.Add(1)
 	}
 	if m.off {
 		return
 	}
-	m.srvDuration.Record(ctx, tl.Duration().Seconds(), s.base...)
+	rec := func(id histID, d time.Duration) { s.h[id].record(hists[id].bounds, d.Seconds()) }
+	rec(hSrvDuration, tl.Duration())
 	if w := tl.QueueWait(); w > 0 {
-		m.queue.Record(ctx, w.Seconds(), s.base...)
+		rec(hQueue, w)
 	}
 	if tl.Sent.IsZero() {
 		return // never reached a backend
 	}
 	a := tl.Attribute(tl.Done)
-	m.gateway.Record(ctx, a.Gateway.Seconds(), s.base...)
-	conn := s.pooled
+	rec(hGateway, a.Gateway)
+	conn := &s.connPooled
 	if tl.NewConn {
-		conn = s.newConn
+		conn = &s.connNew
 	}
-	m.connect.Record(ctx, a.Connect.Seconds(), conn...)
+	conn.record(connectHist.bounds, a.Connect.Seconds())
 	if tl.UpstreamRTT > 0 {
-		m.rtt.Record(ctx, tl.UpstreamRTT.Seconds(), s.base...)
+		rec(hRTT, tl.UpstreamRTT)
 	}
-	m.model.Record(ctx, a.ModelTTFT.Seconds(), s.base...)
-	m.opDuration.Record(ctx, since(tl.Sent, tl.Done).Seconds(), s.base...)
+	rec(hModel, a.ModelTTFT)
+	rec(hOpDuration, since(tl.Sent, tl.Done))
 	if ttft := tl.TTFT(); ttft > 0 {
-		m.srvTTFT.Record(ctx, ttft.Seconds(), s.base...)
-		m.ttfc.Record(ctx, tl.ModelTTFT().Seconds(), s.base...)
-		m.decode.Record(ctx, a.Decode.Seconds(), s.base...)
-		m.relayMax.Record(ctx, tl.RelayMax.Seconds(), s.base...)
+		rec(hSrvTTFT, ttft)
+		rec(hTTFC, tl.ModelTTFT())
+		rec(hDecode, a.Decode)
+		rec(hRelayMax, tl.RelayMax)
 		span := since(tl.FirstTokenIn, tl.LastTokenIn)
 		if tl.ContentEvents > 1 {
-			m.tpoc.Record(ctx, span.Seconds()/float64(tl.ContentEvents-1), s.base...)
+			s.h[hTPOC].record(hists[hTPOC].bounds, span.Seconds()/float64(tl.ContentEvents-1))
 		}
 		if tl.OutputTokens > 1 {
-			m.srvTPOT.Record(ctx, span.Seconds()/float64(tl.OutputTokens-1), s.base...)
+			s.h[hSrvTPOT].record(hists[hSrvTPOT].bounds, span.Seconds()/float64(tl.OutputTokens-1))
 		}
 	}
 	if b := a.Backend; b.Source != "" {
 		if b.Queue >= 0 {
-			m.backendQueue.Record(ctx, b.Queue.Seconds(), s.base...)
+			rec(hBackendQueue, b.Queue)
 		}
 		if b.Prefill >= 0 {
-			m.prefill.Record(ctx, b.Prefill.Seconds(), s.base...)
+			rec(hPrefill, b.Prefill)
 		}
 	}
 	if tl.PromptTokens > 0 || tl.OutputTokens > 0 {
-		m.tokens.Record(ctx, int64(tl.PromptTokens), s.input...)
-		m.tokens.Record(ctx, int64(tl.OutputTokens), s.output...)
+		s.tokIn.record(tokenHist.bounds, float64(tl.PromptTokens))
+		s.tokOut.record(tokenHist.bounds, float64(tl.OutputTokens))
 	}
+}
+
+// collect returns every series recorded so far.
+func (m *Metrics) collect(now time.Time) []metricdata.Metrics {
+	m.mu.RLock()
+	sets := make([]*attrSets, 0, len(m.sets)+1)
+	for _, s := range m.sets {
+		sets = append(sets, s)
+	}
+	m.mu.RUnlock()
+	sets = append(sets, m.overflow)
+
+	// points returns in's non-empty series: each calls add once per series
+	// of a combination.
+	points := func(in instrument, each func(s *attrSets, add func(*series, attribute.Set))) []metricdata.HistogramDataPoint[float64] {
+		var dps []metricdata.HistogramDataPoint[float64]
+		for _, s := range sets {
+			each(s, func(se *series, attrs attribute.Set) {
+				if h := se.p.Load(); h != nil {
+					if p, ok := h.point(attrs, in.bounds, now); ok {
+						dps = append(dps, p)
+					}
+				}
+			})
+		}
+		return dps
+	}
+	var out []metricdata.Metrics
+	histogram := func(in instrument, each func(s *attrSets, add func(*series, attribute.Set))) {
+		if dps := points(in, each); len(dps) > 0 {
+			out = append(out, metricdata.Metrics{Name: in.name, Description: in.desc, Unit: in.unit,
+				Data: metricdata.Histogram[float64]{DataPoints: dps, Temporality: metricdata.CumulativeTemporality}})
+		}
+	}
+	for id := range numHists {
+		histogram(hists[id], func(s *attrSets, add func(*series, attribute.Set)) { add(&s.h[id], s.base) })
+	}
+	histogram(connectHist, func(s *attrSets, add func(*series, attribute.Set)) {
+		add(&s.connNew, s.newConn)
+		add(&s.connPooled, s.pooled)
+	})
+	// Token counts are integers: an Int64 histogram, as the SDK made it.
+	if dps := points(tokenHist, func(s *attrSets, add func(*series, attribute.Set)) {
+		add(&s.tokIn, s.input)
+		add(&s.tokOut, s.output)
+	}); len(dps) > 0 {
+		tok := make([]metricdata.HistogramDataPoint[int64], len(dps))
+		for i, p := range dps {
+			tok[i] = intPoint(p)
+		}
+		out = append(out, metricdata.Metrics{Name: tokenHist.name, Description: tokenHist.desc, Unit: tokenHist.unit,
+			Data: metricdata.Histogram[int64]{DataPoints: tok, Temporality: metricdata.CumulativeTemporality}})
+	}
+	for _, c := range []struct {
+		in  instrument
+		get func(*attrSets) *counter
+	}{{requestsSum, func(s *attrSets) *counter { return &s.requests }}, {truncatedSum, func(s *attrSets) *counter { return &s.truncated }}} {
+		// Combinations differing only in operation or backend share a
+		// model and outcome: one series.
+		var dps []metricdata.DataPoint[int64]
+		at := map[attribute.Distinct]int{}
+		for _, s := range sets {
+			n := c.get(s)
+			v := n.n.Load()
+			if v == 0 {
+				continue
+			}
+			if i, ok := at[s.request.Equivalent()]; ok {
+				dps[i].Value += v
+				if n.start.Before(dps[i].StartTime) {
+					dps[i].StartTime = n.start
+				}
+				continue
+			}
+			at[s.request.Equivalent()] = len(dps)
+			dps = append(dps, metricdata.DataPoint[int64]{Attributes: s.request, StartTime: n.start, Time: now, Value: v})
+		}
+		if len(dps) > 0 {
+			out = append(out, metricdata.Metrics{Name: c.in.name, Description: c.in.desc, Unit: c.in.unit,
+				Data: metricdata.Sum[int64]{DataPoints: dps, Temporality: metricdata.CumulativeTemporality, IsMonotonic: true}})
+		}
+	}
+	return out
 }
 
 // Retry counts an upstream attempt beyond the first.
@@ -296,12 +416,16 @@ func (m *Metrics) attrs(k setKey) *attrSets {
 	if s != nil {
 		return s
 	}
-	s = newAttrSets(k)
 	m.mu.Lock()
-	if len(m.sets) < maxAttrSets {
-		m.sets[k] = s
+	defer m.mu.Unlock()
+	if s := m.sets[k]; s != nil {
+		return s
 	}
-	m.mu.Unlock()
+	if len(m.sets) >= maxAttrSets {
+		return m.overflow
+	}
+	s = newAttrSets(k)
+	m.sets[k] = s
 	return s
 }
 
@@ -313,17 +437,19 @@ func newAttrSets(k setKey) *attrSets {
 	if k.outcome != "ok" {
 		kv = append(kv, attribute.String("error.type", k.outcome))
 	}
-	with := func(extra ...attribute.KeyValue) []metric.RecordOption {
-		return []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(append(kv[:len(kv):len(kv)], extra...)...))}
+	with := func(extra ...attribute.KeyValue) attribute.Set {
+		return attribute.NewSet(append(kv[:len(kv):len(kv)], extra...)...)
 	}
+	now := time.Now()
 	return &attrSets{
 		base:   with(),
 		input:  with(attribute.String("gen_ai.token.type", "input")),
 		output: with(attribute.String("gen_ai.token.type", "output")),
 		// "new" includes the dial and any TLS handshake.
-		newConn: with(attribute.String("infergate.connection", "new")),
-		pooled:  with(attribute.String("infergate.connection", "pooled")),
-		request: []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(
-			attribute.String("model", k.model), attribute.String("outcome", k.outcome)))},
+		newConn:   with(attribute.String("infergate.connection", "new")),
+		pooled:    with(attribute.String("infergate.connection", "pooled")),
+		request:   attribute.NewSet(attribute.String("model", k.model), attribute.String("outcome", k.outcome)),
+		requests:  counter{start: now},
+		truncated: counter{start: now},
 	}
 }

@@ -21,7 +21,7 @@ func newTestMetrics(t testing.TB, cfg MetricsConfig) (*Metrics, func() map[strin
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { mp.Shutdown(context.Background()) })
-	m, err := NewMetrics(mp.Meter("test"), cfg)
+	m, err := NewMetrics(mp, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
