@@ -23,20 +23,24 @@ import (
 // fasthttp's SetBodyStreamWriter would run body in a goroutine of its own
 // and pipe every flush through a second one to the socket: two wake-ups
 // per event, and two goroutines per open stream; and it sends chunks even
-// to an HTTP/1.0 client. So the connection is hijacked, the response
-// written here, and afterwards, for a keep-alive client, handed back to
-// the server with ServeConn.
+// to an HTTP/1.0 client. So the stream is written on the connection by
+// the handler itself, and the connection is then hijacked, so the server
+// writes nothing more on it, and, for a keep-alive client, handed back to
+// the server with ServeConn. Only when the server still holds an earlier,
+// pipelined response in its buffer (responsePending) does the stream wait
+// for the hijack, which writes that response first; the hijack handler
+// runs on a new goroutine, a hand-off on the way to the first token.
 //
 // When the streamer's ready reports that the first bytes of the body are
 // already at hand, the headers leave with them in one write; otherwise
 // they go at once, so the client sees the status while the model is still
 // in prefill.
 //
-// fasthttp skips the hijack handler when it cannot flush an earlier
-// pipelined response or reset the deadline; then the body never runs. So
-// when ctx ends before the handler starts (the hang-up watcher fires once
-// fasthttp closes that connection), the streamer is abandoned instead:
-// whichever of the two comes first claims the stream.
+// On the hijack path, fasthttp skips the hijack handler when it cannot
+// flush the earlier response or reset the deadline; then the body never
+// runs. So when ctx ends before the body starts (the hang-up watcher
+// fires once fasthttp closes that connection), the streamer is abandoned
+// instead: whichever of the two comes first claims the stream.
 func (g *Gateway) streamResponse(ctx *reqctx.Ctx, rc *fasthttp.RequestCtx, s streamer) {
 	// HTTP/1.0 has no chunked coding: its stream ends with the connection.
 	chunked := rc.Request.Header.IsHTTP11()
@@ -66,15 +70,15 @@ func (g *Gateway) streamResponse(ctx *reqctx.Ctx, rc *fasthttp.RequestCtx, s str
 			s.clientConn().unblock()
 		}
 	})
-	rc.HijackSetNoResponse(true)
 	s.hijacked()
-	rc.Hijack(func(c net.Conn) {
+	// run writes the response on c and says whether c may serve the next
+	// request.
+	run := func(c net.Conn) (again bool) {
 		cc := s.clientConn()
 		cc.set(c)
 		if !claimed.CompareAndSwap(false, true) {
 			cc.set(nil)
-			c.Close() // abandoned: the request is over
-			return
+			return false // abandoned: the request is over
 		}
 		cc.stop = stop // the body's: finishWith runs on this goroutine from here
 		defer func() {
@@ -91,7 +95,7 @@ func (g *Gateway) streamResponse(ctx *reqctx.Ctx, rc *fasthttp.RequestCtx, s str
 				} else {
 					g.recovered(panicStream, v, s.reqID())
 				}
-				c.Close()
+				again = false
 			}
 		}()
 		cw.c, cw.err, cw.wt = c, nil, g.state.Load().cfg.Server.WriteTimeout
@@ -121,12 +125,26 @@ func (g *Gateway) streamResponse(ctx *reqctx.Ctx, rc *fasthttp.RequestCtx, s str
 		chunkPool.Put(cw)
 		stop()
 		cc.set(nil) // before the connection serves its next request
-		if !ok || !keep || g.draining.Load() {
-			c.Close()
-			return
-		}
-		g.serveAgain(c)
-	})
+		return ok && keep && !g.draining.Load()
+	}
+	rc.HijackSetNoResponse(true)
+	if !responsePending(rc.Conn()) {
+		again := run(rc.Conn())
+		rc.Hijack(func(c net.Conn) { g.keepOrClose(c, again) })
+		return
+	}
+	// An earlier, pipelined response still waits in the server's buffer:
+	// the server writes it before it hands the connection over.
+	rc.Hijack(func(c net.Conn) { g.keepOrClose(c, run(c)) })
+}
+
+// keepOrClose serves the connection's next request, or closes it.
+func (g *Gateway) keepOrClose(c net.Conn, again bool) {
+	if !again {
+		c.Close()
+		return
+	}
+	g.serveAgain(c)
 }
 
 // streamer is a response body written after the handler returns.
