@@ -304,9 +304,8 @@ func (x *exchange) finishWith(status int, outcome string) {
 	x.g.inflight.Done()
 }
 
-// report writes the request's log line and hands the request to the
-// telemetry goroutine (metrics, span, live view, request-log entry).
-func (x *exchange) report() {
-	x.logLine()
-	x.g.submit(x)
-}
+// report hands the request to the telemetry goroutine (log line,
+// metrics, span, live view, request-log entry). A plain answer is written
+// by the server only after the handler returns: none of that work may
+// delay it, nor the next request on a keep-alive connection.
+func (x *exchange) report() { x.g.submit(x) }

@@ -51,6 +51,7 @@ func (g *Gateway) syncTelemetry() { g.telem.Sync() }
 
 // emit builds the request's telemetry.
 func (x *exchange) emit() {
+	x.logLine()
 	if x.logged {
 		x.logEntry()
 	}
@@ -58,7 +59,8 @@ func (x *exchange) emit() {
 	x.record()
 }
 
-// logLine writes the request's line to the gateway's log.
+// logLine writes the request's line to the gateway's log, with the time
+// the request ended rather than the time the line is written.
 func (x *exchange) logLine() {
 	tl := &x.tl
 	lvl := slog.LevelInfo
@@ -96,7 +98,9 @@ func (x *exchange) logLine() {
 	if x.err != nil {
 		attrs = append(attrs, slog.String("err", x.err.Error()))
 	}
-	x.g.log.LogAttrs(context.Background(), lvl, "request", attrs...)
+	r := slog.NewRecord(tl.Done, lvl, "request", 0)
+	r.AddAttrs(attrs...)
+	_ = x.g.log.Handler().Handle(context.Background(), r)
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
