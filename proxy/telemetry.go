@@ -10,11 +10,12 @@ import (
 	"github.com/infergate/infergate/tracing"
 )
 
-// A finished request's span, metrics, live-view sample and request-log
-// line are built off the request path, by one goroutine of the gateway's:
-// on a stream the last chunk and the connection's next request do not
-// wait for them, and the goroutine's grown stack is not grown again for
-// every request. When its queue is full the request builds its own, so
+// A finished request's log line, span, metrics, live-view sample and
+// request-log entry are built off the request path, by one goroutine of
+// the gateway's: a plain answer (the server writes it after the handler
+// returns), a stream's last chunk and the connection's next request do
+// not wait for them, and the goroutine's grown stack is not grown again
+// for every request. When its queue is full the request builds its own, so
 // nothing is lost under load and nothing waits long.
 
 // telemetryQueue bounds the requests waiting for the telemetry goroutine.
