@@ -71,85 +71,80 @@ func (g *Gateway) streamResponse(ctx *reqctx.Ctx, rc *fasthttp.RequestCtx, s str
 		}
 	})
 	s.hijacked()
+	// run writes the response on c and says whether c may serve the next
+	// request.
+	run := func(c net.Conn) (again bool) {
+		cc := s.clientConn()
+		cc.set(c)
+		if !claimed.CompareAndSwap(false, true) {
+			cc.set(nil)
+			return false // abandoned: the request is over
+		}
+		cc.stop = stop // the body's: finishWith runs on this goroutine from here
+		defer func() {
+			stop()
+			cc.set(nil)
+		}()
+		owned := true // cw is this stream's until it goes back to the pool
+		defer func() {
+			if v := recover(); v != nil {
+				// The writer's state is unknown: it is not pooled again,
+				// and the connection is not reused.
+				if owned {
+					g.endAfterPanic(s, cw, v)
+				} else {
+					g.recovered(panicStream, v, s.reqID())
+				}
+				again = false
+			}
+		}()
+		cw.c, cw.err, cw.wt = c, nil, g.state.Load().cfg.Server.WriteTimeout
+		w := cw.bw
+		var err error
+		if s.ready() {
+			cw.head = cw.headBuf // sent before the first chunk, in its write
+		} else if _, err = cw.write(cw.headBuf); err != nil {
+			cw.err = err
+		}
+		if err == nil {
+			s.body(w)
+			if w.Flush() == nil && cw.err == nil && chunked {
+				_, cw.err = cw.write(lastChunk)
+			}
+		}
+		if cw.head != nil && cw.err == nil { // nothing was written after all
+			_, cw.err = cw.write(cw.head)
+		}
+		ok := cw.err == nil
+		cw.c, cw.head = nil, nil
+		w.Reset(cw)
+		if cap(cw.headBuf) > 16<<10 {
+			cw.headBuf = nil
+		}
+		owned = false
+		chunkPool.Put(cw)
+		stop()
+		cc.set(nil) // before the connection serves its next request
+		return ok && keep && !g.draining.Load()
+	}
 	rc.HijackSetNoResponse(true)
 	if !responsePending(rc.Conn()) {
-		if g.writeStream(rc.Conn(), s, cw, claimed, stop, keep) {
-			rc.Hijack(g.serveNext)
-		} else {
-			rc.Hijack(closeHijacked)
-		}
+		again := run(rc.Conn())
+		rc.Hijack(func(c net.Conn) { g.keepOrClose(c, again) })
 		return
 	}
 	// An earlier, pipelined response still waits in the server's buffer:
 	// the server writes it before it hands the connection over.
-	rc.Hijack(func(c net.Conn) {
-		if g.writeStream(c, s, cw, claimed, stop, keep) {
-			g.serveAgain(c)
-		} else {
-			c.Close()
-		}
-	})
+	rc.Hijack(func(c net.Conn) { g.keepOrClose(c, run(c)) })
 }
 
-// closeHijacked closes a connection whose stream ended it.
-func closeHijacked(c net.Conn) { c.Close() }
-
-// writeStream writes s's response on c with cw, unless the request ended
-// before it could claim the stream, and says whether c may serve the
-// client's next request.
-func (g *Gateway) writeStream(c net.Conn, s streamer, cw *chunkWriter, claimed *atomic.Bool, stop func() bool, keep bool) (again bool) {
-	cc := s.clientConn()
-	cc.set(c)
-	if !claimed.CompareAndSwap(false, true) {
-		cc.set(nil)
-		return false // abandoned: the request is over
+// keepOrClose serves the connection's next request, or closes it.
+func (g *Gateway) keepOrClose(c net.Conn, again bool) {
+	if !again {
+		c.Close()
+		return
 	}
-	cc.stop = stop // the body's: finishWith runs on this goroutine from here
-	defer func() {
-		stop()
-		cc.set(nil)
-	}()
-	owned := true // cw is this stream's until it goes back to the pool
-	defer func() {
-		if v := recover(); v != nil {
-			// The writer's state is unknown: it is not pooled again, and
-			// the connection is not reused.
-			if owned {
-				g.endAfterPanic(s, cw, v)
-			} else {
-				g.recovered(panicStream, v, s.reqID())
-			}
-			again = false
-		}
-	}()
-	cw.c, cw.err, cw.wt = c, nil, g.state.Load().cfg.Server.WriteTimeout
-	w := cw.bw
-	var err error
-	if s.ready() {
-		cw.head = cw.headBuf // sent before the first chunk, in its write
-	} else if _, err = cw.write(cw.headBuf); err != nil {
-		cw.err = err
-	}
-	if err == nil {
-		s.body(w)
-		if w.Flush() == nil && cw.err == nil && !cw.raw {
-			_, cw.err = cw.write(lastChunk)
-		}
-	}
-	if cw.head != nil && cw.err == nil { // nothing was written after all
-		_, cw.err = cw.write(cw.head)
-	}
-	ok := cw.err == nil
-	cw.c, cw.head = nil, nil
-	w.Reset(cw)
-	if cap(cw.headBuf) > 16<<10 {
-		cw.headBuf = nil
-	}
-	owned = false
-	chunkPool.Put(cw)
-	stop()
-	cc.set(nil) // before the connection serves its next request
-	return ok && keep && !g.draining.Load()
+	g.serveAgain(c)
 }
 
 // streamer is a response body written after the handler returns.

@@ -63,7 +63,6 @@ type Gateway struct {
 	draining   atomic.Bool // BeginDrain or Shutdown was called
 	reservedMu sync.Mutex
 	reserved   map[net.Conn]struct{} // keep-alive connections given back after a stream
-	serveNext  func(net.Conn)        // serveAgain, made once: a hijack handler for every stream
 	started    time.Time
 
 	// conns counts the API listener's connections (listener.go).
@@ -119,7 +118,6 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Gateway, error) {
 		return nil, err
 	}
 	g := &Gateway{log: log, watch: hangup.New(0), lim: lim, started: time.Now(), reserved: map[net.Conn]struct{}{}}
-	g.serveNext = g.serveAgain
 	if err := g.open(cfg, opts); err != nil {
 		g.closeTelemetry()
 		return nil, err
