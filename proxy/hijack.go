@@ -23,24 +23,20 @@ import (
 // fasthttp's SetBodyStreamWriter would run body in a goroutine of its own
 // and pipe every flush through a second one to the socket: two wake-ups
 // per event, and two goroutines per open stream; and it sends chunks even
-// to an HTTP/1.0 client. So the stream is written on the connection by
-// the handler itself, and the connection is then hijacked, so the server
-// writes nothing more on it, and, for a keep-alive client, handed back to
-// the server with ServeConn. Only when the server still holds an earlier,
-// pipelined response in its buffer (responsePending) does the stream wait
-// for the hijack, which writes that response first; the hijack handler
-// runs on a new goroutine, a hand-off on the way to the first token.
+// to an HTTP/1.0 client. So the connection is hijacked, the response
+// written here, and afterwards, for a keep-alive client, handed back to
+// the server with ServeConn.
 //
 // When the streamer's ready reports that the first bytes of the body are
 // already at hand, the headers leave with them in one write; otherwise
 // they go at once, so the client sees the status while the model is still
 // in prefill.
 //
-// On the hijack path, fasthttp skips the hijack handler when it cannot
-// flush the earlier response or reset the deadline; then the body never
-// runs. So when ctx ends before the body starts (the hang-up watcher
-// fires once fasthttp closes that connection), the streamer is abandoned
-// instead: whichever of the two comes first claims the stream.
+// fasthttp skips the hijack handler when it cannot flush an earlier
+// pipelined response or reset the deadline; then the body never runs. So
+// when ctx ends before the handler starts (the hang-up watcher fires once
+// fasthttp closes that connection), the streamer is abandoned instead:
+// whichever of the two comes first claims the stream.
 func (g *Gateway) streamResponse(ctx *reqctx.Ctx, rc *fasthttp.RequestCtx, s streamer) {
 	// HTTP/1.0 has no chunked coding: its stream ends with the connection.
 	chunked := rc.Request.Header.IsHTTP11()
@@ -70,15 +66,15 @@ func (g *Gateway) streamResponse(ctx *reqctx.Ctx, rc *fasthttp.RequestCtx, s str
 			s.clientConn().unblock()
 		}
 	})
+	rc.HijackSetNoResponse(true)
 	s.hijacked()
-	// run writes the response on c and says whether c may serve the next
-	// request.
-	run := func(c net.Conn) (again bool) {
+	rc.Hijack(func(c net.Conn) {
 		cc := s.clientConn()
 		cc.set(c)
 		if !claimed.CompareAndSwap(false, true) {
 			cc.set(nil)
-			return false // abandoned: the request is over
+			c.Close() // abandoned: the request is over
+			return
 		}
 		cc.stop = stop // the body's: finishWith runs on this goroutine from here
 		defer func() {
@@ -95,7 +91,7 @@ func (g *Gateway) streamResponse(ctx *reqctx.Ctx, rc *fasthttp.RequestCtx, s str
 				} else {
 					g.recovered(panicStream, v, s.reqID())
 				}
-				again = false
+				c.Close()
 			}
 		}()
 		cw.c, cw.err, cw.wt = c, nil, g.state.Load().cfg.Server.WriteTimeout
@@ -125,26 +121,12 @@ func (g *Gateway) streamResponse(ctx *reqctx.Ctx, rc *fasthttp.RequestCtx, s str
 		chunkPool.Put(cw)
 		stop()
 		cc.set(nil) // before the connection serves its next request
-		return ok && keep && !g.draining.Load()
-	}
-	rc.HijackSetNoResponse(true)
-	if !responsePending(rc.Conn()) {
-		again := run(rc.Conn())
-		rc.Hijack(func(c net.Conn) { g.keepOrClose(c, again) })
-		return
-	}
-	// An earlier, pipelined response still waits in the server's buffer:
-	// the server writes it before it hands the connection over.
-	rc.Hijack(func(c net.Conn) { g.keepOrClose(c, run(c)) })
-}
-
-// keepOrClose serves the connection's next request, or closes it.
-func (g *Gateway) keepOrClose(c net.Conn, again bool) {
-	if !again {
-		c.Close()
-		return
-	}
-	g.serveAgain(c)
+		if !ok || !keep || g.draining.Load() {
+			c.Close()
+			return
+		}
+		g.serveAgain(c)
+	})
 }
 
 // streamer is a response body written after the handler returns.

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"crypto/tls"
 	"errors"
 	"net"
 	"sync"
@@ -53,43 +52,6 @@ type countedConn struct {
 	l    *connLimit
 	fd   int // -1 when there is no socket
 	once sync.Once
-	// pending is set when the server is left a response to write, and
-	// cleared by the next write: a response still pending when a stream
-	// starts is an earlier, pipelined one (responsePending). Only the
-	// goroutine serving the connection touches it.
-	pending bool
-}
-
-// Write writes b, and with it whatever response the server held back.
-func (c *countedConn) Write(b []byte) (int, error) {
-	c.pending = false
-	return c.Conn.Write(b)
-}
-
-// responsePending reports whether the server still holds a response to
-// an earlier request on c in its buffer: fasthttp writes a response at
-// once only when no pipelined request is already buffered behind it. A
-// connection the gateway did not accept itself is assumed to have one.
-func responsePending(c net.Conn) bool {
-	a := accepted(c)
-	return a == nil || a.pending
-}
-
-// accepted is the connection the listener accepted under c's wrappers,
-// nil when there is none.
-func accepted(c net.Conn) *countedConn {
-	for {
-		switch x := c.(type) {
-		case *countedConn:
-			return x
-		case *prefixConn:
-			c = x.Conn
-		case *tls.Conn:
-			c = x.NetConn()
-		default:
-			return nil
-		}
-	}
 }
 
 // SocketFD returns the socket's descriptor (hangup.Watch).

@@ -23,21 +23,8 @@ var (
 	keepAliveLine   = []byte(": keep-alive\n\n")
 )
 
-// serve is the API listener's handler: fasthttp calls it once the
-// request's headers are read. It runs handle, then, unless the connection
-// was hijacked, notes that the server was left a response to write.
-func (g *Gateway) serve(rc *fasthttp.RequestCtx) {
-	defer func() {
-		if !rc.Hijacked() {
-			if c := accepted(rc.Conn()); c != nil {
-				c.pending = true
-			}
-		}
-	}()
-	g.handle(rc)
-}
-
-// handle answers one API request.
+// handle is the API listener's handler: fasthttp calls it once the whole
+// request is read.
 func (g *Gateway) handle(rc *fasthttp.RequestCtx) {
 	if g.draining.Load() {
 		// Keep-alive clients learn to go elsewhere with this answer.

@@ -140,7 +140,7 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Gateway, error) {
 	g.versions.add(cfg, st.configHash, "start")
 	s := &cfg.Server
 	g.srv = &fasthttp.Server{
-		Handler:                       g.serve,
+		Handler:                       g.handle,
 		ErrorHandler:                  g.readError,
 		Name:                          "infergate",
 		NoDefaultServerHeader:         true,
