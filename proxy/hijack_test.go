@@ -45,6 +45,34 @@ func TestPipelinedRequestAfterStream(t *testing.T) {
 	}
 }
 
+// A stream request pipelined behind one the gateway answers plainly: the
+// server still holds that answer in its buffer when the stream starts, and
+// it must reach the client first, whole, before the stream.
+func TestPipelinedStreamAfterPlainAnswer(t *testing.T) {
+	be := newTestBackend(t, sseHandler(3, 0))
+	gw := startGateway(t, testConfig(be.URL))
+	c, err := net.Dial("tcp", gw.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	get := "GET /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n\r\n"
+	if _, err := io.WriteString(c, get+streamRequest(streamBody)+get); err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	br := bufio.NewReader(c)
+	for i, want := range []int{http.StatusMethodNotAllowed, http.StatusOK, http.StatusMethodNotAllowed} {
+		resp, body := readResponse(t, br)
+		if resp.StatusCode != want {
+			t.Fatalf("response %d: status %d, want %d; body %q", i, resp.StatusCode, want, body)
+		}
+		if want == http.StatusOK && !strings.HasSuffix(string(body), doneEvent) {
+			t.Fatalf("stream: body %q", body)
+		}
+	}
+}
+
 // Many streams in a row on one keep-alive connection.
 func TestKeepAliveAcrossStreams(t *testing.T) {
 	be := newTestBackend(t, sseHandler(2, 0))
