@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"strconv"
@@ -98,6 +99,12 @@ func newBenchGateway(tb testing.TB, stream bool) *benchGateway {
 // setup and the request body, when not empty, replaced.
 func newBenchGatewayWith(tb testing.TB, stream bool, setup func(*Config), reqBody string) *benchGateway {
 	tb.Helper()
+	return newBenchGatewayLogging(tb, stream, setup, reqBody, slog.New(slog.DiscardHandler))
+}
+
+// newBenchGatewayLogging is newBenchGatewayWith logging to log.
+func newBenchGatewayLogging(tb testing.TB, stream bool, setup func(*Config), reqBody string, log *slog.Logger) *benchGateway {
+	tb.Helper()
 	resp, body := plainResponseBytes(), plainBody
 	if stream {
 		resp, body = streamResponseBytes(benchEvents), streamBody
@@ -109,7 +116,7 @@ func newBenchGatewayWith(tb testing.TB, stream bool, setup func(*Config), reqBod
 	if setup != nil {
 		setup(&cfg)
 	}
-	g, err := New(cfg, slog.New(slog.DiscardHandler))
+	g, err := New(cfg, log)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -184,13 +191,20 @@ func BenchmarkGatewayPolicy(b *testing.B) {
 }
 
 // BenchmarkGateway: go test ./proxy -run '^$' -bench BenchmarkGateway -benchmem
+//
+// plain-logged is plain at the default log level, info: one text line per
+// request, here into io.Discard.
 func BenchmarkGateway(b *testing.B) {
 	for _, tc := range []struct {
-		name   string
-		stream bool
-	}{{"plain", false}, {"stream", true}} {
+		name        string
+		stream, log bool
+	}{{"plain", false, false}, {"stream", true, false}, {"plain-logged", false, true}} {
 		b.Run(tc.name, func(b *testing.B) {
-			bg := newBenchGateway(b, tc.stream)
+			log := slog.New(slog.DiscardHandler)
+			if tc.log {
+				log = slog.New(slog.NewTextHandler(io.Discard, nil))
+			}
+			bg := newBenchGatewayLogging(b, tc.stream, nil, "", log)
 			for range 100 { // warm the pools and the backend connection
 				bg.do(b)
 			}
