@@ -38,8 +38,9 @@ const (
 )
 
 func newGatewayMetrics(g *Gateway, mp *tracing.MeterProvider, cfg tracing.MetricsConfig) (*gatewayMetrics, error) {
-	meter := mp.Meter("github.com/infergate/infergate/proxy")
-	tm, err := tracing.NewMetrics(mp, cfg)
+	const scope = "github.com/infergate/infergate/proxy"
+	meter := mp.Meter(scope)
+	tm, err := tracing.NewMetrics(mp, scope, cfg)
 	if err != nil {
 		return nil, err
 	}

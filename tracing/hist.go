@@ -115,13 +115,19 @@ type counter struct {
 // collection (sdkmetric.Producer).
 type producer struct {
 	mu   sync.Mutex
-	sets []func(now time.Time) []metricdata.Metrics
+	sets []produced
 }
 
-// add registers what collect reads at each collection.
-func (p *producer) add(collect func(now time.Time) []metricdata.Metrics) {
+// produced is one registration: a scope and what collect reads in it.
+type produced struct {
+	scope   string
+	collect func(now time.Time) []metricdata.Metrics
+}
+
+// add registers what collect reads at each collection, in scope.
+func (p *producer) add(scope string, collect func(now time.Time) []metricdata.Metrics) {
 	p.mu.Lock()
-	p.sets = append(p.sets, collect)
+	p.sets = append(p.sets, produced{scope, collect})
 	p.mu.Unlock()
 }
 
@@ -131,12 +137,11 @@ func (p *producer) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 	sets := p.sets
 	p.mu.Unlock()
 	now := time.Now()
-	var ms []metricdata.Metrics
-	for _, collect := range sets {
-		ms = append(ms, collect(now)...)
+	var out []metricdata.ScopeMetrics
+	for _, s := range sets {
+		if ms := s.collect(now); len(ms) > 0 {
+			out = append(out, metricdata.ScopeMetrics{Scope: instrumentation.Scope{Name: s.scope}, Metrics: ms})
+		}
 	}
-	if len(ms) == 0 {
-		return nil, nil
-	}
-	return []metricdata.ScopeMetrics{{Scope: instrumentation.Scope{Name: metricsScope}, Metrics: ms}}, nil
+	return out, nil
 }

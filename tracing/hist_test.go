@@ -143,7 +143,7 @@ func TestMetricsReachAnOTLPReceiver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := NewMetrics(mp, cfg)
+	m, err := NewMetrics(mp, "test", cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

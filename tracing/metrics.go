@@ -217,12 +217,10 @@ type attrSets struct {
 // series marked otel.metric.overflow, as the SDK marks its own overflow.
 const maxAttrSets = 4096
 
-// metricsScope is the instrumentation scope of the gateway's metrics.
-const metricsScope = "github.com/infergate/infergate/proxy"
-
-// NewMetrics creates the instruments on mp.
-func NewMetrics(mp *MeterProvider, cfg MetricsConfig) (*Metrics, error) {
-	m := mp.Meter(metricsScope)
+// NewMetrics creates the instruments on mp, in the instrumentation scope
+// named scope.
+func NewMetrics(mp *MeterProvider, scope string, cfg MetricsConfig) (*Metrics, error) {
+	m := mp.Meter(scope)
 	over := attribute.NewSet(attribute.Bool("otel.metric.overflow", true))
 	x := &Metrics{off: cfg.Off, sets: map[setKey]*attrSets{}, overflow: &attrSets{base: over, input: over, output: over,
 		newConn: over, pooled: over, request: over, requests: counter{start: time.Now()}, truncated: counter{start: time.Now()}}}
@@ -240,7 +238,7 @@ func NewMetrics(mp *MeterProvider, cfg MetricsConfig) (*Metrics, error) {
 	for i, p := range [...]string{"queued", "before_first_token", "streaming"} {
 		x.phases[i] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("infergate.phase", p)))}
 	}
-	mp.prod.add(x.collect)
+	mp.prod.add(scope, x.collect)
 	return x, nil
 }
 

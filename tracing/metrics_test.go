@@ -21,7 +21,7 @@ func newTestMetrics(t testing.TB, cfg MetricsConfig) (*Metrics, func() map[strin
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { mp.Shutdown(context.Background()) })
-	m, err := NewMetrics(mp, cfg)
+	m, err := NewMetrics(mp, "test", cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
