@@ -103,8 +103,7 @@ func (x *exchange) canRetry(p *Pool, tried []*Backend, failed *Backend) bool {
 // prepare points the upstream request at b.
 func (x *exchange) prepare(b *Backend) {
 	r := x.ureq
-	r.SetRequestURI("http://" + b.host + b.prefix + x.rawPath + x.query)
-	r.Header.SetHost(b.host)
+	b.target(r, x.rawPath, x.query)
 	if b.auth != "" {
 		r.Header.Set("Authorization", b.auth)
 	} else if !x.st.cfg.Server.ForwardAuthorization {

@@ -557,3 +557,25 @@ func TestBodiesCutShortTooLargeOrSlow(t *testing.T) {
 		})
 	}
 }
+
+// The backend is an origin server, not a proxy: requests reach it in
+// origin-form ("POST /v1/chat/completions"), with its own Host, as nginx
+// sends them. Some servers route the absolute form ("POST
+// http://host/v1/...") as a path and answer 404 (cpp-httplib, under
+// llama.cpp's server, does not accept it).
+func TestUpstreamRequestTargetIsOriginForm(t *testing.T) {
+	be := newTestBackend(t, jsonHandler(200, `{"id":"x","object":"chat.completion","choices":[]}`))
+	gw := startGateway(t, testConfig(be.URL+"/base"))
+	for _, path := range []string{"/v1/chat/completions", "/v1/embeddings?x=1"} {
+		if code, _, body := post(t, gw.URL, path, plainBody); code != 200 {
+			t.Fatalf("%s: %d %s", path, code, body)
+		}
+		r, _ := be.last()
+		if want := "/base" + path; r.RequestURI != want {
+			t.Errorf("request target %q, want %q", r.RequestURI, want)
+		}
+		if want := strings.TrimPrefix(be.URL, "http://"); r.Host != want {
+			t.Errorf("Host %q, want %q", r.Host, want)
+		}
+	}
+}

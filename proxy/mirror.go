@@ -336,8 +336,7 @@ func (g *Gateway) runArm(p *pair, a *Arm, m *mirrorRule, pool *Pool, req *fastht
 	b.outstanding.Add(1)
 	defer b.outstanding.Add(-1)
 	a.Backend = b.name
-	req.SetRequestURI("http://" + b.host + b.prefix + path)
-	req.Header.SetHost(b.host)
+	b.target(req, path, "")
 	if b.auth != "" {
 		req.Header.Set("Authorization", b.auth)
 	}

@@ -117,14 +117,23 @@ func isTimeout(err error) bool {
 	return errors.Is(err, fasthttp.ErrTimeout) || errors.As(err, &ne) && ne.Timeout()
 }
 
+// target points req at path (and query, "" or "?…") on b, in origin-form
+// with b's Host: the request line a reverse proxy sends an origin server.
+// The absolute form is for requests to a proxy, and some servers route it
+// as a path (cpp-httplib, under llama.cpp's server, answers it 404).
+// fasthttp writes a request line as set unless the URI was parsed.
+func (b *Backend) target(req *fasthttp.Request, path, query string) {
+	req.SetRequestURI(b.prefix + path + query)
+	req.Header.SetHost(b.host)
+}
+
 // probe runs one active health check: GET path must answer 2xx in time.
 func (b *Backend) probe(path string, timeout time.Duration) error {
 	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
-	req.SetRequestURI("http://" + b.host + b.prefix + path)
-	req.Header.SetHost(b.host)
+	b.target(req, path, "")
 	if b.auth != "" {
 		req.Header.Set("Authorization", b.auth)
 	}
@@ -145,8 +154,7 @@ func (b *Backend) tokenize(model string, messages []byte, timeout time.Duration)
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
-	req.SetRequestURI("http://" + b.host + b.prefix + "/tokenize")
-	req.Header.SetHost(b.host)
+	b.target(req, "/tokenize", "")
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.Header.SetContentType("application/json")
 	if b.auth != "" {
