@@ -398,7 +398,12 @@ func (l *Limiter) releaser() {
 		}
 		if err := l.shared.release(context.Background(), batch); err != nil {
 			l.down(err) // the leases expire by their TTL
+			continue
 		}
+		// Waiters here need not hear of these slots through the
+		// channel: the subscription may not be live yet (go-redis
+		// subscribes in the background), and a message can be lost.
+		l.ring()
 	}
 }
 
