@@ -2,6 +2,7 @@ package openai
 
 import (
 	"bytes"
+	"unicode/utf8"
 )
 
 var (
@@ -107,7 +108,9 @@ func valueIsString(data, key []byte, nonEmpty bool) bool {
 // decoded string values of "content", "text" and "reasoning_content"
 // (chat, legacy completion and reasoning models). It reads one choice per
 // chunk, as streams with n=1 have. Data that is not a chunk appends
-// nothing. It does not allocate when the values have no escapes.
+// nothing. Bytes that are not UTF-8 read as U+FFFD, one per byte, as a
+// client's JSON decoder reads them. It does not allocate when the values
+// have no escapes.
 func AppendContent(dst, data []byte) []byte {
 	for _, key := range [...][]byte{keyContent, keyText, keyReasoning} {
 		dst = appendStringValues(dst, data, key)
@@ -140,10 +143,28 @@ func appendStringValues(dst, data, key []byte) []byte {
 		}
 		q := v[:end]
 		if bytes.IndexByte(q, '\\') < 0 {
-			dst = append(dst, q[1:len(q)-1]...)
+			dst = appendUTF8(dst, q[1:len(q)-1])
 		} else if s, err := unquote(q); err == nil {
 			dst = append(dst, s...)
 		}
+	}
+	return dst
+}
+
+// appendUTF8 appends s to dst with each byte that is not part of a valid
+// UTF-8 sequence replaced by U+FFFD, as encoding/json decodes a string.
+func appendUTF8(dst, s []byte) []byte {
+	if utf8.Valid(s) {
+		return append(dst, s...)
+	}
+	for len(s) > 0 {
+		r, n := utf8.DecodeRune(s)
+		if r == utf8.RuneError && n == 1 {
+			dst = utf8.AppendRune(dst, utf8.RuneError)
+		} else {
+			dst = append(dst, s[:n]...)
+		}
+		s = s[n:]
 	}
 	return dst
 }

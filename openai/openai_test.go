@@ -190,6 +190,8 @@ func TestAppendContent(t *testing.T) {
 		{"decoy inside a string", `{"choices":[{"delta":{"content":"say \"content\":\"no\""}}]}`, `say "content":"no"`, ""},
 		{"usage only", `{"choices":[],"usage":{"completion_tokens":3}}`, "", ""},
 		{"finish stop", `{"choices":[{"delta":{},"finish_reason": "stop"}]}`, "", "stop"},
+		{"bytes not UTF-8", "{\"choices\":[{\"delta\":{\"content\":\"a\xffb\xe2\x82\"}}]}", "a\uFFFDb\uFFFD\uFFFD", ""},
+		{"UTF-8 kept", `{"choices":[{"delta":{"content":"€ 日本"}}]}`, "€ 日本", ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
