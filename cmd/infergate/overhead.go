@@ -12,7 +12,7 @@ import (
 	"github.com/infergate/infergate/internal/overhead"
 )
 
-const overheadSynopsis = `overhead [--scenarios LIST] [--rounds N] [--round-time D] [--nginx PATH]
+const overheadSynopsis = `overhead [--scenarios LIST] [--rounds N] [--round-time D] [--nginx PATH] [--gateway-bin PATH]
 
 Measures what the gateway adds. For each scenario it starts a simulator in
 fixed mode, an infergate gateway and (if found) nginx as a plain reverse
@@ -30,6 +30,10 @@ shaping-redis (TTFT added by a cap shared through --redis, against one
 Redis round trip) and shaping-knee (a cap at the sim's knee against none,
 offered 1.5× the knee's rate); tracing-cost (request log and 100% spans
 over OTLP against all off).
+--gateway-bin runs another binary in the gateway's place, started as
+infergate serve is: another build, or the floor, the least a fasthttp
+proxy does (go build -o floorproxy ./internal/overhead/floorproxy; its
+figures hold for cpu-plain, its stream relay is naive).
 scripts/bench-overhead.sh installs nginx (Debian) when missing and runs all.`
 
 func runOverhead(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -40,6 +44,7 @@ func runOverhead(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	nginx := fs.String("nginx", "", "nginx executable (default: nginx on PATH or /usr/sbin/nginx; \"none\" to skip)")
 	idle := fs.Int("idle-streams", 5000, "open streams in the idle (memory) and bench-capacity scenarios")
 	gwEnv := fs.String("gateway-env", "", "comma-separated VAR=value added to the gateway's environment, e.g. GOMAXPROCS=1")
+	gwBin := fs.String("gateway-bin", "", "run this binary's serve in the gateway's place (another build, or floorproxy)")
 	redisAddr := fs.String("redis", "127.0.0.1:6379", "Redis for the shaping-redis scenario (\"\" skips it)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -61,7 +66,7 @@ func runOverhead(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			fmt.Fprintln(stderr, "nginx not found: measuring direct and infergate only")
 		}
 	}
-	o := &overhead.Overhead{Binary: self, Nginx: ng, Rounds: *rounds, RoundTime: *roundTime, IdleStreams: *idle, Report: stdout, Progress: stderr, Redis: *redisAddr}
+	o := &overhead.Overhead{Binary: self, Nginx: ng, Rounds: *rounds, RoundTime: *roundTime, IdleStreams: *idle, GatewayBinary: *gwBin, Report: stdout, Progress: stderr, Redis: *redisAddr}
 	if *gwEnv != "" {
 		o.GatewayEnv = strings.Split(*gwEnv, ",")
 	}

@@ -30,6 +30,12 @@ type Overhead struct {
 	// GatewayEnv is added to the gateway process's environment (for
 	// example GOMAXPROCS=1), to compare runtime settings.
 	GatewayEnv []string
+	// GatewayBinary, when set, runs in the gateway's place in the proxy
+	// scenarios, started as Binary's serve is (serve --upstream URL
+	// --listen ADDR --admin-listen ADDR --log-level warn): another build
+	// of infergate, or floorproxy (internal/overhead/floorproxy), the
+	// least a fasthttp proxy does. The report still calls it infergate.
+	GatewayBinary string
 	// Redis is the host:port of the shaping-redis scenario's Redis.
 	Redis string
 	// Report receives the results as Markdown; Progress a line per round.
@@ -83,6 +89,9 @@ func (o *Overhead) Run(ctx context.Context, names []string) error {
 	}
 	defer os.RemoveAll(dir)
 	fmt.Fprintf(o.Report, "Rounds: %d × %v per target, interleaved; medians of per-round figures, percentiles pooled over rounds.\n\n", o.Rounds, o.RoundTime)
+	if o.GatewayBinary != "" {
+		fmt.Fprintf(o.Report, "The target called infergate is %s.\n\n", o.GatewayBinary)
+	}
 	for _, name := range names {
 		if err := o.runOne(ctx, dir, name); err != nil {
 			return fmt.Errorf("%s: %w", name, err)
@@ -133,7 +142,11 @@ func (o *Overhead) setup(dir string, simArgs []string) ([]target, func(), error)
 		return nil, stop, err
 	}
 	procs = append(procs, backend)
-	gw, err := startInfergateEnv(o.GatewayEnv, o.Binary, "gateway", "serve", "--upstream", "http://"+backend.addr, "--log-level", "warn")
+	gwBinary := o.Binary
+	if o.GatewayBinary != "" {
+		gwBinary = o.GatewayBinary
+	}
+	gw, err := startInfergateEnv(o.GatewayEnv, gwBinary, "gateway", "serve", "--upstream", "http://"+backend.addr, "--log-level", "warn")
 	if err != nil {
 		return nil, stop, err
 	}
