@@ -18,3 +18,15 @@ func TestAcquireReleaseAllocatesNothing(t *testing.T) {
 		t.Errorf("%v allocations per acquire and release, want 0", n)
 	}
 }
+
+// A tenant that comes and goes with each request (the gateway's
+// anonymous one, or a one-off key) is made again from the spare.
+func TestPassingTenantAllocatesNothing(t *testing.T) {
+	l := mustNew(t, Config{Global: Cap{MaxRequests: 10}})
+	if n := testing.AllocsPerRun(100, func() {
+		p, _ := l.Acquire(context.Background(), Request{Tenant: "anonymous"})
+		p.Release()
+	}); n != 0 {
+		t.Errorf("%v allocations per acquire and release, want 0", n)
+	}
+}

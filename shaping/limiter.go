@@ -55,6 +55,10 @@ type Limiter struct {
 	pools   map[string]*counter
 	models  map[string]*counter
 	tenants map[string]*tenant
+	// spare is the last tenant forgotten, made again for the next new
+	// name: the anonymous tenant and a client's one-off key come and go
+	// with every request, and would otherwise cost an allocation each.
+	spare *tenant
 	q       fairQueue
 	// holdEWMA is the mean time a permit is held, for Retry-After.
 	holdEWMA time.Duration
@@ -190,7 +194,13 @@ func (l *Limiter) tenantConfig(name string) Tenant {
 func (l *Limiter) tenantFor(name string) *tenant {
 	t := l.tenants[name]
 	if t == nil {
-		t = newTenant(name)
+		if t = l.spare; t != nil {
+			l.spare = nil
+			*t = tenant{name: name}
+			t.waiting.Init()
+		} else {
+			t = newTenant(name)
+		}
 		t.setConfig(l.tenantConfig(name))
 		l.tenants[name] = t
 	}
@@ -393,10 +403,11 @@ func (l *Limiter) giveBack(p *Permit) {
 // forget drops an idle tenant's state, so tenants that come and go (one
 // per API key) do not pile up. Called with l.mu held.
 func (l *Limiter) forget(t *tenant) {
-	// The anonymous tenant (every request without one) stays: forgetting
-	// it would cost an allocation per request, and it is only one.
+	// The unnamed tenant stays; a forgotten one is the spare, which
+	// nothing refers to any more.
 	if t.idle() && t.name != "" && l.tenants[t.name] == t {
 		delete(l.tenants, t.name)
+		l.spare = t
 	}
 }
 

@@ -118,6 +118,33 @@ func TestQueueTimeoutAndTenantReason(t *testing.T) {
 	}
 }
 
+// A forgotten tenant's state, made again for another name, carries
+// nothing over: the new tenant has its own cap and nothing in flight.
+func TestForgottenTenantMadeAgainForAnother(t *testing.T) {
+	l := mustNew(t, Config{Tenants: map[string]Tenant{"a": {Cap: Cap{MaxRequests: 1}}}, Global: Cap{MaxRequests: 5},
+		Queue: QueueConfig{MaxWaiting: 1, Timeout: 20 * time.Millisecond}})
+	for range 3 {
+		p, err := l.Acquire(context.Background(), Request{Tenant: "one-off"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Release() // forgotten: the spare
+	}
+	a, err := l.Acquire(context.Background(), Request{Tenant: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Release()
+	if _, err := l.Acquire(context.Background(), Request{Tenant: "a"}); !errors.Is(err, ErrTenantCap) {
+		t.Errorf("second request of tenant a: %v, want its cap of 1", err)
+	}
+	b, err := l.Acquire(context.Background(), Request{Tenant: "b"})
+	if err != nil {
+		t.Errorf("tenant b, without a cap: %v", err)
+	}
+	b.Release()
+}
+
 func TestClientLeavingLeavesTheQueue(t *testing.T) {
 	l := mustNew(t, Config{Global: Cap{MaxRequests: 1}})
 	p, _ := l.Acquire(context.Background(), Request{})
