@@ -70,16 +70,16 @@ func (g *Gateway) streamResponse(ctx *reqctx.Ctx, rc *fasthttp.RequestCtx, s str
 	s.hijacked()
 	rc.Hijack(func(c net.Conn) {
 		cc := s.clientConn()
-		cc.set(c)
+		cc.set(c, &cw.dl)
 		if !claimed.CompareAndSwap(false, true) {
-			cc.set(nil)
+			cc.set(nil, nil)
 			c.Close() // abandoned: the request is over
 			return
 		}
 		cc.stop = stop // the body's: finishWith runs on this goroutine from here
 		defer func() {
 			stop()
-			cc.set(nil)
+			cc.set(nil, nil)
 		}()
 		owned := true // cw is this stream's until it goes back to the pool
 		defer func() {
@@ -95,6 +95,7 @@ func (g *Gateway) streamResponse(ctx *reqctx.Ctx, rc *fasthttp.RequestCtx, s str
 			}
 		}()
 		cw.c, cw.err, cw.wt = c, nil, g.state.Load().cfg.Server.WriteTimeout
+		cw.dl.reset()
 		w := cw.bw
 		var err error
 		if s.ready() {
@@ -120,7 +121,7 @@ func (g *Gateway) streamResponse(ctx *reqctx.Ctx, rc *fasthttp.RequestCtx, s str
 		owned = false
 		chunkPool.Put(cw)
 		stop()
-		cc.set(nil) // before the connection serves its next request
+		cc.set(nil, nil) // before the connection serves its next request
 		if !ok || !keep || g.draining.Load() {
 			c.Close()
 			return
@@ -154,6 +155,7 @@ type streamer interface {
 type clientConn struct {
 	mu sync.Mutex
 	c  net.Conn
+	wd *coarseDeadline // the stream writer's record of c's write deadline
 	// stop disarms the watch on the request's end; finishWith calls it
 	// before it cancels the request's context, so an ending stream starts
 	// no goroutine for a watch it no longer needs.
@@ -167,9 +169,9 @@ func (cc *clientConn) disarm() {
 	}
 }
 
-func (cc *clientConn) set(c net.Conn) {
+func (cc *clientConn) set(c net.Conn, wd *coarseDeadline) {
 	cc.mu.Lock()
-	cc.c = c
+	cc.c, cc.wd = c, wd
 	cc.mu.Unlock()
 }
 
@@ -179,6 +181,7 @@ func (cc *clientConn) unblock() {
 	cc.mu.Lock()
 	if cc.c != nil {
 		_ = cc.c.SetWriteDeadline(time.Unix(1, 0))
+		cc.wd.reset() // a later write (the stream's error event) sets its own again
 	}
 	cc.mu.Unlock()
 }
@@ -305,6 +308,7 @@ type chunkWriter struct {
 	buf     []byte
 	err     error
 	bw      *bufio.Writer
+	dl      coarseDeadline // the write deadline
 }
 
 var chunkPool = sync.Pool{New: func() any {
@@ -340,10 +344,13 @@ func (cw *chunkWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// write writes b to the connection under the write timeout.
+// write writes b to the connection under the write timeout, re-armed
+// coarsely (coarseDeadline).
 func (cw *chunkWriter) write(b []byte) (int, error) {
 	if cw.wt > 0 {
-		_ = cw.c.SetWriteDeadline(time.Now().Add(cw.wt))
+		if now := time.Now(); cw.dl.due(now, cw.wt) {
+			_ = cw.c.SetWriteDeadline(now.Add(cw.wt))
+		}
 	}
 	return cw.c.Write(b)
 }

@@ -60,6 +60,7 @@ func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByt
 	// arrived together.
 	readAt := time.Now()
 	batchStart := readAt
+	var dl coarseDeadline // the backend's read deadline
 	for {
 		ev, err := er.TryNext()
 		if err == openai.ErrWouldBlock {
@@ -84,7 +85,9 @@ func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByt
 			if !content {
 				d = firstByte
 			}
-			_ = conn.SetReadDeadline(time.Now().Add(d))
+			if now := time.Now(); dl.due(now, d) {
+				_ = conn.SetReadDeadline(now.Add(d))
+			}
 			ev, err = er.Next()
 			readAt = time.Now()
 		}
