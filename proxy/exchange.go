@@ -50,6 +50,7 @@ type exchange struct {
 	backend *Backend    // the attempt's backend, from its pick (forward) to finishWith
 	done    func(error) // the breaker permit of backend (Backend.settle)
 	up      *upstream
+	upBuf   upstream            // what up points at: one attempt at a time, no allocation
 	reuse   bool                // the upstream body was read to its end
 	er      *openai.EventReader // set once the first event was awaited
 	permit  shaping.Permit      // the admission slot, released by finishWith
@@ -102,13 +103,31 @@ func printable(b []byte) bool {
 	return true
 }
 
+// commonString returns b as a string, without a copy when it is a
+// method or a path most requests have.
+func commonString(b []byte) string {
+	switch string(b) { // compared in place, not converted
+	case "POST":
+		return "POST"
+	case "GET":
+		return "GET"
+	case "/v1/chat/completions":
+		return "/v1/chat/completions"
+	case "/v1/completions":
+		return "/v1/completions"
+	case "/v1/embeddings":
+		return "/v1/embeddings"
+	}
+	return string(b)
+}
+
 // serveAPI reads, routes, admits and forwards an API request. strict
 // requests (the completion routes) must carry a JSON body with a string
 // model; other /v1 paths are routed by their model when they have one,
 // else to the default pool. A panic while serving it ends this request
 // only (recoverRequest).
 func (g *Gateway) serveAPI(rc *fasthttp.RequestCtx, strict bool) {
-	x := &exchange{g: g, st: g.state.Load(), method: string(rc.Method()), path: string(rc.Path())}
+	x := &exchange{g: g, st: g.state.Load(), method: commonString(rc.Method()), path: commonString(rc.Path())}
 	if raw := rc.URI().PathOriginal(); string(raw) == x.path {
 		x.rawPath = x.path // the common case: nothing was encoded, no copy
 	} else {

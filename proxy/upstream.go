@@ -68,7 +68,8 @@ func (b *Backend) roundTrip(ctx context.Context, x *exchange, t *Timeouts) (*ups
 		return nil, fmt.Errorf("%w %s: read headers: %w", errUpstream, b.name, re.Err)
 	}
 	x.tl.Headers = time.Now()
-	up := &upstream{Trip: trip}
+	up := &x.upBuf // the last attempt's, finished
+	*up = upstream{Trip: trip}
 	up.body.Reset(trip.Reader, httpbody.Mode(x.ureq, trip.Resp), int64(trip.Resp.Header.ContentLength()))
 	return up, nil
 }
