@@ -534,6 +534,11 @@ func TestBodiesCutShortTooLargeOrSlow(t *testing.T) {
 		// An upload over the limit is refused as soon as the handler runs
 		// (fasthttp first reads up to 8 KiB of it).
 		{"declared over the limit", "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: " + fmt.Sprint(len(big)) + "\r\n\r\n" + big, false, 413},
+		// Refused by the declared length alone: no wait for a body that
+		// does not come (before, 408 after read_timeout), and no
+		// 100 Continue for one that waits to be asked.
+		{"declared over the limit, not sent", "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: " + fmt.Sprint(len(big)) + "\r\n\r\n{", false, 413},
+		{"declared over the limit, expecting 100-continue", "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nExpect: 100-continue\r\nContent-Length: " + fmt.Sprint(len(big)) + "\r\n\r\n", false, 413},
 		{"chunked over the limit", "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: chunked\r\n\r\n" + fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(big), big), false, 413},
 		{"cut short", "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 100\r\n\r\n{\"model\":\"m\"", true, 400},
 		{"too slow", "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 100\r\n\r\n{\"model\":\"m\"", false, 408},

@@ -21,6 +21,10 @@ var (
 	pathV1          = []byte("/v1/")
 	eventStream     = []byte("text/event-stream")
 	keepAliveLine   = []byte(": keep-alive\n\n")
+	// hdrDeclaredLength marks a request refused by its declared length;
+	// the server sets it (HeaderReceived), a client's copy only refuses
+	// its own request.
+	hdrDeclaredLength = []byte("X-Infergate-Declared-Length")
 )
 
 // handle is the API listener's handler: fasthttp calls it once the whole
@@ -37,6 +41,14 @@ func (g *Gateway) handle(rc *fasthttp.RequestCtx) {
 		rc.SetConnectionClose()
 		writeError(rc, http.StatusBadRequest, openai.TypeInvalidRequest, "bad_request",
 			"Content-Length and Transfer-Encoding together")
+		return
+	}
+	if rc.Request.Header.ContentLength() == 0 && len(rc.Request.Header.PeekBytes(hdrDeclaredLength)) > 0 {
+		// Declared longer than max_body_bytes (HeaderReceived): its body
+		// is unread, so the connection cannot serve another request.
+		rc.SetConnectionClose()
+		writeError(rc, http.StatusRequestEntityTooLarge, openai.TypeInvalidRequest, "request_too_large",
+			fmt.Sprintf("request body exceeds %d bytes", g.state.Load().cfg.Server.MaxBodyBytes))
 		return
 	}
 	path := rc.Path()

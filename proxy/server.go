@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/url"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -151,7 +152,21 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Gateway, error) {
 		// The headers get HeaderTimeout; a body, from the end of the
 		// headers, ReadTimeout.
 		HeaderReceived: func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
-			if h.ContentLength() == 0 {
+			cl := h.ContentLength()
+			if cl == 0 {
+				return fasthttp.RequestConfig{}
+			}
+			if cl > g.state.Load().cfg.Server.MaxBodyBytes {
+				// Too large by its declared length. The server would wait
+				// for the body's first 8 KiB before the handler sees the
+				// request, so a client that declares much and sends
+				// little would hold the connection until read_timeout.
+				// With no body to read and no 100 Continue to send, the
+				// handler refuses it at once (handle) and closes the
+				// connection.
+				h.SetContentLength(0)
+				h.Del("Expect")
+				h.SetBytesKV(hdrDeclaredLength, strconv.AppendInt(nil, int64(cl), 10))
 				return fasthttp.RequestConfig{}
 			}
 			return fasthttp.RequestConfig{ReadTimeout: s.ReadTimeout}
