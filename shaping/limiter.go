@@ -59,7 +59,7 @@ type Limiter struct {
 	// name: the anonymous tenant and a client's one-off key come and go
 	// with every request, and would otherwise cost an allocation each.
 	spare *tenant
-	q       fairQueue
+	q     fairQueue
 	// holdEWMA is the mean time a permit is held, for Retry-After.
 	holdEWMA time.Duration
 	stats    Stats
