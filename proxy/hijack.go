@@ -119,9 +119,9 @@ func (g *Gateway) streamResponse(ctx *reqctx.Ctx, rc *fasthttp.RequestCtx, s str
 			cw.headBuf = nil
 		}
 		owned = false
-		chunkPool.Put(cw)
 		stop()
-		cc.set(nil, nil) // before the connection serves its next request
+		cc.set(nil, nil)  // before the connection serves its next request
+		chunkPool.Put(cw) // after: a late unblock resets no other stream's deadline
 		if !ok || !keep || g.draining.Load() {
 			c.Close()
 			return
