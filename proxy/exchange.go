@@ -111,10 +111,10 @@ func commonString(b []byte) string {
 		return "POST"
 	case "GET":
 		return "GET"
-	case "/v1/chat/completions":
-		return "/v1/chat/completions"
-	case "/v1/completions":
-		return "/v1/completions"
+	case chatPath:
+		return chatPath
+	case completionsPath:
+		return completionsPath
 	case "/v1/embeddings":
 		return "/v1/embeddings"
 	}

@@ -74,7 +74,7 @@ func (x *exchange) injectSpan(h *fasthttp.RequestHeader) {
 
 // operation is gen_ai.operation.name of the request.
 func (x *exchange) operation() string {
-	if x.path == "/v1/completions" {
+	if x.path == completionsPath {
 		return "text_completion"
 	}
 	return "chat"

@@ -32,7 +32,7 @@ func (x *exchange) identify(rc *fasthttp.RequestCtx) bool {
 // forward. It reports false when the request was refused.
 func (x *exchange) applyPolicy(rc *fasthttp.RequestCtx, body []byte, env openai.Envelope) ([]byte, bool) {
 	p := x.st.pol
-	chat, completion := x.path == "/v1/chat/completions", x.path == "/v1/completions"
+	chat, completion := x.path == chatPath, x.path == completionsPath
 	count := x.st.tokenCaps && chat
 	if !count && !p.Needs(x.tenant, x.model, x.stream) {
 		return body, true

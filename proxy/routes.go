@@ -14,9 +14,16 @@ import (
 // JSON body naming a model; the rest of /v1 is routed by its model when it
 // names one, else to the default pool; /healthz and /readyz answer here.
 
+// The completion routes, as strings (an exchange's path) and as bytes
+// (a request's, routed in place).
+const (
+	chatPath        = "/v1/chat/completions"
+	completionsPath = "/v1/completions"
+)
+
 var (
-	pathChat        = []byte("/v1/chat/completions")
-	pathCompletions = []byte("/v1/completions")
+	pathChat        = []byte(chatPath)
+	pathCompletions = []byte(completionsPath)
 	pathModels      = []byte("/v1/models")
 	pathV1          = []byte("/v1/")
 	eventStream     = []byte("text/event-stream")
