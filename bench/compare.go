@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/infergate/infergate/internal/quantile"
 	"github.com/infergate/infergate/verdict"
 )
 
@@ -26,6 +27,24 @@ type Comparison struct {
 	// Need is how many requests per run would likely settle an
 	// INCONCLUSIVE verdict.
 	Need int
+	// Dists are each stage's latency percentiles in both runs, by the
+	// one rule (package quantile), as the records print them.
+	Dists []DistPair
+}
+
+// DistPair is one latency's p50 / p90 / p99 in the base and the new run.
+type DistPair struct {
+	Stage     int
+	Metric    string
+	Base, New quantile.Three
+}
+
+// threeOf is a record's percentiles as Three.
+func threeOf(p *Percentiles) quantile.Three {
+	if p == nil {
+		return quantile.Three{}
+	}
+	return quantile.Three{N: int(p.N), P50: p.P50, P90: p.P90, P99: p.P99}
 }
 
 // Compare compares new against base, stage by stage.
@@ -40,6 +59,9 @@ func Compare(base, next *Record, o verdict.Options) *Comparison {
 			speed = append(speed, "ttft_sched")
 		}
 		for _, m := range speed {
+			if a.Metrics[m] != nil || b.Metrics[m] != nil {
+				c.Dists = append(c.Dists, DistPair{Stage: i, Metric: m, Base: threeOf(a.Metrics[m]), New: threeOf(b.Metrics[m])})
+			}
 			if ch, ok := verdict.Samples(i, m, "lower", a.Samples[m], b.Samples[m], o.SpeedTolerance, o.SpeedFloor, rng); ok {
 				c.Changes = append(c.Changes, ch)
 			}
@@ -81,6 +103,13 @@ func Compare(base, next *Record, o verdict.Options) *Comparison {
 // Write prints the comparison as a table.
 func (c *Comparison) Write(w io.Writer) {
 	fmt.Fprintf(w, "base %s\nnew  %s\n\n", c.Base, c.New)
+	if len(c.Dists) > 0 {
+		fmt.Fprintf(w, "%-5s %-24s %26s %26s\n", "stage", "p50 / p90 / p99", "base", "new")
+		for _, d := range c.Dists {
+			fmt.Fprintf(w, "%-5d %-24s %26s %26s\n", d.Stage, d.Metric+unitOf(d.Metric), d.Base.Text("%.1f"), d.New.Text("%.1f"))
+		}
+		fmt.Fprintln(w)
+	}
 	fmt.Fprintf(w, "%-5s %-24s %12s %12s %9s %20s %8s  %s\n", "stage", "metric", "base", "new", "change", "95% CI", "p", "judgement")
 	for _, ch := range c.Changes {
 		base, nw, delta, ci, p := ch.Cells()

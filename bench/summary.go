@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/infergate/infergate/internal/quantile"
 	"github.com/infergate/infergate/verdict"
 )
 
@@ -32,10 +33,12 @@ var Formulas = map[string]string{
 	"steady_output_token_throughput": "output tokens produced inside [first send + median e2e, end of sending] / its length; each request's tokens spread evenly between its first and last content event (no ramp, no drain)",
 	"goodput":                        "successful requests meeting every SLO, as a share of measured requests and per second of the window",
 	"achieved_rate":                  "measured requests sent / (last send − first send)",
+	"percentiles":                    quantile.Rule + " (itl: from an HdrHistogram at 3 significant digits)",
 }
 
 // Percentiles describe one distribution. A quantile is left out when n is
-// too small to carry it (p90 needs 10 values, p95 20, p99 100).
+// too small to carry it (p90 needs 10 values, p95 20, p99 100;
+// quantile.Enough).
 type Percentiles struct {
 	N    int64    `json:"n"`
 	Mean float64  `json:"mean"`
@@ -47,7 +50,7 @@ type Percentiles struct {
 	P99  *float64 `json:"p99,omitempty"`
 }
 
-// percentiles of exact samples (nearest rank).
+// percentiles of exact samples, by the one rule (package quantile).
 func percentiles(xs []float64) *Percentiles {
 	if len(xs) == 0 {
 		return nil
@@ -60,17 +63,8 @@ func percentiles(xs []float64) *Percentiles {
 		sum += x
 	}
 	p.Mean = sum / float64(len(s))
-	q := func(f float64) float64 { return s[max(0, int(math.Ceil(f*float64(len(s))))-1)] }
-	p.P50 = q(0.5)
-	set := func(dst **float64, f float64, need int) {
-		if len(s) >= need {
-			v := q(f)
-			*dst = &v
-		}
-	}
-	set(&p.P90, 0.90, 10)
-	set(&p.P95, 0.95, 20)
-	set(&p.P99, 0.99, 100)
+	p.P50 = quantile.Rank(s, 0.5)
+	p.P90, p.P95, p.P99 = quantile.Maybe(s, 0.90), quantile.Maybe(s, 0.95), quantile.Maybe(s, 0.99)
 	return p
 }
 

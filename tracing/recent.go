@@ -1,12 +1,12 @@
 package tracing
 
 import (
-	"math"
 	"slices"
 	"sort"
 	"sync"
 	"time"
 
+	"github.com/infergate/infergate/internal/quantile"
 	"github.com/infergate/infergate/openai"
 )
 
@@ -106,12 +106,9 @@ func (r *Recent) Add(tl *Timeline, model, backend string, ok bool) {
 }
 
 // Quantiles are a figure's percentiles (milliseconds, or tokens/s for
-// speed); nil when no request had the figure.
-type Quantiles struct {
-	P50 float64 `json:"p50"`
-	P90 float64 `json:"p90"`
-	P99 float64 `json:"p99"`
-}
+// speed), by the one rule (package quantile: nearest rank, p90 from 10
+// values, p99 from 100); nil when no request had the figure.
+type Quantiles = quantile.Three
 
 // GroupStats are the recent figures of one model and backend (or of all,
 // with both names empty).
@@ -253,15 +250,12 @@ func summarize(ss []sample, counts GroupStats, window time.Duration) GroupStats 
 	return gs
 }
 
-// quantiles are nearest-rank percentiles of v; nil for none.
+// quantiles are v's percentiles (v is sorted here); nil for none.
 func quantiles(v []float64) *Quantiles {
 	if len(v) == 0 {
 		return nil
 	}
 	slices.Sort(v)
-	at := func(p float64) float64 {
-		i := int(math.Ceil(p/100*float64(len(v)))) - 1
-		return v[min(max(i, 0), len(v)-1)]
-	}
-	return &Quantiles{P50: at(50), P90: at(90), P99: at(99)}
+	q := quantile.ThreeOfSorted(v)
+	return &q
 }

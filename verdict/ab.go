@@ -5,7 +5,8 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
-	"slices"
+
+	"github.com/infergate/infergate/internal/quantile"
 )
 
 // A/B from mirrored pairs: each pair is one request answered by the
@@ -65,23 +66,11 @@ type ArmSummary struct {
 	Throughput float64 `json:"output_token_throughput,omitempty"`
 }
 
-// Dist is p50, p90 and p99 of a distribution.
-type Dist struct {
-	N   int     `json:"n"`
-	P50 float64 `json:"p50"`
-	P90 float64 `json:"p90"`
-	P99 float64 `json:"p99"`
-}
+// Dist is p50, p90 and p99 of a distribution, by the one rule (package
+// quantile: nearest rank; p90 from 10 values, p99 from 100).
+type Dist = quantile.Three
 
-func distOf(v []float64) Dist {
-	if len(v) == 0 {
-		return Dist{}
-	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	q := func(p float64) float64 { return s[min(len(s)-1, int(p*float64(len(s))))] }
-	return Dist{N: len(s), P50: Median(s), P90: q(0.9), P99: q(0.99)}
-}
+func distOf(v []float64) Dist { return quantile.ThreeOf(v) }
 
 // ABReport is the comparison of the two arms of mirrored pairs.
 type ABReport struct {
@@ -316,13 +305,7 @@ func (r *ABReport) Write(w io.Writer) {
 	}
 	fmt.Fprintf(w, "%-22s %30s %30s\n", "", "primary", "candidate")
 	row := func(name string, a, b Dist) {
-		f := func(d Dist) string {
-			if d.N == 0 {
-				return "-"
-			}
-			return fmt.Sprintf("%.1f / %.1f / %.1f", d.P50, d.P90, d.P99)
-		}
-		fmt.Fprintf(w, "%-22s %30s %30s\n", name, f(a), f(b))
+		fmt.Fprintf(w, "%-22s %30s %30s\n", name, a.Text("%.1f"), b.Text("%.1f"))
 	}
 	row("ttft ms p50/p90/p99", r.Primary.TTFT, r.Candidate.TTFT)
 	row("tpot ms", r.Primary.TPOT, r.Candidate.TPOT)

@@ -29,12 +29,7 @@ func (r *ABReport) WriteHTML(w io.Writer, title string, examples []Example) erro
 	fmt.Fprintf(bw, "</ul>\n<p>%d pairs: each request answered by the primary (the base) and the candidate (the change).</p>\n", r.Pairs)
 
 	fmt.Fprintf(bw, "<h2>The arms</h2>\n<table class=\"num\">\n<tr><th></th><th>primary</th><th>candidate</th></tr>\n")
-	d := func(x Dist) string {
-		if x.N == 0 {
-			return "-"
-		}
-		return fmt.Sprintf("%.1f / %.1f / %.1f", x.P50, x.P90, x.P99)
-	}
+	d := func(x Dist) string { return x.Text("%.1f") }
 	pct := func(x float64) string { return fmt.Sprintf("%.1f%%", x*100) }
 	for _, row := range [][3]string{
 		{"TTFT ms p50 / p90 / p99", d(r.Primary.TTFT), d(r.Candidate.TTFT)},

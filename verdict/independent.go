@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+
+	"github.com/infergate/infergate/internal/quantile"
 )
 
 // Samples judges the median of a latency (better "lower") or a speed
@@ -142,7 +144,10 @@ func cmpFloat(p, q float64) int {
 	return 0
 }
 
-// Median is the median of xs (0 for none); xs is not changed.
+// Median is the median of xs (0 for none) by the one percentile rule,
+// nearest rank (package quantile): for an even count the lower of the
+// two middle values, never their mean, so a median here is the p50 that
+// every report prints. xs is not changed.
 func Median(xs []float64) float64 {
 	if len(xs) == 0 {
 		return 0
@@ -150,13 +155,9 @@ func Median(xs []float64) float64 {
 	return quickMedian(slices.Clone(xs))
 }
 
-// quickMedian is the median of xs, reordering xs.
+// quickMedian is Median, reordering xs.
 func quickMedian(xs []float64) float64 {
-	n := len(xs)
-	if n%2 == 1 {
-		return selectK(xs, n/2)
-	}
-	return (selectK(xs, n/2-1) + selectK(xs, n/2)) / 2
+	return selectK(xs, quantile.Index(len(xs), 0.5))
 }
 
 // selectK returns the k-th smallest value of xs (Hoare's quickselect).

@@ -140,12 +140,17 @@ func renderStats(w io.Writer, from string, s tracing.Snapshot) {
 	}
 }
 
-// q formats one percentile of a figure, or "-" when there is none.
+// q formats one percentile of a figure, or "-" when there is none (or
+// too few requests to carry it).
 func q(v *tracing.Quantiles, p int) string {
 	if v == nil {
 		return "-"
 	}
-	x := map[int]float64{50: v.P50, 90: v.P90, 99: v.P99}[p]
+	xp := map[int]*float64{50: &v.P50, 90: v.P90, 99: v.P99}[p]
+	if xp == nil {
+		return "-"
+	}
+	x := *xp
 	switch {
 	case x >= 100:
 		return fmt.Sprintf("%.0f", x)

@@ -105,7 +105,7 @@ func TestMedian(t *testing.T) {
 	for _, tc := range []struct {
 		in   []float64
 		want float64
-	}{{nil, 0}, {[]float64{3}, 3}, {[]float64{5, 1, 3}, 3}, {[]float64{4, 1, 3, 2}, 2.5}} {
+	}{{nil, 0}, {[]float64{3}, 3}, {[]float64{5, 1, 3}, 3}, {[]float64{4, 1, 3, 2}, 2}} { // nearest rank: the lower middle
 		if got := verdict.Median(tc.in); got != tc.want {
 			t.Errorf("Median(%v) = %v, want %v", tc.in, got, tc.want)
 		}
