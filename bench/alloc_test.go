@@ -10,7 +10,7 @@ import (
 // The client reads a stream without allocating per event: a 400-event
 // stream costs what a 40-event one does.
 func TestReadStreamAllocatesNothingPerEvent(t *testing.T) {
-	p := newParser(nil, &Quality{})
+	p := newParser(nil, nil)
 	p.flushGaps = func([]time.Duration) {}
 	short, long := streamOf(40), streamOf(400)
 	readOnce(p, long) // buffers reach their size

@@ -8,12 +8,13 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"regexp"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/infergate/infergate/internal/tokens"
+
+	"github.com/infergate/infergate/quality"
 )
 
 // Config is one benchmark: where, what, how hard, and where the
@@ -31,8 +32,9 @@ type Config struct {
 	SLOs  []SLO
 	// Headers go with every request (-H and --api-key).
 	Headers [][2]string
-	// Refusals are regular expressions of a refusal; nil uses
-	// DefaultRefusals.
+	// Refusals are regular expressions of a refusal, matched
+	// case-insensitively against an answer's opening; nil uses
+	// quality.DefaultRefusals, the mirror's too.
 	Refusals []string
 	// CSV and Events receive per-request rows as they finish; either may
 	// be nil.
@@ -158,17 +160,9 @@ func Run(ctx context.Context, cfg Config) (*Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	q := &Quality{WantJSON: cfg.Workload.JSON}
-	pats := cfg.Refusals
-	if pats == nil {
-		pats = DefaultRefusals
-	}
-	for _, p := range pats {
-		re, err := regexp.Compile(p)
-		if err != nil {
-			return nil, fmt.Errorf("bench: refusal pattern %q: %w", p, err)
-		}
-		q.Refusals = append(q.Refusals, re)
+	q, err := quality.NewJudge(cfg.Refusals)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
 	}
 	client, err := NewClient(endpoint, ClientOptions{Headers: cfg.Headers, InsecureSkipVerify: cfg.InsecureSkipVerify})
 	if err != nil {

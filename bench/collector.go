@@ -21,6 +21,8 @@ type row struct {
 	gw                              *GatewayTiming
 	ok, invalidJSON, empty, refusal bool
 	finishLength, lengthByPolicy    bool
+	jsonAsked, schemaAsked          bool
+	schemaInvalid                   bool
 }
 
 // Collector gathers the results of a run, stage by stage. It is safe for
@@ -115,6 +117,7 @@ func (c *Collector) Add(r *Result) {
 		gw: r.Gateway, server: int64(r.ServerTTFT), ttfb: int64(r.TTFB), first: int64(r.FirstEvent), ttft: int64(r.TTFT), last: int64(r.LastToken), end: int64(r.End),
 		out: int32(r.OutputTokens), usage: int32(r.UsageTokens), counted: int32(r.CountedTokens), prompt: int32(r.PromptTokens),
 		events: int32(r.ContentEvents), ok: r.OK(), invalidJSON: r.InvalidJSON, empty: r.Empty, refusal: r.Refusal,
+		jsonAsked: r.Ask.JSON, schemaAsked: r.Ask.Schema != nil && r.OK() && !r.InvalidJSON, schemaInvalid: r.SchemaInvalid,
 		finishLength: r.Finish == "length" && !r.ClampedByGateway, lengthByPolicy: r.Finish == "length" && r.ClampedByGateway,
 	}
 	sd.seen++

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -85,11 +86,21 @@ func Compare(base, next *Record, o verdict.Options) *Comparison {
 			{"refusal_rate", a.Quality.Refusal, b.Quality.Refusal, a.OK, b.OK},
 		}
 		if a.Quality.JSONChecked || b.Quality.JSONChecked {
+			// Of the answers asked for JSON (records before json_asked:
+			// of all successful ones).
+			na, nb := cmp.Or(a.Quality.JSONAsked, a.OK), cmp.Or(b.Quality.JSONAsked, b.OK)
 			rates = append(rates, struct {
 				name   string
 				x, y   int
 				na, nb int
-			}{"invalid_json_rate", a.Quality.InvalidJSON, b.Quality.InvalidJSON, a.OK, b.OK})
+			}{"invalid_json_rate", a.Quality.InvalidJSON, b.Quality.InvalidJSON, na, nb})
+		}
+		if a.Quality.SchemaChecked > 0 || b.Quality.SchemaChecked > 0 {
+			rates = append(rates, struct {
+				name   string
+				x, y   int
+				na, nb int
+			}{"schema_invalid_rate", a.Quality.SchemaInvalid, b.Quality.SchemaInvalid, a.Quality.SchemaChecked, b.Quality.SchemaChecked})
 		}
 		for _, r := range rates {
 			c.Changes = append(c.Changes, verdict.Rates(i, r.name, r.x, r.na, r.y, r.nb, o.QualityTolerance))

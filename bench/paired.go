@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/verdict"
+
+	"github.com/infergate/infergate/quality"
 )
 
 // Paired is the gateway's added latency measured directly: the same
@@ -54,7 +56,7 @@ func spreadOf(v []float64) *Spread {
 }
 
 // runPaired sends n pairs of requests from wl, through gw and to direct.
-func runPaired(ctx context.Context, gw, direct *Client, wl Workload, stream bool, count func(string) int, q *Quality, n int, directURL string) *Paired {
+func runPaired(ctx context.Context, gw, direct *Client, wl Workload, stream bool, count func(string) int, q *quality.Judge, n int, directURL string) *Paired {
 	pg, pd := newParser(count, q), newParser(count, q)
 	out := &Paired{DirectURL: directURL}
 	var ttft, e2e, dTTFT, gTTFT []float64

@@ -27,7 +27,7 @@ func readOnce(p *parser, stream []byte) *Result {
 
 func BenchmarkReadStream(b *testing.B) {
 	stream := streamOf(200)
-	p := newParser(nil, &Quality{})
+	p := newParser(nil, nil)
 	p.flushGaps = func([]time.Duration) {}
 	b.ReportAllocs()
 	b.SetBytes(int64(len(stream)))

@@ -142,6 +142,9 @@ func (s *Summary) writeText(w io.Writer, mode string, sweep bool) {
 	if q.JSONChecked {
 		fmt.Fprintf(w, ", invalid JSON %d", q.InvalidJSON)
 	}
+	if q.SchemaChecked > 0 {
+		fmt.Fprintf(w, ", off the schema %d of %d", q.SchemaInvalid, q.SchemaChecked)
+	}
 	fmt.Fprintln(w)
 	if s.UsageMissing > 0 {
 		fmt.Fprintf(w, "usage: %d answers came without usage; their tokens were counted with cl100k_base\n", s.UsageMissing)

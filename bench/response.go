@@ -9,10 +9,10 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"regexp"
 	"time"
 
 	"github.com/infergate/infergate/openai"
+	"github.com/infergate/infergate/quality"
 )
 
 // Result is one request as the client saw it. Durations are from Sent;
@@ -55,8 +55,10 @@ type Result struct {
 	ClampedByGateway bool
 	// ErrClass is empty for a success; Err the error's text.
 	ErrClass, Err string
-	// Quality signals of a successful answer.
-	InvalidJSON, Empty, Refusal bool
+	// Quality signals of a successful answer (package quality, the judge
+	// the mirror uses too); Ask is what the request asked of its form.
+	quality.Signals
+	Ask quality.Ask
 	// Events are the times of the content events from Sent, kept only
 	// when the run keeps events.
 	Events []time.Duration
@@ -110,25 +112,14 @@ func (r *Result) Speed() float64 {
 	return float64(r.OutputTokens-1) / d.Seconds()
 }
 
-// Quality configures the checks of an answer's text.
-type Quality struct {
-	// WantJSON checks that the answer parses as JSON (response_format
-	// json_object or json_schema was asked).
-	WantJSON bool
-	// Refusals are patterns of a refusal; nil uses DefaultRefusals.
-	Refusals []*regexp.Regexp
-}
-
-// DefaultRefusals are the refusal patterns used when none are given.
-var DefaultRefusals = []string{`(?i)^\s*I['’]?m sorry`, `(?i)^\s*I (?:can(?:not|['’]t)|won['’]t|am unable to) (?:help|assist|comply)`, `(?i)^\s*As an AI\b`}
-
 // parser reads responses; one per goroutine, reused across requests.
 type parser struct {
 	er    *openai.EventReader
 	text  []byte
 	body  []byte
 	count func(string) int // counts tokens when the server reports no usage
-	qual  *Quality
+	jd    *quality.Judge   // nil judges nothing
+	tally openai.Tally
 	// keepAll keeps the whole text; otherwise only its head (headBytes).
 	keepAll    bool
 	keepEvents bool
@@ -201,17 +192,17 @@ func (pr *prefixReader) Read(b []byte) (int, error) {
 	return pr.r.Read(b)
 }
 
-// headBytes of an answer are kept at least: enough for refusal patterns
-// and the empty-answer check.
-const headBytes = 128
+// headBytes of an answer are kept at least: what the refusal patterns
+// read, and the empty-answer check.
+const headBytes = quality.Opening
 
 // checkUsage says whether answer i is counted with the tokenizer to
 // check the usage the server reports: every 16th of the first 4096, then
 // every 256th, so the check costs little at any rate.
 func checkUsage(i int) bool { return i%256 == 0 || i < 4096 && i%16 == 0 }
 
-func newParser(count func(string) int, q *Quality) *parser {
-	return &parser{er: openai.NewEventReader(nil, make([]byte, 512), 4<<20), count: count, qual: q, gaps: make([]time.Duration, 0, 32)}
+func newParser(count func(string) int, j *quality.Judge) *parser {
+	return &parser{er: openai.NewEventReader(nil, make([]byte, 512), 4<<20), count: count, jd: j, gaps: make([]time.Duration, 0, 32)}
 }
 
 // gap notes one gap, handing a full batch on.
@@ -231,7 +222,13 @@ func (p *parser) flush() {
 
 // read consumes the body b of r. stream says it is an SSE stream.
 func (p *parser) read(ctx context.Context, b io.Reader, r *Result, stream bool) {
-	p.text = p.text[:0]
+	p.tally.Text = p.text[:0]
+	p.tally.Reset()
+	p.tally.TextLimit = headBytes
+	if p.keepAll {
+		p.tally.TextLimit = 64 << 20
+	}
+	defer func() { p.text = p.tally.Text }()
 	r.UsageTokens, r.CountedTokens, r.PromptTokens = -1, -1, -1
 	if r.Status != 200 {
 		p.body = readSome(p.body[:0], b, 4096)
@@ -252,46 +249,41 @@ func (p *parser) read(ctx context.Context, b io.Reader, r *Result, stream bool) 
 
 func (p *parser) readStream(ctx context.Context, b io.Reader, r *Result) {
 	p.er.Reset(b, nil, 4<<20)
+	t := &p.tally
 	var last time.Time
-	done := false
 	for {
 		ev, err := p.er.Next()
 		now := time.Now()
 		if err != nil {
 			r.End = now.Sub(r.Sent)
 			switch {
-			case err == io.EOF && done:
+			case err == io.EOF && t.Done:
 			case err == io.EOF || errors.Is(err, openai.ErrTruncatedEvent):
 				r.fail(ctx, ErrTruncated, errors.New("stream ended without [DONE]"))
 			default:
 				r.fail(ctx, ErrReset, err)
 			}
+			p.settle(r)
 			return
 		}
 		if r.FirstEvent == 0 {
 			r.FirstEvent = now.Sub(r.Sent)
 		}
 		data := openai.EventData(ev)
-		if data == nil || done {
+		if data == nil || t.Done {
 			continue // a comment, or bytes after [DONE]
 		}
-		if openai.IsDone(ev) {
-			done = true
-			continue
-		}
-		if openai.IsErrorChunk(data) {
-			r.fail(ctx, ErrEvent, fmt.Errorf("error event: %s", bytes.TrimSpace(data)))
-			continue
-		}
-		if !json.Valid(data) {
+		if !openai.IsDoneData(data) && !json.Valid(data) {
 			r.fail(ctx, ErrMalformed, fmt.Errorf("event data is not JSON: %.200s", data))
 			continue
 		}
-		if f := openai.FinishReason(data); f != nil {
-			r.Finish = string(f)
+		n := t.ContentEvents
+		kind, usage := t.Add(data, now)
+		if kind == openai.KindError {
+			r.fail(ctx, ErrEvent, fmt.Errorf("error event: %s", bytes.TrimSpace(data)))
+			continue
 		}
-		if u, ok := openai.UsageOf(data); ok {
-			r.UsageTokens, r.PromptTokens = u.CompletionTokens, u.PromptTokens
+		if usage {
 			if i := bytes.Index(data, keySimTTFT); i >= 0 {
 				r.ServerTTFT = time.Duration(leadingInt(data[i+len(keySimTTFT):])) * time.Microsecond
 			}
@@ -299,13 +291,10 @@ func (p *parser) readStream(ctx context.Context, b io.Reader, r *Result) {
 				r.Gateway = parseGatewayTiming(data[i+len(keyGatewayTiming)-1:])
 			}
 		}
-		if !openai.HasContent(data) {
+		if t.ContentEvents == n {
 			continue
 		}
-		if p.keepAll || len(p.text) < headBytes {
-			p.text = openai.AppendContent(p.text, data)
-		}
-		if r.ContentEvents == 0 {
+		if n == 0 {
 			r.TTFT = now.Sub(r.Sent)
 		} else {
 			p.gap(now.Sub(last))
@@ -315,7 +304,16 @@ func (p *parser) readStream(ctx context.Context, b io.Reader, r *Result) {
 		}
 		r.LastToken = now.Sub(r.Sent)
 		last = now
-		r.ContentEvents++
+	}
+}
+
+// settle copies what the tally counted into the result.
+func (p *parser) settle(r *Result) {
+	t := &p.tally
+	r.ContentEvents = t.ContentEvents
+	r.Finish = t.Finish
+	if t.HasUsage {
+		r.UsageTokens, r.PromptTokens = t.Usage.CompletionTokens, t.Usage.PromptTokens
 	}
 }
 
@@ -327,27 +325,17 @@ func (p *parser) readPlain(ctx context.Context, b io.Reader, r *Result) {
 		r.fail(ctx, ErrReset, err)
 		return
 	}
-	// The same scanners as for stream chunks: the message's content (and
-	// reasoning_content) or the completion's text, finish_reason and usage.
 	if !json.Valid(p.body) || !bytes.Contains(p.body, keyChoices) {
 		r.fail(ctx, ErrBadBody, fmt.Errorf("not a completion: %.200s", p.body))
 		return
 	}
-	p.text = openai.AppendContent(p.text, p.body)
-	if bytes.Contains(p.body, keyToolCalls) {
-		p.text = append(p.text, " [tool_calls]"...)
-	}
-	if f := openai.FinishReason(p.body); f != nil {
-		r.Finish = string(f)
-	}
-	if u, ok := openai.UsageOf(p.body); ok {
-		r.UsageTokens, r.PromptTokens = u.CompletionTokens, u.PromptTokens
-	}
+	// The same account as a stream's chunks: the message's content (and
+	// reasoning_content) or the completion's text, tool calls,
+	// finish_reason and usage.
+	p.tally.AddBody(p.body, time.Now())
+	p.settle(r)
 	// Without a stream the first token arrives with the whole answer.
 	r.TTFT, r.LastToken, r.FirstEvent = r.End, r.End, r.End
-	if len(p.text) > 0 {
-		r.ContentEvents = 1
-	}
 }
 
 // leadingInt reads the decimal digits at the start of b.
@@ -384,15 +372,15 @@ var (
 	keyGatewayTiming = []byte(`"infergate_timing":{`)
 	keySimTTFT       = []byte(`"sim_timing":{"ttft_us":`)
 	keyChoices       = []byte(`"choices"`)
-	keyToolCalls     = []byte(`"tool_calls":[`)
 )
 
 // judge sets the token count and the quality signals of a success.
 func (p *parser) judge(r *Result) {
+	text := p.tally.Text
 	// Usage missing: count. With usage, every 16th answer is counted too,
 	// to check the server's figure at a bounded cost.
 	if p.count != nil && p.keepAll && (r.UsageTokens < 0 || checkUsage(r.Index)) {
-		r.CountedTokens = p.count(string(p.text))
+		r.CountedTokens = p.count(string(text))
 	}
 	r.OutputTokens = r.UsageTokens
 	if r.OutputTokens < 0 {
@@ -400,19 +388,11 @@ func (p *parser) judge(r *Result) {
 		// without usage) one token per content event, a lower bound.
 		r.OutputTokens = max(r.CountedTokens, r.ContentEvents)
 	}
-	r.Empty = len(bytes.TrimSpace(p.text)) == 0
-	if p.qual == nil {
+	if p.jd == nil {
+		r.Empty = len(bytes.TrimSpace(text)) == 0 && !p.tally.ToolCalls
 		return
 	}
-	// A truncated answer (finish_reason length) that is not JSON counts
-	// here too: the client cannot parse it either.
-	r.InvalidJSON = p.qual.WantJSON && !json.Valid(p.text)
-	for _, re := range p.qual.Refusals {
-		if re.Match(p.text) {
-			r.Refusal = true
-			break
-		}
-	}
+	r.Signals = p.jd.Judge(quality.Answer{Text: text, ToolCalls: p.tally.ToolCalls, Finish: r.Finish, ByPolicy: r.ClampedByGateway, Ask: r.Ask})
 }
 
 // readAll appends r's bytes to dst, at most limit.

@@ -13,7 +13,7 @@ import (
 // csvHeader names the columns of the per-request CSV.
 var csvHeader = []string{"stage", "index", "warmup", "sent", "send_lag_ms", "status", "error_class", "ttfb_ms", "first_event_ms", "ttft_ms", "server_ttft_ms",
 	"tpot_ms", "e2e_ms", "stream_end_ms", "output_tokens", "usage_tokens", "counted_tokens", "prompt_tokens", "input_tokens", "max_tokens",
-	"content_events", "finish_reason", "invalid_json", "empty", "refusal", "error"}
+	"content_events", "finish_reason", "invalid_json", "empty", "refusal", "schema_invalid", "error"}
 
 // RowWriter streams one line per finished request to CSV and/or JSON
 // Lines (the latter with every content event's time), so per-request
@@ -61,7 +61,7 @@ func (rw *RowWriter) Write(r *Result) {
 			strconv.FormatFloat(float64(r.SendLag())/1e6, 'f', 3, 64), strconv.Itoa(r.Status), r.ErrClass, ms(r.TTFB), ms(r.FirstEvent), ms(r.TTFT), ms(r.ServerTTFT),
 			tpot, ms(r.E2E()), ms(r.End), strconv.Itoa(r.OutputTokens), strconv.Itoa(r.UsageTokens), strconv.Itoa(r.CountedTokens),
 			strconv.Itoa(r.PromptTokens), strconv.Itoa(r.InputTokens), strconv.Itoa(r.MaxTokens), strconv.Itoa(r.ContentEvents), r.Finish,
-			strconv.FormatBool(r.InvalidJSON), strconv.FormatBool(r.Empty), strconv.FormatBool(r.Refusal), r.Err)
+			strconv.FormatBool(r.InvalidJSON), strconv.FormatBool(r.Empty), strconv.FormatBool(r.Refusal), strconv.FormatBool(r.SchemaInvalid), r.Err)
 		rw.err = rw.csv.Write(rw.rec)
 	}
 	if rw.events != nil {

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/infergate/infergate/quality"
 )
 
 // LoadSpec is how a stage sends its requests. It is recorded with the run.
@@ -145,7 +147,7 @@ type Runner struct {
 	Stream   bool
 	// Count counts the tokens of a text (nil: never count).
 	Count   func(string) int
-	Quality *Quality
+	Quality *quality.Judge
 	Sink    func(*Result)
 	// Gaps receives the gaps between content events in batches, as they
 	// happen, so a long stream holds none of them; called concurrently.
@@ -374,13 +376,13 @@ func (s *stage) doAt(ctx context.Context, p *parser, i int, warm bool, intended 
 	rn := s.rn
 	rn.inFlight.Add(1)
 	defer rn.inFlight.Add(-1)
-	r := &Result{Index: i, Stage: s.n, Warmup: warm, Intended: intended, InputTokens: req.InputTokens, MaxTokens: req.MaxTokens}
+	r := &Result{Index: i, Stage: s.n, Warmup: warm, Intended: intended, InputTokens: req.InputTokens, MaxTokens: req.MaxTokens, Ask: req.Ask}
 	rctx, cancel := context.WithTimeoutCause(ctx, s.l.Timeout, errRequestTimeout)
 	// The text is kept whole only where it is needed: to count tokens
 	// once the server has shown it does not report usage (every request
 	// asks for it), for the sampled usage check, and to check JSON.
 	// Refusal patterns see its head.
-	p.keepAll = rn.noUsage.Load() || !rn.Stream || checkUsage(i) || (rn.Quality != nil && rn.Quality.WantJSON)
+	p.keepAll = rn.noUsage.Load() || !rn.Stream || checkUsage(i) || req.Ask.JSON
 	p.keepEvents = rn.KeepEvents
 	p.flushGaps = func(g []time.Duration) {
 		if rn.Gaps != nil {

@@ -197,8 +197,15 @@ type Summary struct {
 // QualityCounts are the answers that showed each quality signal, of the
 // successful ones.
 type QualityCounts struct {
+	// JSONChecked is set when some answers were asked for JSON; JSONAsked
+	// counts those answers, InvalidJSON the ones that did not parse.
 	JSONChecked bool `json:"json_checked,omitempty"`
+	JSONAsked   int  `json:"json_asked,omitempty"`
 	InvalidJSON int  `json:"invalid_json"`
+	// SchemaChecked counts the answers that were JSON and checked against
+	// the request's schema, SchemaInvalid those off it.
+	SchemaChecked int `json:"schema_checked,omitempty"`
+	SchemaInvalid int `json:"schema_invalid,omitempty"`
 	// FinishLength counts answers the model cut at their output limit;
 	// LengthByPolicy those cut at a limit a gateway's policy set.
 	FinishLength   int `json:"finish_length"`
@@ -262,8 +269,18 @@ func (c *Collector) Summarize(n int, l LoadSpec, win Window, slos []SLO) *Summar
 		if w.prompt > 0 {
 			s.PromptTokens += int64(w.prompt)
 		}
+		if w.jsonAsked {
+			s.Quality.JSONChecked = true
+			s.Quality.JSONAsked++
+		}
 		if w.invalidJSON {
 			s.Quality.InvalidJSON++
+		}
+		if w.schemaAsked {
+			s.Quality.SchemaChecked++
+		}
+		if w.schemaInvalid {
+			s.Quality.SchemaInvalid++
 		}
 		if w.finishLength {
 			s.Quality.FinishLength++

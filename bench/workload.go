@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/internal/tokens"
+	"github.com/infergate/infergate/quality"
 )
 
 // Request is one prepared request of a workload.
@@ -27,6 +28,9 @@ type Request struct {
 	InputTokens, MaxTokens int
 	// At is the request's send time from the run's start (replay), or -1.
 	At time.Duration
+	// Ask is what the request asks of its answer's form (response_format):
+	// the answer is judged against it.
+	Ask quality.Ask
 }
 
 // Workload makes the requests of a run. Request(i) is deterministic for
@@ -86,10 +90,18 @@ func NewWorkload(s *WorkloadSpec, tok *tokens.Tokenizer) (Workload, error) {
 	switch {
 	case s.Dataset != "" && s.Replay != "":
 		return nil, errors.New("bench: --dataset and --replay are exclusive")
-	case s.Dataset != "":
-		return loadDataset(s, out, tok)
-	case s.Replay != "":
-		return loadReplay(s, out, tok)
+	case s.Dataset != "" || s.Replay != "":
+		load := loadDataset
+		if s.Replay != "" {
+			load = loadReplay
+		}
+		w, err := load(s, out, tok)
+		if fs, ok := w.(*fixedSet); ok {
+			for i := range fs.reqs {
+				fs.reqs[i].Ask = quality.AskOf(fs.reqs[i].Body) // once, not per send
+			}
+		}
+		return w, err
 	}
 	in, err := ParseLengths(s.InputTokens)
 	if err != nil {
@@ -170,7 +182,7 @@ func (w *synthetic) Len() int { return 0 }
 
 func (w *synthetic) Request(i int) Request {
 	rng := rand.New(rand.NewPCG(w.spec.Seed, uint64(i)))
-	r := Request{InputTokens: w.in.Sample(rng), MaxTokens: w.out.Sample(rng), At: -1}
+	r := Request{InputTokens: w.in.Sample(rng), MaxTokens: w.out.Sample(rng), At: -1, Ask: quality.Ask{JSON: w.spec.JSON}}
 	r.Body = w.spec.appendBody(nil, w.model, w.prompt(rng, r.InputTokens), r.MaxTokens)
 	return r
 }

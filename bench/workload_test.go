@@ -16,6 +16,7 @@ import (
 
 	"github.com/infergate/infergate/internal/tokens"
 	"github.com/infergate/infergate/openai"
+	"github.com/infergate/infergate/quality"
 )
 
 var (
@@ -264,7 +265,7 @@ func FuzzReadStream(f *testing.F) {
 	f.Add([]byte("data: {\"error\":{}}\n\ndata: [DONE]\n\n"))
 	f.Add([]byte("data: {\"choices\":[{\"delta\":{\"content\":\"\\u00\"}}]}\n\n"))
 	f.Fuzz(func(t *testing.T, stream []byte) {
-		p := newParser(nil, &Quality{WantJSON: true})
+		p := newParser(nil, mustJudge(t))
 		r := &Result{Sent: time.Now(), Status: 200}
 		p.keepAll = true
 		p.read(context.Background(), bytes.NewReader(stream), r, true)
@@ -302,4 +303,12 @@ func FuzzDataset(f *testing.F) {
 			}
 		}
 	})
+}
+
+func mustJudge(t testing.TB) *quality.Judge {
+	j, err := quality.NewJudge(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
 }

@@ -214,6 +214,9 @@ func skipString(b []byte, i int) int {
 }
 
 func skipValue(b []byte, i int) int {
+	if i >= len(b) {
+		return len(b) // a member with no value: not valid JSON, not a panic
+	}
 	switch b[i] {
 	case '"':
 		return skipString(b, i)

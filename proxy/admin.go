@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"errors"
+	"github.com/infergate/infergate/mirror"
 	"net/http"
 	"slices"
 	"time"
@@ -50,13 +51,13 @@ func (g *Gateway) handleAdmin(rc *fasthttp.RequestCtx) {
 
 // Pairs returns the recent mirrored pairs and the mirror's counts, every
 // pair whose two answers have ended included.
-func (g *Gateway) Pairs() PairStats { return g.pairs.Stats() }
+func (g *Gateway) Pairs() mirror.Stats { return g.pairs.Stats() }
 
 // MirrorsInFlight is the number of mirrored copies not yet answered.
 func (g *Gateway) MirrorsInFlight() int {
 	n := 0
 	for _, m := range g.state.Load().mirrors {
-		n += len(m.sem)
+		n += m.rule.InFlight()
 	}
 	return n
 }

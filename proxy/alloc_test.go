@@ -21,7 +21,7 @@ func TestRelayAllocatesNothingPerEvent(t *testing.T) {
 	allocs := testing.AllocsPerRun(50, func() {
 		src.n, src.i = 500, 0
 		er.Reset(src, nil, 1<<20)
-		relay(w, er, noDeadline{}, time.Second, time.Second, &tl, relayMode{})
+		relay(w, er, noDeadline{}, time.Second, time.Second, &tl, &openai.Tally{}, relayMode{})
 	})
 	if allocs != 0 {
 		t.Errorf("relaying 500 events allocated %v times, want 0", allocs)

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/infergate/infergate/mirror"
 	"github.com/infergate/infergate/policy"
 	"github.com/infergate/infergate/shaping"
 	"github.com/infergate/infergate/tracing"
@@ -39,8 +40,8 @@ type Config struct {
 	// Shaping caps what is in flight and queues the rest (package shaping).
 	Shaping shaping.Config `yaml:"shaping"`
 	// Mirror copies a sample of requests to candidate pools and records
-	// each pair of answers (mirror.go).
-	Mirror MirrorConfig `yaml:"mirror"`
+	// each pair of answers (package mirror; the tap is mirror.go).
+	Mirror mirror.Config `yaml:"mirror"`
 	// RequestLog writes one JSON line per request (package tracing).
 	RequestLog tracing.LogConfig `yaml:"request_log"`
 	// Tracing sends a span per request to OpenTelemetry (package tracing).
@@ -70,99 +71,6 @@ type TenantConfig struct {
 	Weight int `yaml:"weight"`
 	// Priority: waiting requests of a higher priority go first; default 0.
 	Priority int `yaml:"priority"`
-}
-
-// MirrorConfig is shadow testing: rules that copy requests to candidate
-// pools, and where the pairs of answers go.
-type MirrorConfig struct {
-	Rules []MirrorRule `yaml:"rules"`
-	// Split sends a share of live traffic to a candidate pool instead
-	// of the primary (a canary), each request recorded as one arm.
-	Split *SplitRule `yaml:"split"`
-	// Record is where each pair is written.
-	Record PairRecord `yaml:"record"`
-}
-
-// MirrorRule copies a sample of the requests it matches to a candidate
-// pool. The first rule that matches and samples a request takes it.
-type MirrorRule struct {
-	// Name labels the rule's pairs and counts; default "mirror-N".
-	Name string `yaml:"name"`
-	// Pool is the candidate pool, a key of pools (with its own
-	// connections and health).
-	Pool string `yaml:"pool"`
-	// Sample is the share of matching requests copied, 0 to 1, decided
-	// by the request id (a replay with the same ids copies the same
-	// requests). Default 1.
-	Sample float64 `yaml:"sample"`
-	// Match narrows the rule; an empty list matches everything.
-	Match MirrorMatch `yaml:"match"`
-	// Overrides change the copy, never the primary.
-	Overrides MirrorOverrides `yaml:"overrides"`
-	// MaxInFlight caps the rule's copies in flight; a copy past it is
-	// dropped and counted. Default 64.
-	MaxInFlight int `yaml:"max_in_flight"`
-	// AA also sends each sampled request, unchanged, once more to the
-	// primary's own pool (the A/A arm): ab report shows how far two
-	// answers of the same build differ, the noise floor a real
-	// difference must clear. It counts against MaxInFlight.
-	AA bool `yaml:"aa"`
-}
-
-// SplitRule is a canary: a weighted share of the matching requests is
-// served by the candidate pool instead of the primary, sticky by tenant
-// or by a header's value, and every split request (both arms) is
-// recorded for ab report, which compares the arms as independent samples.
-type SplitRule struct {
-	// Pool is the candidate pool.
-	Pool string `yaml:"pool"`
-	// Weight is the candidate's share, 0 to 1.
-	Weight float64 `yaml:"weight"`
-	// Sticky keeps a client on one arm: "tenant", "header:NAME", or ""
-	// (each request by its id).
-	Sticky string `yaml:"sticky"`
-	// Model, when set, is the model name the candidate gets.
-	Model string      `yaml:"model"`
-	Match MirrorMatch `yaml:"match"`
-}
-
-// MirrorMatch selects requests by model, tenant, path and header values.
-type MirrorMatch struct {
-	Models  []string          `yaml:"models"`
-	Tenants []string          `yaml:"tenants"`
-	Paths   []string          `yaml:"paths"`
-	Headers map[string]string `yaml:"headers"`
-}
-
-// MirrorOverrides are applied to the copy: its model name and any
-// top-level JSON member (temperature, max_tokens, ...).
-type MirrorOverrides struct {
-	Model  string         `yaml:"model"`
-	Fields map[string]any `yaml:"fields"`
-}
-
-// PairRecord is where pairs go: a JSONL file, rotated, and the admin
-// API's /admin/pairs (the most recent).
-type PairRecord struct {
-	// Path of the JSONL file; empty: only the admin API.
-	Path string `yaml:"path"`
-	// MaxBytes rotates the file past this size (to PATH.1, PATH.2, ...).
-	// Default 64 MiB.
-	MaxBytes int64 `yaml:"max_bytes"`
-	// Keep is how many rotated files are kept. Default 3.
-	Keep int `yaml:"keep"`
-	// Output is what of each answer's text is kept: "full" (up to
-	// max_output_bytes), "hash" (its SHA-256 and length) or "none".
-	// Default full.
-	Output string `yaml:"output"`
-	// MaxOutputBytes caps a kept answer. Default 16 KiB.
-	MaxOutputBytes int `yaml:"max_output_bytes"`
-	// Recent is how many pairs /admin/pairs holds. Default 1000.
-	Recent int `yaml:"recent"`
-	// RefusalPatterns mark an answer as a refusal when its text
-	// contains one (case-insensitive). Default: a few common English
-	// refusals.
-	RefusalPatterns []string `yaml:"refusal_patterns"`
 }
 
 // ServerConfig is the listening side.
@@ -410,7 +318,7 @@ func (c *Config) Defaults() {
 		c.Pools[name] = p
 	}
 	c.mergeTenants()
-	c.Mirror.defaults()
+	c.Mirror.Defaults()
 	c.Shaping.Defaults()
 	c.RequestLog.Defaults()
 	c.Tracing.Defaults()
@@ -532,7 +440,7 @@ func (c *Config) Validate() error {
 	if err := c.Policy.Validate(); err != nil {
 		return err
 	}
-	if err := c.Mirror.validate(c.Pools); err != nil {
+	if err := c.Mirror.Validate(func(name string) bool { _, ok := c.Pools[name]; return ok }); err != nil {
 		return err
 	}
 	return c.Shaping.Validate()

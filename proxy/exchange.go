@@ -13,6 +13,7 @@ import (
 
 	"github.com/infergate/infergate/internal/hangup"
 	"github.com/infergate/infergate/internal/reqctx"
+	"github.com/infergate/infergate/mirror"
 	"github.com/infergate/infergate/openai"
 	"github.com/infergate/infergate/policy"
 	"github.com/infergate/infergate/shaping"
@@ -60,8 +61,12 @@ type exchange struct {
 	// else max_tokens; 0 for neither), read as the request was scanned.
 	askedOut int
 	pol      policy.Decision // what the policy made of the request
-	pair     *pair           // the mirrored pair this request is the primary of, or nil
-	// captured is the primary's answer text while a pair is being made.
+	pair     *mirror.Flight  // the mirrored pair this request is the primary of, or nil
+	held     *heldRequest    // ureq, while a mirrored copy reads its body
+	// tally accounts a stream's events (relay.go); with a pair, it keeps
+	// the primary's answer text too. captured is a plain answer's body,
+	// handed to the pair (which reads its text off the request path).
+	tally    openai.Tally
 	captured []byte
 	logged   bool   // this request goes to the request log
 	logBody  []byte // its body, copied, when the log keeps bodies
@@ -217,7 +222,7 @@ func (g *Gateway) serveAPI(rc *fasthttp.RequestCtx, strict bool) {
 		h("admitted", x.id)
 	}
 	if len(x.st.mirrors) > 0 {
-		x.mirror(rc, body)
+		x.mirror(rc)
 	}
 
 	ka := x.st.cfg.KeepAlive
@@ -309,7 +314,10 @@ func (x *exchange) finishWith(status int, outcome string) {
 		x.backend.settle(x.done, ok)
 		x.backend.outstanding.Add(-1)
 	}
-	if x.ureq != nil {
+	if x.held != nil {
+		x.held.release() // the copy may still be reading its body
+		x.held, x.ureq = nil, nil
+	} else if x.ureq != nil {
 		fasthttp.ReleaseRequest(x.ureq)
 		x.ureq = nil
 	}

@@ -98,6 +98,7 @@ func observe(meter metric.Meter, g *Gateway) error {
 	goroutines := gauge("infergate.goroutines", "{goroutine}", "Goroutines of the gateway process (a leak shows here first).")
 	mirrorPairs := counter("infergate.mirror.pairs", "{pair}", "Mirrored pairs (and canary records) recorded.")
 	mirrorDropped := counter("infergate.mirror.dropped", "{copy}", "Mirrored copies dropped, by rule and reason (cap_full: the rule's max_in_flight; aa_cap_full: the A/A copy; lost: the recorder was behind).")
+	mirrorFileLost := counter("infergate.mirror.file_lost", "{pair}", "Pairs the pairs file could not take (a write error: a full disk, the file removed); the file is reopened and recording goes on.")
 	mirrorInFlight := gauge("infergate.mirror.in_flight", "{copy}", "Mirrored copies waiting for their answers.")
 	panics := counter("infergate.panics", "{panic}", "Panics recovered, by where: a request, its stream, the keep-alive forwarder, telemetry, health checks, shaping, the hang-up watcher. Each ended one request or restarted one loop; the process carried on.")
 	if err := errors.Join(errs...); err != nil {
@@ -152,7 +153,8 @@ func observe(meter metric.Meter, g *Gateway) error {
 			o.ObserveInt64(connsRefused, cl.refused.Load())
 		}
 		o.ObserveInt64(goroutines, int64(runtime.NumGoroutine()))
-		ps := g.pairs.counts()
+		ps := g.pairs.Counts()
+		o.ObserveInt64(mirrorFileLost, ps.FileLost)
 		o.ObserveInt64(mirrorPairs, ps.Recorded)
 		for k, n := range ps.Dropped {
 			rule, why, _ := strings.Cut(k, " ")

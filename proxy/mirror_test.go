@@ -12,26 +12,27 @@ import (
 	"testing"
 	"time"
 
+	"github.com/infergate/infergate/mirror"
 	"github.com/infergate/infergate/sim/simtest"
 )
 
 func mirrorConfig(primary, candidate string) Config {
 	cfg := testConfig(primary)
 	cfg.Pools["cand"] = PoolConfig{Backends: []BackendConfig{{URL: candidate}}}
-	cfg.Mirror.Rules = []MirrorRule{{Name: "try", Pool: "cand"}}
+	cfg.Mirror.Rules = []mirror.Rule{{Name: "try", Pool: "cand"}}
 	return cfg
 }
 
-func pairStats(t *testing.T, gw *testGateway, want int) PairStats {
+func pairStats(t *testing.T, gw *testGateway, want int) mirror.Stats {
 	t.Helper()
-	var s PairStats
+	var s mirror.Stats
 	waitFor(t, 10*time.Second, "the pairs", func() bool {
 		resp, err := http.Get(gw.AdminURL + "/admin/pairs")
 		if err != nil {
 			return false
 		}
 		defer resp.Body.Close()
-		s = PairStats{}
+		s = mirror.Stats{}
 		return json.NewDecoder(resp.Body).Decode(&s) == nil && len(s.Pairs) >= want
 	})
 	return s
@@ -86,7 +87,7 @@ func TestMirrorRecordsPairs(t *testing.T) {
 	sc := bufio.NewScanner(f)
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
-		var p Pair
+		var p mirror.Pair
 		if err := json.Unmarshal(sc.Bytes(), &p); err != nil || p.Rule != "try" {
 			t.Errorf("line %q: %v", sc.Text(), err)
 		}
@@ -116,7 +117,7 @@ func TestMirrorNeverTouchesThePrimary(t *testing.T) {
 	})
 	cfg := mirrorConfig(primary.URL, candidate.URL)
 	cfg.Mirror.Rules[0].MaxInFlight = 2
-	cfg.Mirror.Rules[0].Overrides = MirrorOverrides{Model: "cand-model", Fields: map[string]any{"temperature": 0.0, "max_tokens": 7}}
+	cfg.Mirror.Rules[0].Overrides = mirror.Overrides{Model: "cand-model", Fields: map[string]any{"temperature": 0.0, "max_tokens": 7}}
 	gw := startGateway(t, cfg)
 	var slowest time.Duration
 	for range 10 {
@@ -238,7 +239,7 @@ func TestSplit(t *testing.T) {
 	candidate := newTestBackend(t, answer("from candidate"))
 	cfg := testConfig(primary.URL)
 	cfg.Pools["cand"] = PoolConfig{Backends: []BackendConfig{{URL: candidate.URL}}}
-	cfg.Mirror.Split = &SplitRule{Pool: "cand", Weight: 0.5, Sticky: "header:X-User"}
+	cfg.Mirror.Split = &mirror.Split{Pool: "cand", Weight: 0.5, Sticky: "header:X-User"}
 	gw := startGateway(t, cfg)
 	seen := map[string]string{}
 	for i := range 40 {
@@ -276,25 +277,6 @@ func TestSplit(t *testing.T) {
 	}
 	if int64(cands) != n {
 		t.Errorf("%d candidate records, %d candidate requests", cands, n)
-	}
-}
-
-// TestSampleIsAShareOfAnyIDs: the sample takes its share of ids that
-// differ only in their last characters, and the same ids every time.
-func TestSampleIsAShareOfAnyIDs(t *testing.T) {
-	m := newMirrorRule(MirrorRule{Name: "s", Sample: 0.1, MaxInFlight: 1}, nil)
-	n := 0
-	for i := range 10000 {
-		id := fmt.Sprintf("req-%d", i)
-		if m.sampled(id) {
-			n++
-		}
-		if m.sampled(id) != m.sampled(id) {
-			t.Fatal("a request id sampled differently twice")
-		}
-	}
-	if n < 900 || n > 1100 {
-		t.Errorf("%d of 10000 sampled at 0.1", n)
 	}
 }
 

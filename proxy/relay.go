@@ -25,8 +25,6 @@ type relayMode struct {
 	// chunk; stripUsage: the policy asked the backend for a usage chunk
 	// the client did not ask for.
 	timing, stripUsage bool
-	// capture, when set (a mirrored request), collects the answer's text.
-	capture *[]byte
 }
 
 // relayOutcome is how a relayed stream ended.
@@ -35,9 +33,6 @@ type relayOutcome struct {
 	err error
 	// clientErr is set when writing to the client failed: it is gone.
 	clientErr bool
-	// done and finish tell whether [DONE] and a finish_reason were seen;
-	// backendError whether the backend sent an in-stream error object.
-	done, finish, backendError bool
 }
 
 // relay copies events from er to w as they arrive, unchanged. It flushes
@@ -45,13 +40,14 @@ type relayOutcome struct {
 // waits for the next one, while events that arrived together leave in one
 // write. conn is the backend connection: before each read that may block it
 // gets a deadline, the first-byte timeout until content starts and the idle
-// timeout after. The timeline gets the first and last content events,
-// counts and relay time. With m.timing set, the usage chunk carries the
-// gateway's timeline (timing.go); with m.stripUsage (the gateway asked
-// for the usage, the client did not), the usage chunk is read and not
-// relayed.
-func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByte, idle time.Duration, tl *tracing.Timeline, m relayMode) relayOutcome {
-	timing := m.timing
+// timeout after. Each event is accounted by t (openai.Tally, the one rule
+// bench and the mirror count by too: content, finish, usage, [DONE],
+// in-stream errors; its text when t.TextLimit is set); the timeline gets
+// the first and last content events, the counts and the relay time. With
+// m.timing set, the usage chunk carries the gateway's timeline (timing.go);
+// with m.stripUsage (the gateway asked for the usage, the client did not),
+// the usage chunk is read and not relayed.
+func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByte, idle time.Duration, tl *tracing.Timeline, t *openai.Tally, m relayMode) relayOutcome {
 	var out relayOutcome
 	var timed []byte
 	content := false
@@ -61,6 +57,10 @@ func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByt
 	readAt := time.Now()
 	batchStart := readAt
 	var dl coarseDeadline // the backend's read deadline
+	defer func() {
+		tl.ContentEvents = t.ContentEvents
+		tl.FinishReason = t.Finish
+	}()
 	for {
 		ev, err := er.TryNext()
 		if err == openai.ErrWouldBlock {
@@ -102,49 +102,30 @@ func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByt
 			batchStart = readAt
 		}
 		data := openai.EventData(ev)
-		switch {
-		case len(data) == 0 || out.finish:
-			// comments, and what follows the finish (usage, [DONE])
-			if openai.IsDoneData(data) {
-				out.done = true
-				break
+		n := t.ContentEvents
+		kind, usage := t.Add(data, readAt)
+		if t.ContentEvents > n {
+			tl.LastTokenIn = t.LastContent
+			if tl.FirstTokenIn.IsZero() {
+				tl.FirstTokenIn = t.FirstContent
 			}
-			ev = usage(ev, data, tl, timing, readAt, &timed)
-			if m.stripUsage && !timing && openai.IsUsageOnly(data) {
+		}
+		if kind == openai.KindFinish || kind == openai.KindTrailer {
+			// vLLM's per-request metrics ride on the usage chunk,
+			// llama.cpp's timings on the finishing one: read before the
+			// timing is added. Never per token: only at or after the
+			// finish.
+			if st, ok := openai.ServerTimingOf(data); ok {
+				tl.Server = st
+			}
+		}
+		if usage {
+			tl.PromptTokens, tl.OutputTokens = t.Usage.PromptTokens, t.Usage.CompletionTokens
+			if m.stripUsage && !m.timing && openai.IsUsageOnly(data) {
 				continue
 			}
-		case openai.IsDoneData(data):
-			out.done = true
-		case openai.IsErrorChunk(data):
-			out.backendError = true
-		case openai.HasFinishReason(data):
-			out.finish = true
-			tl.FinishReason = tracing.FinishReasonOf(openai.FinishReason(data))
-			if openai.HasContent(data) { // vLLM puts the last token here
-				tl.ContentEvents++
-				if m.capture != nil && len(*m.capture) < maxCapture {
-					*m.capture = openai.AppendContent(*m.capture, data)
-				}
-				tl.LastTokenIn = readAt
-				if tl.FirstTokenIn.IsZero() {
-					tl.FirstTokenIn = readAt
-				}
-			}
-			// Some servers put the usage on the finishing chunk itself.
-			ev = usage(ev, data, tl, timing, readAt, &timed)
-		case !tl.FirstTokenIn.IsZero():
-			// After the first content event, every chunk until the finish
-			// carries output: no need to look inside.
-			tl.LastTokenIn = readAt
-			tl.ContentEvents++
-			if m.capture != nil && len(*m.capture) < maxCapture {
-				*m.capture = openai.AppendContent(*m.capture, data)
-			}
-		case openai.HasContent(data):
-			tl.FirstTokenIn, tl.LastTokenIn = readAt, readAt
-			tl.ContentEvents++
-			if m.capture != nil && len(*m.capture) < maxCapture {
-				*m.capture = openai.AppendContent(*m.capture, data)
+			if m.timing {
+				ev = withTiming(ev, tl, readAt, &timed)
 			}
 		}
 		if _, err := w.Write(ev); err != nil {
@@ -156,24 +137,9 @@ func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByt
 	}
 }
 
-// usage reads the token counts of a chunk that carries usage into tl and,
-// with timing, returns the chunk with the gateway's timing added (in
-// *timed, reused); any other chunk is returned as it is. It is called only
-// for chunks at or after the finish, never per token.
-func usage(ev, data []byte, tl *tracing.Timeline, timing bool, readAt time.Time, timed *[]byte) []byte {
-	// vLLM's per-request metrics ride on the usage chunk, llama.cpp's
-	// timings on the finishing one: read before the timing is added.
-	if st, ok := openai.ServerTimingOf(data); ok {
-		tl.Server = st
-	}
-	u, ok := openai.UsageOf(data)
-	if !ok {
-		return ev
-	}
-	tl.PromptTokens, tl.OutputTokens = u.PromptTokens, u.CompletionTokens
-	if !timing {
-		return ev
-	}
+// withTiming returns the usage chunk ev with the gateway's timing added
+// (in *timed, reused).
+func withTiming(ev []byte, tl *tracing.Timeline, readAt time.Time, timed *[]byte) []byte {
 	ttft := tl.TTFT()
 	if ttft == 0 && !tl.FirstTokenIn.IsZero() {
 		// The first token came in this same batch: not flushed yet, it

@@ -45,9 +45,13 @@ func TestRelayFlushesEachEventAndCounts(t *testing.T) {
 	src := &eventSource{ev: benchEvent, tail: []byte(finishEvent + doneEvent), n: 10}
 	cw := &countWriter{}
 	var tl tracing.Timeline
-	out := relay(bufio.NewWriter(cw), openai.NewEventReader(src, nil, 1<<20), noDeadline{}, time.Second, time.Second, &tl, relayMode{})
-	if out.err != io.EOF || !out.done || !out.finish || out.clientErr || out.backendError {
-		t.Fatalf("outcome %+v, want a clean EOF with finish and [DONE]", out)
+	var ta openai.Tally
+	out := relay(bufio.NewWriter(cw), openai.NewEventReader(src, nil, 1<<20), noDeadline{}, time.Second, time.Second, &tl, &ta, relayMode{})
+	if out.err != io.EOF || !ta.Done || !ta.Finished() || out.clientErr || ta.ErrorEvent {
+		t.Fatalf("outcome %+v, tally %+v, want a clean EOF with finish and [DONE]", out, ta)
+	}
+	if tl.ContentEvents != 10 || ta.ContentEvents != 10 {
+		t.Errorf("%d content events on the timeline, %d in the tally; want 10", tl.ContentEvents, ta.ContentEvents)
 	}
 	// 10 separate reads give 10 flushes; finish and [DONE] arrived in one
 	// read and leave in one write.
@@ -64,7 +68,7 @@ func TestRelayFlushesEachEventAndCounts(t *testing.T) {
 
 func TestRelayReportsClientGone(t *testing.T) {
 	src := &eventSource{ev: benchEvent, tail: []byte(doneEvent), n: 5}
-	out := relay(bufio.NewWriterSize(failWriter{}, 16), openai.NewEventReader(src, nil, 1<<20), noDeadline{}, time.Second, time.Second, &tracing.Timeline{}, relayMode{})
+	out := relay(bufio.NewWriterSize(failWriter{}, 16), openai.NewEventReader(src, nil, 1<<20), noDeadline{}, time.Second, time.Second, &tracing.Timeline{}, &openai.Tally{}, relayMode{})
 	if !out.clientErr {
 		t.Errorf("outcome %+v, want clientErr", out)
 	}
@@ -87,7 +91,7 @@ func BenchmarkRelay(b *testing.B) {
 		src.n, src.i = perStream, 0
 		er.Reset(src, nil, 1<<20)
 		tl.Reset()
-		relay(w, er, noDeadline{}, time.Second, time.Second, &tl, relayMode{})
+		relay(w, er, noDeadline{}, time.Second, time.Second, &tl, &openai.Tally{}, relayMode{})
 	}
 }
 

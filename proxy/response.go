@@ -38,8 +38,10 @@ func (x *exchange) commit(rc *fasthttp.RequestCtx) {
 	body, err := x.readWhole((*wb)[:0])
 	defer func() {
 		// The buffer read into goes back, unless it grew past what is
-		// worth keeping (then the one taken goes back).
-		if body != nil && cap(body) <= maxPooledWhole {
+		// worth keeping (then the one taken goes back), or a pair took it.
+		if x.captured != nil && cap(body) <= maxPooledWhole {
+			*wb = nil
+		} else if body != nil && cap(body) <= maxPooledWhole {
 			*wb = body[:0]
 		}
 		wholePool.Put(wb)
@@ -61,8 +63,14 @@ func (x *exchange) commit(rc *fasthttp.RequestCtx) {
 		rc.Response.SetBodyRaw(body) // not pooled: no copy
 	}
 	if x.pair != nil {
-		x.captured = openai.AppendContent(nil, body)
-		x.captured = x.captured[:min(len(x.captured), maxCapture)]
+		// The pair reads the answer's text on the recorder's goroutine,
+		// not here: it takes the buffer the response was copied from, or
+		// a copy when the response holds that buffer itself.
+		if cap(body) <= maxPooledWhole {
+			x.captured = body
+		} else {
+			x.captured = bytes.Clone(body)
+		}
 	}
 	if x.timing {
 		a := x.tl.Attribute(time.Now())

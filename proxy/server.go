@@ -26,6 +26,7 @@ import (
 	"github.com/infergate/infergate/internal/fastsrv"
 	"github.com/infergate/infergate/internal/hangup"
 	"github.com/infergate/infergate/internal/reqctx"
+	"github.com/infergate/infergate/mirror"
 	"github.com/infergate/infergate/openai"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
@@ -46,7 +47,7 @@ type Gateway struct {
 	stats *tracing.Recent // recent requests, for /admin/stats
 	lim   *shaping.Limiter
 	rlog  *tracing.RequestLog // nil when request_log.path is empty
-	pairs *pairRecorder       // mirrored pairs (pairs.go)
+	pairs *mirror.Recorder    // mirrored pairs (package mirror)
 	// tracer is nil when no span is sent; spanProcessors are added to it
 	// (WithSpanProcessor).
 	tracer         *tracing.Tracer
@@ -91,8 +92,8 @@ type state struct {
 	// adminKey is the SHA-256 of server.admin_auth, nil when unset.
 	adminKey *[32]byte
 	// mirrors are the mirror rules, in order; split the canary, or nil.
-	mirrors []*mirrorRule
-	split   *splitRule
+	mirrors []tapRule
+	split   *tapSplit
 	// configHash identifies the configuration (header
 	// X-Infergate-Config-Hash on /healthz), so a benchmark record can say
 	// which gateway settings it measured.
@@ -200,7 +201,7 @@ func (g *Gateway) open(cfg Config, opts []Option) error {
 			return err
 		}
 	}
-	if g.pairs, err = newPairRecorder(cfg.Mirror.Record, g.log.With("component", "mirror")); err != nil {
+	if g.pairs, err = mirror.NewRecorder(cfg.Mirror.Record, g.log.With("component", "mirror")); err != nil {
 		return err
 	}
 	for _, o := range opts {
@@ -279,10 +280,10 @@ func (g *Gateway) build(cfg Config, old *state) (*state, error) {
 		st.models[m.Name] = &route{pool: st.pools[m.Pool], upstreamModel: m.UpstreamModel}
 	}
 	for _, r := range cfg.Mirror.Rules {
-		st.mirrors = append(st.mirrors, newMirrorRule(r, st.pools[r.Pool]))
+		st.mirrors = append(st.mirrors, tapRule{rule: mirror.Live(r), pool: st.pools[r.Pool]})
 	}
 	if sp := cfg.Mirror.Split; sp != nil {
-		st.split = newSplitRule(sp, st.pools[sp.Pool])
+		st.split = &tapSplit{split: mirror.LiveSplitOf(sp), pool: st.pools[sp.Pool]}
 	}
 	if cfg.DefaultPool != "" {
 		st.def = &route{pool: st.pools[cfg.DefaultPool]}
@@ -447,6 +448,9 @@ func (g *Gateway) ReloadFrom(source string, cfg Config) error {
 func (g *Gateway) warnDeprecated(cfg Config) {
 	if cfg.LegacyTenants {
 		g.log.Warn("shaping.tenants is deprecated: move the tenants to the top-level tenants section (same fields)")
+	}
+	for _, w := range cfg.Mirror.Deprecated() {
+		g.log.Warn(w)
 	}
 }
 

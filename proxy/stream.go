@@ -7,6 +7,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/infergate/infergate/mirror"
 	"github.com/infergate/infergate/openai"
 )
 
@@ -38,7 +39,7 @@ func (x *exchange) relayStream(w *bufio.Writer) {
 	}
 	er := x.reader()
 	cfg := &x.st.cfg
-	out := relay(w, er, x.up, cfg.Timeouts.FirstByte, cfg.Timeouts.Idle, &x.tl, x.relayMode())
+	out := relay(w, er, x.up, cfg.Timeouts.FirstByte, cfg.Timeouts.Idle, &x.tl, &x.tally, x.relayMode())
 	x.endStream(w, out)
 	x.putReader(er)
 }
@@ -66,9 +67,9 @@ func (x *exchange) endStream(w *bufio.Writer, out relayOutcome) {
 		err = fmt.Errorf("%w: a write blocked longer than server.write_timeout", errClientGone)
 	case out.clientErr:
 		err = errClientGone
-	case errors.Is(out.err, io.EOF) && (out.done || out.finish) && !out.backendError:
+	case errors.Is(out.err, io.EOF) && (x.tally.Done || x.tally.Finished()) && !x.tally.ErrorEvent:
 		x.reuse = true
-	case errors.Is(out.err, io.EOF) && out.backendError:
+	case errors.Is(out.err, io.EOF) && x.tally.ErrorEvent:
 		err = fmt.Errorf("%w: the backend sent an error event", errUpstream)
 	case errors.Is(out.err, io.EOF):
 		err = fmt.Errorf("%w: no finish_reason and no [DONE]", errEndedEarly)
@@ -82,7 +83,7 @@ func (x *exchange) endStream(w *bufio.Writer, out relayOutcome) {
 	}
 	x.err = err
 	ce := errorResponse(err)
-	if ce.status != 499 && !out.backendError {
+	if ce.status != 499 && !x.tally.ErrorEvent {
 		// After the first byte the status is sent; the stream's last event
 		// says what went wrong.
 		_, _ = w.Write(openai.AppendSSEError(nil, ce.typ, ce.code, ce.msg))
@@ -117,9 +118,8 @@ func (x *exchange) fillFirst() {
 }
 
 func (x *exchange) relayMode() relayMode {
-	m := relayMode{timing: x.timing, stripUsage: x.pol.StripUsage}
 	if x.pair != nil {
-		m.capture = &x.captured
+		x.tally.TextLimit = mirror.MaxCapture // the primary's half of the pair
 	}
-	return m
+	return relayMode{timing: x.timing, stripUsage: x.pol.StripUsage}
 }

@@ -1,18 +1,16 @@
 package tracing
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
-	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/infergate/infergate/internal/bgqueue"
+	"github.com/infergate/infergate/internal/jsonl"
 	"github.com/infergate/infergate/openai"
 )
 
@@ -112,23 +110,17 @@ func NewTiming(a Attribution, ttft time.Duration) *openai.Timing {
 }
 
 // RequestLog writes entries from one goroutine of its own, so the request
-// path only hands them over (Sample, then Log). It is safe for concurrent
-// use; Close flushes and stops it.
+// path only hands them over (Sample, then Log), to a rotating file
+// (internal/jsonl: 0600, reopened after a write error, lost lines
+// counted). It is safe for concurrent use; Close flushes and stops it.
 type RequestLog struct {
 	cfg     LogConfig
 	q       *bgqueue.Queue[Entry]
 	dropped atomic.Int64
-	written atomic.Int64
 	rate    atomic.Uint64 // float64 bits, changed on reload
 
-	f       *os.File
-	w       *bufio.Writer
-	size    int64
-	line    []byte // the writer's buffer for one line
-	pending int64  // lines written to w, not yet flushed
-	lost    atomic.Int64
-	lastTry time.Time
-	err     error // the last write error, for Close
+	w    *jsonl.Writer
+	line []byte // the writer's buffer for one line
 }
 
 // OpenRequestLog opens cfg.Path for appending and starts the writer.
@@ -139,26 +131,13 @@ func OpenRequestLog(cfg LogConfig) (*RequestLog, error) {
 	}
 	l := &RequestLog{cfg: cfg}
 	l.SetSampleRate(cfg.SampleRate)
-	if err := l.open(); err != nil {
-		return nil, err
+	w, err := jsonl.Open(jsonl.Config{Path: cfg.Path, MaxBytes: cfg.MaxBytes, MaxFiles: cfg.MaxFiles})
+	if err != nil {
+		return nil, fmt.Errorf("request log: %w", err)
 	}
-	l.q = bgqueue.Start(bgqueue.Config[Entry]{Size: cfg.Buffer, Handle: l.write, Flush: l.flush, Tick: time.Second, Linger: 2 * time.Millisecond})
+	l.w = w
+	l.q = bgqueue.Start(bgqueue.Config[Entry]{Size: cfg.Buffer, Handle: l.write, Flush: w.Flush, Tick: time.Second, Linger: 2 * time.Millisecond})
 	return l, nil
-}
-
-func (l *RequestLog) open() error {
-	// 0600: the log holds what clients sent (bodies, when kept).
-	f, err := os.OpenFile(l.cfg.Path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
-	if err != nil {
-		return fmt.Errorf("request log: %w", err)
-	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return fmt.Errorf("request log: %w", err)
-	}
-	l.f, l.w, l.size = f, bufio.NewWriterSize(f, 64<<10), st.Size()
-	return nil
 }
 
 // SetSampleRate changes the share of requests logged (a reload).
@@ -185,101 +164,20 @@ func (l *RequestLog) BodyBytes() int { return l.cfg.BodyBytes }
 
 // Lost counts lines that could not be written (write errors; the log
 // reopens its file and carries on).
-func (l *RequestLog) Lost() int64 { return l.lost.Load() }
+func (l *RequestLog) Lost() int64 { return l.w.Lost() }
 
 // Dropped and Written count lines since the log was opened.
 func (l *RequestLog) Dropped() int64 { return l.dropped.Load() }
-func (l *RequestLog) Written() int64 { return l.written.Load() }
+func (l *RequestLog) Written() int64 { return l.w.Written() }
 
 func (l *RequestLog) write(e Entry) {
-	if l.f == nil && !l.reopen() {
-		l.lost.Add(1)
-		return
-	}
-	l.line = append(e.AppendJSON(l.line[:0]), '\n')
-	line := l.line
-	if l.size+int64(len(line)) > l.cfg.MaxBytes && l.size > 0 {
-		if err := l.rotate(); err != nil {
-			l.failed(err)
-			l.lost.Add(1)
-			return
-		}
-	}
-	n, err := l.w.Write(line)
-	l.size += int64(n)
-	if err != nil {
-		l.failed(err)
-		l.lost.Add(1)
-		return
-	}
-	l.pending++
-}
-
-func (l *RequestLog) flush() {
-	if l.f == nil {
-		return
-	}
-	if err := l.w.Flush(); err != nil {
-		l.failed(err)
-		return
-	}
-	l.written.Add(l.pending)
-	l.pending = 0
-}
-
-// failed handles a write error (a full disk, a file removed under the
-// log): the lines not yet on disk are counted lost, the file is closed,
-// and the next line opens it afresh. The log never stops for good.
-func (l *RequestLog) failed(err error) {
-	l.lost.Add(l.pending)
-	l.pending = 0
-	l.err = err
-	if l.f != nil {
-		l.f.Close()
-		l.f = nil
-	}
-}
-
-// reopen opens the file again after a failure, at most once a second.
-func (l *RequestLog) reopen() bool {
-	if now := time.Now(); now.Sub(l.lastTry) >= time.Second {
-		l.lastTry = now
-		if err := l.open(); err == nil {
-			return true
-		}
-	}
-	return false
-}
-
-// rotate shifts path.N-1 → path.N, ..., path → path.1 and starts afresh.
-func (l *RequestLog) rotate() error {
-	if err := l.w.Flush(); err != nil {
-		return err
-	}
-	l.written.Add(l.pending)
-	l.pending = 0
-	l.f.Close()
-	l.f = nil
-	for i := l.cfg.MaxFiles; i >= 1; i-- {
-		from := l.cfg.Path
-		if i > 1 {
-			from += "." + strconv.Itoa(i-1)
-		}
-		_ = os.Rename(from, l.cfg.Path+"."+strconv.Itoa(i))
-	}
-	if l.cfg.MaxFiles == 0 {
-		_ = os.Remove(l.cfg.Path)
-	}
-	return l.open()
+	l.line = e.AppendJSON(l.line[:0])
+	l.w.Write(l.line)
 }
 
 // Close writes out what is queued and closes the file. It is safe to
 // call twice.
 func (l *RequestLog) Close() error {
 	l.q.Close()
-	if l.f != nil {
-		l.f.Close()
-		l.f = nil
-	}
-	return l.err
+	return l.w.Close()
 }

@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/infergate/infergate/internal/htmlcheck"
-	"github.com/infergate/infergate/proxy"
+	"github.com/infergate/infergate/mirror"
 )
 
 // abRun sends load through a gateway that mirrors every request to a
@@ -113,9 +113,9 @@ func TestABJudge(t *testing.T) {
 	defer judge.Close()
 	var lines []string
 	for i := range 40 {
-		p := proxy.Pair{ID: fmt.Sprintf("r%d", i), Prompt: "what is 2+2", Stream: true,
-			Primary:   proxy.Arm{Status: 200, Output: "maybe five", TTFTms: 50, E2Ems: 500, TPOTms: 10, OutputTokens: 10},
-			Candidate: proxy.Arm{Status: 200, Output: "4, precise", TTFTms: 50, E2Ems: 500, TPOTms: 10, OutputTokens: 10}}
+		p := mirror.Pair{ID: fmt.Sprintf("r%d", i), Prompt: "what is 2+2", Stream: true,
+			Primary:   mirror.Arm{Status: 200, Output: "maybe five", TTFTms: 50, E2Ems: 500, TPOTms: 10, OutputTokens: 10},
+			Candidate: mirror.Arm{Status: 200, Output: "4, precise", TTFTms: 50, E2Ems: 500, TPOTms: 10, OutputTokens: 10}}
 		b, _ := json.Marshal(p)
 		lines = append(lines, string(b))
 	}

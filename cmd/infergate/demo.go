@@ -16,6 +16,7 @@ import (
 	"github.com/infergate/infergate/bench"
 	"github.com/infergate/infergate/diagnose"
 	"github.com/infergate/infergate/diagnose/collect"
+	"github.com/infergate/infergate/mirror"
 	"github.com/infergate/infergate/proxy"
 	"github.com/infergate/infergate/sim"
 	"github.com/infergate/infergate/verdict"
@@ -316,7 +317,7 @@ func shadowTest(ctx context.Context, g *proxy.Gateway, scfg sim.Config, log *slo
 	step(stdout, 6, "shadow test: mirror every request to a candidate build (int4) at %s, judge it on the same requests", candURL)
 	next := g.Config()
 	next.Pools["candidate"] = proxy.PoolConfig{Backends: []proxy.BackendConfig{{URL: candURL}}}
-	next.Mirror.Rules = []proxy.MirrorRule{{Name: "int4-candidate", Pool: "candidate", Sample: 1}}
+	next.Mirror.Rules = []mirror.Rule{{Name: "int4-candidate", Pool: "candidate", Sample: 1}}
 	if err := g.ReloadFrom("demo: mirror to the int4 candidate", next); err != nil {
 		return err
 	}
@@ -351,9 +352,11 @@ func shadowTest(ctx context.Context, g *proxy.Gateway, scfg sim.Config, log *slo
 		return nil
 	}
 	fmt.Fprintf(stdout, "%d pairs: each request answered by the primary and the candidate\n\n", len(pairs))
-	r := abReport(pairs, verdict.Options{})
+	r := mirror.Report(pairs, verdict.Options{})
 	r.Write(stdout)
-	return writeABHTML(filepath.Join(dir, "6-shadow-test.html"), r, pairs)
+	return writeFileWith(filepath.Join(dir, "6-shadow-test.html"), func(w io.Writer) error {
+		return r.WriteHTML(w, "infergate ab report", mirror.Examples(pairs, 5))
+	})
 }
 
 // shutdownWithin calls shutdown with a deadline d from now.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/policy"
+	"github.com/infergate/infergate/mirror"
 	"github.com/infergate/infergate/proxy"
 	"github.com/infergate/infergate/sim"
 	"go.opentelemetry.io/otel"
@@ -156,7 +157,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				c.Pools = map[string]proxy.PoolConfig{}
 			}
 			c.Pools["mirror"] = proxy.PoolConfig{Backends: []proxy.BackendConfig{{URL: *mirrorURL}}}
-			c.Mirror.Rules = append(c.Mirror.Rules, proxy.MirrorRule{Name: "mirror", Pool: "mirror", Sample: *mirrorSample, AA: *mirrorAA})
+			c.Mirror.Rules = append(c.Mirror.Rules, mirror.Rule{Name: "mirror", Pool: "mirror", Sample: *mirrorSample, AA: *mirrorAA})
 		}
 		if *mirrorRecord != "" {
 			c.Mirror.Record.Path = *mirrorRecord

@@ -1,4 +1,4 @@
-package proxy
+package quality
 
 import (
 	"bytes"
@@ -6,54 +6,34 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/infergate/infergate/openai"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
-// JSON schemas of mirrored requests (response_format json_schema): an
-// answer that is JSON but does not fit the schema the client gave is a
-// quality failure of its own. Schemas come from clients, so they are
-// compiled without any loader: a $ref to a file or URL fails the schema
-// instead of reading it.
-
-// schemaOf returns the schema of a request's response_format, or nil.
-func schemaOf(body []byte) []byte {
-	var schema []byte
-	openai.EachMember(body, func(key []byte, f openai.Field) bool {
-		if !openai.KeyIs(key, "response_format") {
-			return true
-		}
-		rf := f.Of(body)
-		openai.EachMember(rf, func(k []byte, jf openai.Field) bool {
-			if !openai.KeyIs(k, "json_schema") {
-				return true
-			}
-			js := jf.Of(rf)
-			openai.EachMember(js, func(sk []byte, sf openai.Field) bool {
-				if openai.KeyIs(sk, "schema") {
-					schema = bytes.Clone(sf.Of(js))
-				}
-				return true
-			})
-			return true
-		})
-		return true
-	})
-	return schema
-}
+// JSON schemas of requests (response_format json_schema): an answer that
+// is JSON but does not fit the schema the client gave is a quality
+// failure of its own. Schemas come from clients, so they are compiled
+// without any loader: a $ref to a file or URL fails the schema instead
+// of reading it.
 
 // noLoader refuses every $ref outside the schema itself.
 type noLoader struct{}
 
 func (noLoader) Load(url string) (any, error) {
-	return nil, fmt.Errorf("schema: %s: references outside the schema are not followed", url)
+	return nil, fmt.Errorf("quality: schema %s: references outside the schema are not followed", url)
 }
 
 // schemaCache holds compiled schemas by the SHA-256 of their bytes, at
-// most 64; the recorder's goroutine alone uses it.
+// most 64 (a nil entry: the schema does not compile).
 type schemaCache map[[32]byte]*jsonschema.Schema
 
-var errBadSchema = errors.New("schema: does not compile")
+var errBadSchema = errors.New("quality: the schema does not compile")
+
+// schema returns raw compiled, from the cache when it is there.
+func (j *Judge) schema(raw []byte) (*jsonschema.Schema, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.schemas.get(raw)
+}
 
 func (c schemaCache) get(raw []byte) (*jsonschema.Schema, error) {
 	key := sha256.Sum256(raw)

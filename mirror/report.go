@@ -1,7 +1,10 @@
-package verdict
+package mirror
 
 import (
+	"time"
+
 	"fmt"
+	"github.com/infergate/infergate/verdict"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -12,35 +15,6 @@ import (
 // A/B from mirrored pairs: each pair is one request answered by the
 // primary (the base) and the candidate (the change), so latencies are
 // compared pair by pair and rates by their discordant pairs.
-
-// ArmSample is one arm's answer to one request.
-type ArmSample struct {
-	OK bool
-	// TTFT, TPOT and E2E in ms; 0 when unknown (TTFT and TPOT need a
-	// stream).
-	TTFT, TPOT, E2E float64
-	OutputTokens    int
-	// Quality signals (of a successful answer).
-	InvalidJSON, Refusal, Empty, Truncated, LengthByPolicy bool
-	// SchemaInvalid: JSON, but not valid against the request's schema.
-	SchemaInvalid bool
-}
-
-// PairSample is one request's two answers.
-type PairSample struct {
-	Primary, Candidate ArmSample
-	// JSONAsked: the request asked for JSON, so invalid JSON counts;
-	// SchemaGiven: it gave a schema, so answers off the schema count.
-	JSONAsked, SchemaGiven bool
-	// Similarity and LengthRatio of the two outputs (shown, not judged).
-	Similarity, LengthRatio float64
-	// Noise is the A/A arm (the primary's request answered again by its
-	// own pool), nil without one.
-	Noise *ArmSample
-	// At is when the request came, in seconds on any clock: the span of
-	// the pairs gives each arm's throughput.
-	At float64
-}
 
 // ArmSummary is one arm's figures over all pairs.
 type ArmSummary struct {
@@ -78,13 +52,13 @@ type ABReport struct {
 	Primary   ArmSummary `json:"primary"`
 	Candidate ArmSummary `json:"candidate"`
 	// Similarity and LengthRatio are medians over pairs both answered.
-	Similarity  float64  `json:"similarity"`
-	LengthRatio float64  `json:"length_ratio"`
-	Changes     []Change `json:"changes"`
+	Similarity  float64          `json:"similarity"`
+	LengthRatio float64          `json:"length_ratio"`
+	Changes     []verdict.Change `json:"changes"`
 	// Noise is the primary against its A/A arm, the same comparisons:
 	// how far two answers of one build differ. Empty without A/A pairs.
-	Noise []Change `json:"noise,omitempty"`
-	Result
+	Noise []verdict.Change `json:"noise,omitempty"`
+	verdict.Result
 	// Judge is a judge model's blind grading of a sample of pairs, nil
 	// without one.
 	Judge *Judged `json:"judge,omitempty"`
@@ -94,12 +68,12 @@ type ABReport struct {
 }
 
 // AB compares the candidate with the primary over pairs.
-func AB(pairs []PairSample, o Options) *ABReport {
+func AB(pairs []Pair, o verdict.Options) *ABReport {
 	o.Defaults()
 	rng := rand.New(rand.NewPCG(o.Seed, 11))
 	r := &ABReport{Pairs: len(pairs)}
-	r.Primary = summarize(pairs, func(p PairSample) ArmSample { return p.Primary })
-	r.Candidate = summarize(pairs, func(p PairSample) ArmSample { return p.Candidate })
+	r.Primary = summarize(pairs, func(p Pair) Arm { return p.Primary })
+	r.Candidate = summarize(pairs, func(p Pair) Arm { return p.Candidate })
 	r.Samples = map[string]map[string][]float64{}
 	for _, p := range pairs {
 		arms := [][2]any{{"primary", p.Primary}, {"candidate", p.Candidate}}
@@ -107,11 +81,11 @@ func AB(pairs []PairSample, o Options) *ABReport {
 			arms = append(arms, [2]any{"A/A", *p.Noise})
 		}
 		for _, arm := range arms {
-			a := arm[1].(ArmSample)
-			if !a.OK {
+			a := arm[1].(Arm)
+			if !a.OK() {
 				continue
 			}
-			for k, v := range map[string]float64{"ttft": a.TTFT, "tpot": a.TPOT, "e2e": a.E2E} {
+			for k, v := range map[string]float64{"ttft": a.TTFTms, "tpot": a.TPOTms, "e2e": a.E2Ems} {
 				if v > 0 {
 					if r.Samples[k] == nil {
 						r.Samples[k] = map[string][]float64{}
@@ -122,52 +96,52 @@ func AB(pairs []PairSample, o Options) *ABReport {
 		}
 	}
 
-	r.Changes = compareArms(pairs, func(p PairSample) ArmSample { return p.Candidate }, o, rng)
-	var noisy []PairSample
+	r.Changes = compareArms(pairs, func(p Pair) Arm { return p.Candidate }, o, rng)
+	var noisy []Pair
 	for _, p := range pairs {
 		if p.Noise != nil {
 			noisy = append(noisy, p)
 		}
 	}
-	if len(noisy) >= MinSamples {
-		r.Noise = compareArms(noisy, func(p PairSample) ArmSample { return *p.Noise }, o, rng)
+	if len(noisy) >= verdict.MinSamples {
+		r.Noise = compareArms(noisy, func(p Pair) Arm { return *p.Noise }, o, rng)
 		withinNoise(r.Changes, r.Noise)
 	}
 	var sims, ratios []float64
 	for _, p := range pairs {
-		if p.Primary.OK && p.Candidate.OK {
+		if p.Primary.OK() && p.Candidate.OK() {
 			sims = append(sims, p.Similarity)
 			if p.LengthRatio > 0 {
 				ratios = append(ratios, p.LengthRatio)
 			}
 		}
 	}
-	r.Similarity, r.LengthRatio = Median(sims), Median(ratios)
-	r.Result = Decide(r.Changes)
+	r.Similarity, r.LengthRatio = verdict.Median(sims), verdict.Median(ratios)
+	r.Result = verdict.Decide(r.Changes)
 	return r
 }
 
 // compareArms compares, pair by pair, the primary with the arm other
 // picks: latencies of the pairs both answered, errors of all pairs,
 // quality of the pairs both answered.
-func compareArms(pairs []PairSample, other func(PairSample) ArmSample, o Options, rng *rand.Rand) []Change {
-	var out []Change
+func compareArms(pairs []Pair, other func(Pair) Arm, o verdict.Options, rng *rand.Rand) []verdict.Change {
+	var out []verdict.Change
 	for _, m := range []struct {
 		name   string
 		better string
-		get    func(ArmSample) float64
+		get    func(Arm) float64
 		judged bool
 	}{
-		{"ttft", "lower", func(a ArmSample) float64 { return a.TTFT }, true},
-		{"tpot", "lower", func(a ArmSample) float64 { return a.TPOT }, true},
-		{"e2e", "lower", func(a ArmSample) float64 { return a.E2E }, true},
+		{"ttft", "lower", func(a Arm) float64 { return a.TTFTms }, true},
+		{"tpot", "lower", func(a Arm) float64 { return a.TPOTms }, true},
+		{"e2e", "lower", func(a Arm) float64 { return a.E2Ems }, true},
 		{"speed", "higher", speedOf, false},
 	} {
 		var a, b []float64
 		for _, p := range pairs {
 			q := other(p)
 			x, y := m.get(p.Primary), m.get(q)
-			if p.Primary.OK && q.OK && x > 0 && y > 0 {
+			if p.Primary.OK() && q.OK() && x > 0 && y > 0 {
 				a, b = append(a, x), append(b, y)
 			}
 		}
@@ -175,14 +149,14 @@ func compareArms(pairs []PairSample, other func(PairSample) ArmSample, o Options
 		if m.better == "higher" {
 			floor = 0
 		}
-		if ch, ok := PairedSamples(m.name, m.better, a, b, o.SpeedTolerance, floor, rng); ok {
+		if ch, ok := verdict.PairedSamples(m.name, m.better, a, b, o.SpeedTolerance, floor, rng); ok {
 			if !m.judged {
-				ch.Judgement, ch.Need = Info, 0 // 1000/tpot: judged through tpot
+				ch.Judgement, ch.Need = verdict.Info, 0 // 1000/tpot: judged through tpot
 			}
 			out = append(out, ch)
 		}
 	}
-	rate := func(name string, keep func(PairSample, ArmSample) bool, sig func(ArmSample) bool) {
+	rate := func(name string, keep func(Pair, Arm) bool, sig func(Arm) bool) {
 		var a, b []bool
 		for _, p := range pairs {
 			q := other(p)
@@ -191,26 +165,26 @@ func compareArms(pairs []PairSample, other func(PairSample) ArmSample, o Options
 			}
 		}
 		if len(a) > 0 {
-			out = append(out, PairedRates(name, a, b, o.QualityTolerance))
+			out = append(out, verdict.PairedRates(name, a, b, o.QualityTolerance))
 		}
 	}
-	all := func(PairSample, ArmSample) bool { return true }
-	both := func(p PairSample, q ArmSample) bool { return p.Primary.OK && q.OK }
-	rate("error_rate", all, func(a ArmSample) bool { return !a.OK })
-	rate("invalid_json_rate", func(p PairSample, q ArmSample) bool { return both(p, q) && p.JSONAsked }, func(a ArmSample) bool { return a.InvalidJSON })
-	rate("schema_invalid_rate", func(p PairSample, q ArmSample) bool { return both(p, q) && p.SchemaGiven }, func(a ArmSample) bool { return a.SchemaInvalid })
-	rate("refusal_rate", both, func(a ArmSample) bool { return a.Refusal })
-	rate("empty_rate", both, func(a ArmSample) bool { return a.Empty })
-	rate("truncated_rate", both, func(a ArmSample) bool { return a.Truncated && !a.LengthByPolicy })
+	all := func(Pair, Arm) bool { return true }
+	both := func(p Pair, q Arm) bool { return p.Primary.OK() && q.OK() }
+	rate("error_rate", all, func(a Arm) bool { return !a.OK() })
+	rate("invalid_json_rate", func(p Pair, q Arm) bool { return both(p, q) && p.JSONAsked }, func(a Arm) bool { return a.InvalidJSON })
+	rate("schema_invalid_rate", func(p Pair, q Arm) bool { return both(p, q) && p.SchemaGiven }, func(a Arm) bool { return a.SchemaInvalid })
+	rate("refusal_rate", both, func(a Arm) bool { return a.Refusal })
+	rate("empty_rate", both, func(a Arm) bool { return a.Empty })
+	rate("truncated_rate", both, func(a Arm) bool { return a.Truncated && !a.LengthByPolicy })
 	return out
 }
 
 // withinNoise makes a regression no larger than the A/A arm's own change
 // of the same figure unsure: two answers of one build differ that much.
-func withinNoise(changes, noise []Change) {
+func withinNoise(changes, noise []verdict.Change) {
 	for i := range changes {
 		ch := &changes[i]
-		if ch.Judgement != Regressed {
+		if ch.Judgement != verdict.Regressed {
 			continue
 		}
 		for _, n := range noise {
@@ -222,21 +196,21 @@ func withinNoise(changes, noise []Change) {
 				worse = -n.CILow
 			}
 			if math.Abs(worse) >= math.Abs(ch.Delta) {
-				ch.Judgement = Unsure
+				ch.Judgement = verdict.Unsure
 				ch.Need = 2 * ch.N
 			}
 		}
 	}
 }
 
-func speedOf(a ArmSample) float64 {
-	if a.TPOT <= 0 {
+func speedOf(a Arm) float64 {
+	if a.TPOTms <= 0 {
 		return 0
 	}
-	return 1000 / a.TPOT
+	return 1000 / a.TPOTms
 }
 
-func summarize(pairs []PairSample, arm func(PairSample) ArmSample) ArmSummary {
+func summarize(pairs []Pair, arm func(Pair) Arm) ArmSummary {
 	var s ArmSummary
 	var ttft, tpot, e2e, speed []float64
 	first, last, tokens := math.Inf(1), math.Inf(-1), 0
@@ -244,10 +218,10 @@ func summarize(pairs []PairSample, arm func(PairSample) ArmSample) ArmSummary {
 	for _, p := range pairs {
 		a := arm(p)
 		s.Requests++
-		if p.At > 0 {
-			first, last = math.Min(first, p.At), math.Max(last, p.At)
+		if seconds(p.Time) > 0 {
+			first, last = math.Min(first, seconds(p.Time)), math.Max(last, seconds(p.Time))
 		}
-		if !a.OK {
+		if !a.OK() {
 			errs++
 			continue
 		}
@@ -256,7 +230,7 @@ func summarize(pairs []PairSample, arm func(PairSample) ArmSample) ArmSummary {
 		for _, v := range []struct {
 			dst *[]float64
 			x   float64
-		}{{&ttft, a.TTFT}, {&tpot, a.TPOT}, {&e2e, a.E2E}, {&speed, speedOf(a)}} {
+		}{{&ttft, a.TTFTms}, {&tpot, a.TPOTms}, {&e2e, a.E2Ems}, {&speed, speedOf(a)}} {
 			if v.x > 0 {
 				*v.dst = append(*v.dst, v.x)
 			}
@@ -325,7 +299,7 @@ func (r *ABReport) Write(w io.Writer) {
 	for _, ch := range r.Changes {
 		base, nw, delta, ci, p := ch.Cells()
 		j := ch.Judgement
-		if ch.Judgement == Unsure && ch.Need > 0 {
+		if ch.Judgement == verdict.Unsure && ch.Need > 0 {
 			j += fmt.Sprintf(" (≈%d pairs)", ch.Need)
 		}
 		if n := noiseOf(r.Noise, ch.Metric); n != nil {
@@ -349,7 +323,7 @@ func (r *ABReport) Write(w io.Writer) {
 	}
 }
 
-func noiseOf(noise []Change, metric string) *Change {
+func noiseOf(noise []verdict.Change, metric string) *verdict.Change {
 	for i := range noise {
 		if noise[i].Metric == metric {
 			return &noise[i]
@@ -358,127 +332,17 @@ func noiseOf(noise []Change, metric string) *Change {
 	return nil
 }
 
-func fmtShort(ch Change) string {
+func fmtShort(ch verdict.Change) string {
 	if ch.Quality {
 		return fmt.Sprintf("%+.2fpt [%+.2f, %+.2f]", ch.Delta*100, ch.CILow*100, ch.CIHigh*100)
 	}
 	return fmt.Sprintf("%+.1f%% [%+.1f, %+.1f]", ch.Delta*100, ch.CILow*100, ch.CIHigh*100)
 }
 
-// SplitSample is one request of a canary: served by one arm only.
-type SplitSample struct {
-	Arm                    ArmSample
-	JSONAsked, SchemaGiven bool
-	At                     float64 // arrival, seconds
-}
-
-// Split compares the two arms of a canary (a live split): different
-// requests on each side, so the figures are compared as independent
-// samples (bootstrap and Mann-Whitney for latencies, Agresti-Caffo and
-// the two-proportion test for rates), by the same rule.
-func Split(primary, candidate []SplitSample, o Options) *ABReport {
-	o.Defaults()
-	rng := rand.New(rand.NewPCG(o.Seed, 13))
-	wrap := func(s []SplitSample) []PairSample {
-		out := make([]PairSample, len(s))
-		for i, x := range s {
-			out[i] = PairSample{Primary: x.Arm, JSONAsked: x.JSONAsked, SchemaGiven: x.SchemaGiven, At: x.At}
-		}
-		return out
+// seconds is t as Unix seconds, 0 for the zero time.
+func seconds(t time.Time) float64 {
+	if t.IsZero() {
+		return 0
 	}
-	pa, pb := wrap(primary), wrap(candidate)
-	first := func(p PairSample) ArmSample { return p.Primary }
-	r := &ABReport{Pairs: 0, Primary: summarize(pa, first), Candidate: summarize(pb, first), Samples: map[string]map[string][]float64{}}
-	for _, m := range []struct {
-		name, better string
-		get          func(ArmSample) float64
-		judged       bool
-	}{
-		{"ttft", "lower", func(a ArmSample) float64 { return a.TTFT }, true},
-		{"tpot", "lower", func(a ArmSample) float64 { return a.TPOT }, true},
-		{"e2e", "lower", func(a ArmSample) float64 { return a.E2E }, true},
-		{"speed", "higher", speedOf, false},
-	} {
-		vals := func(s []SplitSample) []float64 {
-			var v []float64
-			for _, x := range s {
-				if x.Arm.OK && m.get(x.Arm) > 0 {
-					v = append(v, m.get(x.Arm))
-				}
-			}
-			return v
-		}
-		a, b := vals(primary), vals(candidate)
-		if m.name != "speed" {
-			r.Samples[m.name] = map[string][]float64{"primary": a, "candidate": b}
-		}
-		floor := o.SpeedFloor
-		if m.better == "higher" {
-			floor = 0
-		}
-		if ch, ok := Samples(0, m.name, m.better, a, b, o.SpeedTolerance, floor, rng); ok {
-			if !m.judged {
-				ch.Judgement, ch.Need = Info, 0
-			}
-			r.Changes = append(r.Changes, ch)
-		}
-	}
-	rate := func(name string, keep func(SplitSample) bool, sig func(ArmSample) bool) {
-		count := func(s []SplitSample) (x, n int) {
-			for _, v := range s {
-				if keep(v) {
-					n++
-					if sig(v.Arm) {
-						x++
-					}
-				}
-			}
-			return
-		}
-		x, na := count(primary)
-		y, nb := count(candidate)
-		if na > 0 || nb > 0 {
-			r.Changes = append(r.Changes, Rates(0, name, x, na, y, nb, o.QualityTolerance))
-		}
-	}
-	all := func(SplitSample) bool { return true }
-	ok := func(s SplitSample) bool { return s.Arm.OK }
-	rate("error_rate", all, func(a ArmSample) bool { return !a.OK })
-	rate("invalid_json_rate", func(s SplitSample) bool { return ok(s) && s.JSONAsked }, func(a ArmSample) bool { return a.InvalidJSON })
-	rate("schema_invalid_rate", func(s SplitSample) bool { return ok(s) && s.SchemaGiven }, func(a ArmSample) bool { return a.SchemaInvalid })
-	rate("refusal_rate", ok, func(a ArmSample) bool { return a.Refusal })
-	rate("empty_rate", ok, func(a ArmSample) bool { return a.Empty })
-	rate("truncated_rate", ok, func(a ArmSample) bool { return a.Truncated && !a.LengthByPolicy })
-	r.Result = Decide(r.Changes)
-	return r
-}
-
-// Judged is a judge model's tally over a sample of pairs, graded blind:
-// the candidate's wins and losses against the primary, the ties, and the
-// pairs the judge did not grade.
-type Judged struct {
-	Wins   int `json:"candidate_preferred"`
-	Losses int `json:"primary_preferred"`
-	Ties   int `json:"ties"`
-	Failed int `json:"not_graded,omitempty"`
-	// Preference is the candidate's share of the decided pairs, with its
-	// 95% Wilson interval; 0.5 is no preference.
-	Preference float64 `json:"preference"`
-	Low        float64 `json:"preference_low"`
-	High       float64 `json:"preference_high"`
-}
-
-// Settle computes the preference and its Wilson interval.
-func (j *Judged) Settle() {
-	n := float64(j.Wins + j.Losses)
-	if n == 0 {
-		j.Preference, j.Low, j.High = 0.5, 0, 1
-		return
-	}
-	p := float64(j.Wins) / n
-	const z = 1.96
-	d := 1 + z*z/n
-	c := (p + z*z/(2*n)) / d
-	h := z * math.Sqrt(p*(1-p)/n+z*z/(4*n*n)) / d
-	j.Preference, j.Low, j.High = p, c-h, c+h
+	return float64(t.UnixNano()) / 1e9
 }

@@ -1,4 +1,4 @@
-package main
+package mirror
 
 import (
 	"bytes"
@@ -10,9 +10,6 @@ import (
 	"net/http"
 	"strings"
 	"time"
-
-	"github.com/infergate/infergate/proxy"
-	"github.com/infergate/infergate/verdict"
 )
 
 // The judge: an OpenAI-compatible model grades a sample of pairs blind.
@@ -22,31 +19,39 @@ import (
 
 const judgeSystem = `You compare two answers to the same request. Judge which answer serves the request better: correct, complete, well-formed, on point. Reply with exactly one word: A, B, or TIE.`
 
-type judge struct {
-	url, model, key string
-	client          *http.Client
+// Judge is an OpenAI-compatible server whose model grades pairs blind.
+type Judge struct {
+	// URL is the server's base URL (…/v1/chat/completions is added);
+	// Model the model; Key its API key, or empty.
+	URL, Model, Key string
+	// Client makes the calls; nil uses http.DefaultClient.
+	Client *http.Client
 }
 
 // grade asks the judge about one pair; it returns +1 when the candidate
 // is preferred, -1 the primary, 0 a tie, and an error when the reply is
 // not one of the three.
-func (j *judge) grade(ctx context.Context, p proxy.Pair, rng *rand.Rand) (int, error) {
+func (j *Judge) grade(ctx context.Context, p Pair, rng *rand.Rand) (int, error) {
 	a, b, flip := p.Primary.Output, p.Candidate.Output, rng.IntN(2) == 1
 	if flip {
 		a, b = b, a
 	}
 	user := fmt.Sprintf("Request:\n%s\n\nAnswer A:\n%s\n\nAnswer B:\n%s", p.Prompt, a, b)
-	body, _ := json.Marshal(map[string]any{"model": j.model, "temperature": 0, "max_tokens": 4,
+	body, _ := json.Marshal(map[string]any{"model": j.Model, "temperature": 0, "max_tokens": 4,
 		"messages": []map[string]string{{"role": "system", "content": judgeSystem}, {"role": "user", "content": user}}})
-	req, err := http.NewRequestWithContext(ctx, "POST", strings.TrimSuffix(j.url, "/")+"/v1/chat/completions", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, "POST", strings.TrimSuffix(j.URL, "/")+"/v1/chat/completions", bytes.NewReader(body))
 	if err != nil {
 		return 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	if j.key != "" {
-		req.Header.Set("Authorization", "Bearer "+j.key)
+	if j.Key != "" {
+		req.Header.Set("Authorization", "Bearer "+j.Key)
 	}
-	resp, err := j.client.Do(req)
+	client := j.Client
+	if client == nil {
+		client = http.DefaultClient
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		return 0, err
 	}
@@ -86,10 +91,10 @@ func (j *judge) grade(ctx context.Context, p proxy.Pair, rng *rand.Rand) (int, e
 	return pick, nil
 }
 
-// judgePairs grades up to n pairs that both arms answered with text,
-// chosen at random, and returns the tally.
-func judgePairs(ctx context.Context, j *judge, pairs []proxy.Pair, n int, seed uint64) (verdict.Judged, error) {
-	var usable []proxy.Pair
+// Grade grades up to n pairs that both arms answered with text, chosen
+// at random (seed), and returns the tally, settled.
+func (j *Judge) Grade(ctx context.Context, pairs []Pair, n int, seed uint64) (Judged, error) {
+	var usable []Pair
 	for _, p := range pairs {
 		if p.Split == "" && p.Primary.OK() && p.Candidate.OK() && p.Primary.Output != "" && p.Candidate.Output != "" {
 			usable = append(usable, p)
@@ -97,7 +102,7 @@ func judgePairs(ctx context.Context, j *judge, pairs []proxy.Pair, n int, seed u
 	}
 	rng := rand.New(rand.NewPCG(seed, 17))
 	rng.Shuffle(len(usable), func(a, b int) { usable[a], usable[b] = usable[b], usable[a] })
-	var t verdict.Judged
+	var t Judged
 	for _, p := range usable[:min(n, len(usable))] {
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		g, err := j.grade(ctx, p, rng)
@@ -116,5 +121,6 @@ func judgePairs(ctx context.Context, j *judge, pairs []proxy.Pair, n int, seed u
 			t.Ties++
 		}
 	}
+	t.Settle()
 	return t, nil
 }

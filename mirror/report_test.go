@@ -1,0 +1,91 @@
+package mirror
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/infergate/infergate/quality"
+	"github.com/infergate/infergate/verdict"
+)
+
+func TestABFindsThePlantedTradeOff(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 9))
+	var pairs []Pair
+	for range 300 {
+		prompt := 50 + rng.ExpFloat64()*100
+		p := Pair{JSONAsked: true, Similarity: 0.5, LengthRatio: 1,
+			Primary:   Arm{Status: 200, TTFTms: prompt, TPOTms: 10, E2Ems: prompt + 1000, Signals: quality.Signals{InvalidJSON: rng.Float64() < 0.01}},
+			Candidate: Arm{Status: 200, TTFTms: prompt * 0.8, TPOTms: 6, E2Ems: prompt*0.8 + 600, Signals: quality.Signals{InvalidJSON: rng.Float64() < 0.1}}}
+		pairs = append(pairs, p)
+	}
+	r := AB(pairs, verdict.Options{})
+	if r.Verdict != verdict.RollBack || len(r.Reasons) != 1 || !strings.Contains(r.Reasons[0], "invalid_json_rate") {
+		t.Fatalf("faster but more broken JSON: %s %v", r.Verdict, r.Reasons)
+	}
+	for _, ch := range r.Changes {
+		if ch.Metric == "ttft" && ch.Judgement != verdict.Holds {
+			t.Errorf("the faster ttft: %+v", ch)
+		}
+	}
+	var sb strings.Builder
+	r.Write(&sb)
+	if !strings.Contains(sb.String(), "verdict: ROLL BACK") {
+		t.Errorf("%s", sb.String())
+	}
+	if _, err := json.Marshal(r); err != nil {
+		t.Errorf("the report does not encode: %v", err)
+	}
+}
+
+// TestABNoiseFloor: a latency rise that the A/A arm (the same build
+// asked again) shows as well is not a regression of the candidate.
+func TestABNoiseFloor(t *testing.T) {
+	rng := rand.New(rand.NewPCG(10, 11))
+	var pairs []Pair
+	for range 200 {
+		prompt := 50 + rng.ExpFloat64()*100
+		// Every second answer is slow, whichever arm gives it: a noisy host.
+		slow := func() float64 {
+			if rng.IntN(2) == 0 {
+				return 1.3
+			}
+			return 1
+		}
+		primary := Arm{Status: 200, TTFTms: prompt, E2Ems: prompt + 500}
+		cand := Arm{Status: 200, TTFTms: prompt * 1.15 * slow(), E2Ems: prompt + 500}
+		aa := Arm{Status: 200, TTFTms: prompt * 1.15 * slow(), E2Ems: prompt + 500}
+		pairs = append(pairs, Pair{Primary: primary, Candidate: cand, Noise: &aa})
+	}
+	with := AB(pairs, verdict.Options{})
+	if len(with.Noise) == 0 || with.Verdict == verdict.RollBack {
+		t.Errorf("a rise the A/A arm shows too: %s %v", with.Verdict, with.Reasons)
+	}
+	for i := range pairs {
+		pairs[i].Noise = nil
+	}
+	if without := AB(pairs, verdict.Options{}); without.Verdict != verdict.RollBack {
+		t.Errorf("without the A/A arm the same rise is a regression: %s", without.Verdict)
+	}
+}
+
+func TestSplitFindsARegression(t *testing.T) {
+	rng := rand.New(rand.NewPCG(12, 13))
+	var a, b []Pair
+	for range 300 {
+		a = append(a, Pair{Split: "primary", Primary: Arm{Status: 200, TTFTms: 40 + rng.Float64()*20, E2Ems: 900}, JSONAsked: true})
+		b = append(b, Pair{Split: "candidate", Candidate: Arm{Status: 200, TTFTms: 40 + rng.Float64()*20, E2Ems: 900, Signals: quality.Signals{InvalidJSON: rng.Float64() < 0.15}}, JSONAsked: true})
+	}
+	r := Report(append(a, b...), verdict.Options{})
+	if r.Verdict != verdict.RollBack || !strings.Contains(strings.Join(r.Reasons, ";"), "invalid_json_rate") {
+		t.Errorf("%s %v", r.Verdict, r.Reasons)
+	}
+	bb := make([]Pair, len(a))
+	for i, p := range a {
+		bb[i] = Pair{Split: "candidate", Candidate: p.Primary, JSONAsked: true}
+	}
+	if r := Report(append(a, bb...), verdict.Options{}); r.Verdict == verdict.RollBack {
+		t.Errorf("the same arm twice: %s %v", r.Verdict, r.Reasons)
+	}
+}
