@@ -156,4 +156,3 @@ func TestChangeJSONHasNoNaN(t *testing.T) {
 		t.Fatalf("%s %v", b, err)
 	}
 }
-

@@ -108,4 +108,3 @@ func runAB(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	return nil
 }
-

@@ -11,8 +11,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/infergate/infergate/policy"
 	"github.com/infergate/infergate/mirror"
+	"github.com/infergate/infergate/policy"
 	"github.com/infergate/infergate/proxy"
 	"github.com/infergate/infergate/sim"
 	"go.opentelemetry.io/otel"
