@@ -3,13 +3,13 @@ package proxy
 import (
 	"errors"
 	"fmt"
-	"maps"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/infergate/infergate/internal/yamlconf"
 )
 
 // configHistory is how many applied configurations the gateway keeps for
@@ -127,67 +127,5 @@ func cmpOr(a, b string) string {
 // ("shaping.global.max_requests": "24"), secrets left out: what a
 // person compares between two configurations.
 func Settings(cfg Config) map[string]string {
-	out := map[string]string{}
-	flatten(out, "", reflect.ValueOf(withoutSecrets(cfg)))
-	return out
-}
-
-func flatten(out map[string]string, prefix string, v reflect.Value) {
-	join := func(k string) string {
-		if prefix == "" {
-			return k
-		}
-		return prefix + "." + k
-	}
-	if v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface {
-		if v.IsNil() {
-			return
-		}
-		v = v.Elem()
-	}
-	if v.Type() == reflect.TypeFor[time.Duration]() {
-		if v.Int() != 0 {
-			out[prefix] = time.Duration(v.Int()).String()
-		}
-		return
-	}
-	switch v.Kind() {
-	case reflect.Struct:
-		t := v.Type()
-		for i := range t.NumField() {
-			f := t.Field(i)
-			if !f.IsExported() {
-				continue
-			}
-			tag := f.Tag.Get("yaml")
-			name, opts, _ := strings.Cut(tag, ",")
-			switch {
-			case tag == "-":
-				continue
-			case strings.Contains(opts, "inline"):
-				flatten(out, prefix, v.Field(i))
-				continue
-			case name == "":
-				name = strings.ToLower(f.Name)
-			}
-			flatten(out, join(name), v.Field(i))
-		}
-	case reflect.Map:
-		keys := v.MapKeys()
-		names := make(map[string]reflect.Value, len(keys))
-		for _, k := range keys {
-			names[fmt.Sprint(k.Interface())] = v.MapIndex(k)
-		}
-		for _, k := range slices.Sorted(maps.Keys(names)) {
-			flatten(out, join(k), names[k])
-		}
-	case reflect.Slice, reflect.Array:
-		for i := range v.Len() {
-			flatten(out, fmt.Sprintf("%s[%d]", prefix, i), v.Index(i))
-		}
-	default:
-		if !v.IsZero() {
-			out[prefix] = fmt.Sprint(v.Interface())
-		}
-	}
+	return yamlconf.Flatten(withoutSecrets(cfg))
 }

@@ -192,14 +192,15 @@ func (l *Limiter) adopt() error {
 	return nil
 }
 
-// releaseLease hands l's lease to the releaser. Called with l.mu held.
+// releaseLease hands l's lease to the releaser. Called with l.mu held:
+// it neither logs nor blocks (the releaser logs an overflow).
 func (l *Limiter) releaseLease(ls lease) {
 	delete(l.leases, ls.id)
 	select {
 	case l.relq <- ls:
 	default:
 		// The releaser is behind: this lease expires by its TTL instead.
-		l.log.Warn("shaping: release queue full; a lease will expire instead", "lease", ls.id)
+		l.relOverflow.Add(1)
 	}
 }
 
@@ -395,6 +396,10 @@ func (l *Limiter) releaser() {
 			default:
 				break more
 			}
+		}
+		if n := l.relOverflow.Swap(0); n > 0 {
+			l.leasesExpiring.Add(n)
+			l.log.Warn("shaping: release queue was full; leases will expire by their TTL instead", "leases", n)
 		}
 		if err := l.shared.release(context.Background(), batch); err != nil {
 			l.down(err) // the leases expire by their TTL
