@@ -70,7 +70,7 @@ func armTimes(a *mirror.Arm, sent time.Time, t *openai.Tally, done time.Time) {
 
 // armObserver times a copy's round trip (roundtrip.Observer).
 type armObserver struct {
-	b               *Backend
+	b               *backend
 	start, conn, at time.Time
 }
 
@@ -88,7 +88,7 @@ func (o *armObserver) ReleaseReader(br *bufio.Reader) { o.b.hc.ReleaseReader(br)
 // readArm sends req to b and reads its answer in full into a, timed as
 // the primary is. It reports whether the backend did its part (for its
 // breaker): any answer but a 5xx or a failure.
-func readArm(ctx context.Context, b *Backend, req *fasthttp.Request, stream bool, t Timeouts, a *mirror.Answer, maxBody int) bool {
+func readArm(ctx context.Context, b *backend, req *fasthttp.Request, stream bool, t Timeouts, a *mirror.Answer, maxBody int) bool {
 	obs := &armObserver{b: b}
 	wait := time.Duration(0)
 	if stream {

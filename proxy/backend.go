@@ -15,9 +15,9 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// Backend is one upstream server with its connection pool, health state,
+// backend is one upstream server with its connection pool, health state,
 // breaker and count of outstanding requests. It is safe for concurrent use.
-type Backend struct {
+type backend struct {
 	name   string // the URL as configured, for logs and metrics
 	key    string // its settings, to carry it over a reload unchanged
 	host   string // host:port, the Host header
@@ -38,7 +38,7 @@ type Backend struct {
 }
 
 // newBackend builds a backend from its config; connect bounds a dial.
-func newBackend(bc BackendConfig, pc PoolConfig, connect time.Duration) (*Backend, error) {
+func newBackend(bc BackendConfig, pc PoolConfig, connect time.Duration) (*backend, error) {
 	u, err := url.Parse(bc.URL)
 	if err != nil {
 		return nil, fmt.Errorf("backend %s: %w", bc.URL, err)
@@ -51,7 +51,7 @@ func newBackend(bc BackendConfig, pc PoolConfig, connect time.Duration) (*Backen
 			host += ":80"
 		}
 	}
-	b := &Backend{
+	b := &backend{
 		name: bc.URL, host: u.Host, prefix: strings.TrimSuffix(u.Path, "/"), weight: bc.Weight,
 		ejectAfter: int32(pc.Ejection.ConsecutiveFailures), ejectFor: pc.Ejection.Duration,
 	}
@@ -104,22 +104,22 @@ func backendKey(bc BackendConfig, pc PoolConfig, connect time.Duration) string {
 }
 
 // Name returns the backend's URL as configured.
-func (b *Backend) Name() string { return b.name }
+func (b *backend) Name() string { return b.name }
 
 // Outstanding returns the requests in flight to b.
-func (b *Backend) Outstanding() int64 { return b.outstanding.Load() }
+func (b *backend) Outstanding() int64 { return b.outstanding.Load() }
 
 // Available reports whether b may be selected now: healthy by the active
 // check, not ejected, and its breaker not open.
-func (b *Backend) Available(now time.Time) bool {
+func (b *backend) Available(now time.Time) bool {
 	return b.healthy.Load() && now.UnixNano() >= b.ejectedUntil.Load() && b.cb.State() != gobreaker.StateOpen
 }
 
 // BreakerState returns the breaker's state.
-func (b *Backend) BreakerState() gobreaker.State { return b.cb.State() }
+func (b *backend) BreakerState() gobreaker.State { return b.cb.State() }
 
 // result records one request's outcome for passive ejection.
-func (b *Backend) result(ok bool, now time.Time) {
+func (b *backend) result(ok bool, now time.Time) {
 	if ok {
 		b.failStreak.Store(0)
 		return
@@ -131,7 +131,7 @@ func (b *Backend) result(ok bool, now time.Time) {
 }
 
 // close drops idle connections; in-flight ones close when released.
-func (b *Backend) close() { b.hc.CloseIdleConnections() }
+func (b *backend) close() { b.hc.CloseIdleConnections() }
 
 // dialConn is a backend connection that remembers what its dial cost.
 type dialConn struct {

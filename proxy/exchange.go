@@ -48,7 +48,7 @@ type exchange struct {
 
 	ureq    *fasthttp.Request
 	route   *route
-	backend *Backend    // the attempt's backend, from its pick (forward) to finishWith
+	backend *backend    // the attempt's backend, from its pick (forward) to finishWith
 	done    func(error) // the breaker permit of backend (Backend.settle)
 	up      *upstream
 	upBuf   upstream            // what up points at: one attempt at a time, no allocation

@@ -20,7 +20,7 @@ func (x *exchange) forward(fill bool) error {
 	cfg := &x.st.cfg
 	pool := x.route.pool
 	x.st.budget.request(time.Now())
-	var tried [8]*Backend
+	var tried [8]*backend
 	nTried := 0
 	for {
 		b, done, err := pool.pick(tried[:nTried], time.Now())
@@ -80,7 +80,7 @@ func (x *exchange) dropAttempt(ok bool) {
 }
 
 // canRetry reports whether another attempt is allowed and has somewhere to go.
-func (x *exchange) canRetry(p *Pool, tried []*Backend, failed *Backend) bool {
+func (x *exchange) canRetry(p *pool, tried []*backend, failed *backend) bool {
 	max := x.st.cfg.Retries.Max
 	if max < 0 || x.tl.Attempts > max || len(tried)+1 >= 8 {
 		return false
@@ -101,7 +101,7 @@ func (x *exchange) canRetry(p *Pool, tried []*Backend, failed *Backend) bool {
 }
 
 // prepare points the upstream request at b.
-func (x *exchange) prepare(b *Backend) {
+func (x *exchange) prepare(b *backend) {
 	r := x.ureq
 	b.target(r, x.rawPath, x.query)
 	if b.auth != "" {

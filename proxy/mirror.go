@@ -26,13 +26,13 @@ import (
 // tapRule is a mirror rule made live, with its candidate pool.
 type tapRule struct {
 	rule *mirror.LiveRule
-	pool *Pool
+	pool *pool
 }
 
 // tapSplit is the canary made live, with its candidate pool.
 type tapSplit struct {
 	split *mirror.LiveSplit
-	pool  *Pool
+	pool  *pool
 }
 
 // heldRequest is the primary's upstream request while a copy still
@@ -100,7 +100,7 @@ func (x *exchange) mirror(rc *fasthttp.RequestCtx) {
 
 // runCopies makes the copy's body from the primary's and sends it to the
 // candidate (and, with the rule's aa, once more to the primary's pool).
-func (g *Gateway) runCopies(f *mirror.Flight, t tapRule, primary *Pool, held *heldRequest, path string, to Timeouts, maxBody int) {
+func (g *Gateway) runCopies(f *mirror.Flight, t tapRule, primary *pool, held *heldRequest, path string, to Timeouts, maxBody int) {
 	f.Body = bytes.Clone(held.req.Body())
 	held.release()
 	if t.rule.AA() {
@@ -118,7 +118,7 @@ func (g *Gateway) runCopies(f *mirror.Flight, t tapRule, primary *Pool, held *he
 
 // runArm sends body to a pool (the candidate's, or the primary's for
 // the A/A arm) and reads its answer in full into a.
-func (g *Gateway) runArm(f *mirror.Flight, a *mirror.Answer, rule *mirror.LiveRule, pool *Pool, body []byte, path string, t Timeouts, maxBody int) {
+func (g *Gateway) runArm(f *mirror.Flight, a *mirror.Answer, rule *mirror.LiveRule, pool *pool, body []byte, path string, t Timeouts, maxBody int) {
 	defer rule.Release()
 	defer func() {
 		if v := recover(); v != nil {

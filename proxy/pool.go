@@ -14,20 +14,20 @@ import (
 // errAttemptFailed is what a failed attempt reports to its breaker.
 var errAttemptFailed = errors.New("proxy: upstream attempt failed")
 
-// Pool is a named set of backends with a selection policy and, when
+// pool is a named set of backends with a selection policy and, when
 // configured, an active health checker. Close stops the checker.
-type Pool struct {
+type pool struct {
 	name     string
-	backends []*Backend
-	sel      Selector
+	backends []*backend
+	sel      selector
 	health   *healthChecker
 }
 
 // newPool builds a pool. A backend of reuse whose settings are unchanged
 // is taken over (and removed from reuse) instead of made anew, so a reload
 // keeps its connections, outstanding count, health and breaker state.
-func newPool(name string, pc PoolConfig, connect time.Duration, log *slog.Logger, reuse map[string]*Backend) (*Pool, error) {
-	p := &Pool{name: name, sel: newSelector(pc.Selection)}
+func newPool(name string, pc PoolConfig, connect time.Duration, log *slog.Logger, reuse map[string]*backend) (*pool, error) {
+	p := &pool{name: name, sel: newSelector(pc.Selection)}
 	for _, bc := range pc.Backends {
 		key := backendKey(bc, pc, connect)
 		b, ok := reuse[key]
@@ -49,10 +49,10 @@ func newPool(name string, pc PoolConfig, connect time.Duration, log *slog.Logger
 }
 
 // Backends returns the pool's backends.
-func (p *Pool) Backends() []*Backend { return p.backends }
+func (p *pool) Backends() []*backend { return p.backends }
 
 // Ready reports whether at least one backend is available.
-func (p *Pool) Ready(now time.Time) bool {
+func (p *pool) Ready(now time.Time) bool {
 	for _, b := range p.backends {
 		if b.Available(now) {
 			return true
@@ -64,8 +64,8 @@ func (p *Pool) Ready(now time.Time) bool {
 // pick chooses an available backend not in tried and takes a breaker
 // permit for it. The permit must be settled (Backend.settle) with the
 // outcome.
-func (p *Pool) pick(tried []*Backend, now time.Time) (*Backend, func(error), error) {
-	var only *Backend
+func (p *pool) pick(tried []*backend, now time.Time) (*backend, func(error), error) {
+	var only *backend
 	n := 0
 	for _, b := range p.backends {
 		if b.Available(now) && !contains(tried, b) {
@@ -84,7 +84,7 @@ func (p *Pool) pick(tried []*Backend, now time.Time) (*Backend, func(error), err
 		}
 		return nil, nil, ErrNoBackend
 	}
-	sp := candsPool.Get().(*[]*Backend)
+	sp := candsPool.Get().(*[]*backend)
 	defer candsPool.Put(sp)
 	cands := (*sp)[:0]
 	for _, b := range p.backends {
@@ -107,11 +107,11 @@ func (p *Pool) pick(tried []*Backend, now time.Time) (*Backend, func(error), err
 
 // candsPool holds pick's candidate lists: the selector is an interface,
 // so a list on pick's stack would escape to the heap on every request.
-var candsPool = sync.Pool{New: func() any { s := make([]*Backend, 0, 16); return &s }}
+var candsPool = sync.Pool{New: func() any { s := make([]*backend, 0, 16); return &s }}
 
 // settle reports an attempt's outcome to b's breaker, through the permit
 // pick gave, and to its ejection count.
-func (b *Backend) settle(permit func(error), ok bool) {
+func (b *backend) settle(permit func(error), ok bool) {
 	if ok {
 		permit(nil)
 	} else {
@@ -120,7 +120,7 @@ func (b *Backend) settle(permit func(error), ok bool) {
 	b.result(ok, time.Now())
 }
 
-func contains(s []*Backend, b *Backend) bool {
+func contains(s []*backend, b *backend) bool {
 	for _, x := range s {
 		if x == b {
 			return true
@@ -129,7 +129,7 @@ func contains(s []*Backend, b *Backend) bool {
 	return false
 }
 
-func remove(s []*Backend, b *Backend) []*Backend {
+func remove(s []*backend, b *backend) []*backend {
 	for i, x := range s {
 		if x == b {
 			return append(s[:i], s[i+1:]...)
@@ -139,11 +139,11 @@ func remove(s []*Backend, b *Backend) []*Backend {
 }
 
 // Close stops health checks and drops idle connections. Safe to call twice.
-func (p *Pool) Close() { p.closeExcept(nil) }
+func (p *pool) Close() { p.closeExcept(nil) }
 
 // closeExcept is Close that leaves the connections of kept backends alone
 // (a reload handed them to a new pool).
-func (p *Pool) closeExcept(kept map[*Backend]bool) {
+func (p *pool) closeExcept(kept map[*backend]bool) {
 	if p.health != nil {
 		p.health.close()
 	}
@@ -162,7 +162,7 @@ type healthChecker struct {
 	once   sync.Once
 }
 
-func startHealth(p *Pool, hc HealthConfig, log *slog.Logger) *healthChecker {
+func startHealth(p *pool, hc HealthConfig, log *slog.Logger) *healthChecker {
 	h := &healthChecker{stop: make(chan struct{})}
 	for _, b := range p.backends {
 		h.wg.Add(1)
@@ -178,7 +178,7 @@ func startHealth(p *Pool, hc HealthConfig, log *slog.Logger) *healthChecker {
 	return h
 }
 
-func (h *healthChecker) run(b *Backend, hc HealthConfig, log *slog.Logger) {
+func (h *healthChecker) run(b *backend, hc HealthConfig, log *slog.Logger) {
 	t := time.NewTicker(hc.Interval)
 	defer t.Stop()
 	passes, fails := 0, 0

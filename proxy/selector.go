@@ -6,25 +6,19 @@ import (
 	"sync/atomic"
 )
 
-// Selector picks one backend among candidates, all available and not yet
+// selector picks one backend among candidates, all available and not yet
 // tried by this request. candidates is never empty.
-type Selector interface {
-	Select(candidates []*Backend) *Backend
+type selector interface {
+	Select(candidates []*backend) *backend
 }
 
-// SelectorFunc adapts a function to Selector.
-type SelectorFunc func(candidates []*Backend) *Backend
-
-// Select calls f.
-func (f SelectorFunc) Select(c []*Backend) *Backend { return f(c) }
-
-// LeastOutstanding picks the backend with the fewest requests in flight
+// leastOutstanding picks the backend with the fewest requests in flight
 // relative to its weight; ties go round robin so equal backends share
 // load. The zero value is ready.
-type LeastOutstanding struct{ next atomic.Uint64 }
+type leastOutstanding struct{ next atomic.Uint64 }
 
-// Select implements Selector.
-func (l *LeastOutstanding) Select(c []*Backend) *Backend {
+// Select implements selector.
+func (l *leastOutstanding) Select(c []*backend) *backend {
 	start := int(l.next.Add(1) % uint64(len(c)))
 	best := c[start]
 	for i := 1; i < len(c); i++ {
@@ -37,23 +31,23 @@ func (l *LeastOutstanding) Select(c []*Backend) *Backend {
 	return best
 }
 
-// WeightedRoundRobin spreads requests in proportion to weight, smoothly
+// weightedRoundRobin spreads requests in proportion to weight, smoothly
 // (nginx's algorithm: no burst to the heaviest backend). The zero value is
 // ready.
-type WeightedRoundRobin struct {
+type weightedRoundRobin struct {
 	mu      sync.Mutex
-	current map[*Backend]int
+	current map[*backend]int
 }
 
-// Select implements Selector.
-func (w *WeightedRoundRobin) Select(c []*Backend) *Backend {
+// Select implements selector.
+func (w *weightedRoundRobin) Select(c []*backend) *backend {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.current == nil {
-		w.current = make(map[*Backend]int)
+		w.current = make(map[*backend]int)
 	}
 	total := 0
-	var best *Backend
+	var best *backend
 	for _, b := range c {
 		w.current[b] += b.weight
 		total += b.weight
@@ -65,14 +59,14 @@ func (w *WeightedRoundRobin) Select(c []*Backend) *Backend {
 	return best
 }
 
-// PowerOfTwo samples two candidates at random and takes the one with fewer
+// powerOfTwo samples two candidates at random and takes the one with fewer
 // outstanding requests relative to weight: near least-outstanding balance
 // without every request herding to the same backend. Safe for concurrent
 // use; the zero value is ready.
-type PowerOfTwo struct{}
+type powerOfTwo struct{}
 
-// Select implements Selector.
-func (PowerOfTwo) Select(c []*Backend) *Backend {
+// Select implements selector.
+func (powerOfTwo) Select(c []*backend) *backend {
 	if len(c) == 1 {
 		return c[0]
 	}
@@ -88,20 +82,19 @@ func (PowerOfTwo) Select(c []*Backend) *Backend {
 	return a
 }
 
-func newSelector(policy string) Selector {
+func newSelector(policy string) selector {
 	switch policy {
 	case WeightedRoundRobinPolicy:
-		return &WeightedRoundRobin{}
+		return &weightedRoundRobin{}
 	case PowerOfTwoPolicy:
-		return PowerOfTwo{}
+		return powerOfTwo{}
 	default:
-		return &LeastOutstanding{}
+		return &leastOutstanding{}
 	}
 }
 
 var (
-	_ Selector = (*LeastOutstanding)(nil)
-	_ Selector = (*WeightedRoundRobin)(nil)
-	_ Selector = PowerOfTwo{}
-	_ Selector = SelectorFunc(nil)
+	_ selector = (*leastOutstanding)(nil)
+	_ selector = (*weightedRoundRobin)(nil)
+	_ selector = powerOfTwo{}
 )

@@ -6,10 +6,10 @@ import (
 	"testing"
 )
 
-func backends(weights ...int) []*Backend {
-	var bs []*Backend
+func backends(weights ...int) []*backend {
+	var bs []*backend
 	for i, w := range weights {
-		b := &Backend{name: fmt.Sprint("b", i), weight: w}
+		b := &backend{name: fmt.Sprint("b", i), weight: w}
 		b.healthy.Store(true)
 		bs = append(bs, b)
 	}
@@ -21,7 +21,7 @@ func TestLeastOutstanding(t *testing.T) {
 	bs[0].outstanding.Store(5)
 	bs[1].outstanding.Store(2)
 	bs[2].outstanding.Store(7)
-	var l LeastOutstanding
+	var l leastOutstanding
 	for range 10 {
 		if got := l.Select(bs); got != bs[1] {
 			t.Fatalf("picked %s, want b1 (fewest outstanding)", got.name)
@@ -31,7 +31,7 @@ func TestLeastOutstanding(t *testing.T) {
 	ws := backends(1, 3)
 	ws[0].outstanding.Store(2)
 	ws[1].outstanding.Store(6)
-	seen := map[*Backend]int{}
+	seen := map[*backend]int{}
 	for range 10 {
 		seen[l.Select(ws)]++
 	}
@@ -40,7 +40,7 @@ func TestLeastOutstanding(t *testing.T) {
 	}
 	// Idle equal backends share the load.
 	eq := backends(1, 1, 1, 1)
-	counts := map[*Backend]int{}
+	counts := map[*backend]int{}
 	for range 400 {
 		counts[l.Select(eq)]++
 	}
@@ -53,9 +53,9 @@ func TestLeastOutstanding(t *testing.T) {
 
 func TestWeightedRoundRobinIsProportionalAndSmooth(t *testing.T) {
 	bs := backends(5, 1, 1)
-	var w WeightedRoundRobin
+	var w weightedRoundRobin
 	var seq []string
-	counts := map[*Backend]int{}
+	counts := map[*backend]int{}
 	for range 70 {
 		b := w.Select(bs)
 		counts[b]++
@@ -74,7 +74,7 @@ func TestWeightedRoundRobinIsProportionalAndSmooth(t *testing.T) {
 func TestPowerOfTwoAvoidsTheBusy(t *testing.T) {
 	bs := backends(1, 1, 1)
 	bs[0].outstanding.Store(100)
-	var p PowerOfTwo
+	var p powerOfTwo
 	for range 200 {
 		if p.Select(bs) == bs[0] {
 			t.Fatal("picked the busiest backend: of any two sampled, the other is less busy")

@@ -18,7 +18,7 @@ import (
 // when it starts. A reload builds a new one and swaps it in.
 type state struct {
 	cfg       Config
-	pools     map[string]*Pool
+	pools     map[string]*pool
 	models    map[string]*route
 	def       *route // default_pool, or nil
 	modelList []byte // GET /v1/models, rendered; nil means pass through
@@ -40,14 +40,14 @@ type state struct {
 
 // route is where a model's requests go.
 type route struct {
-	pool          *Pool
+	pool          *pool
 	upstreamModel string // empty: keep the client's name
 }
 
 // build makes a state from a validated config, taking over the unchanged
 // backends of old (nil at start).
 func (g *Gateway) build(cfg Config, old *state) (*state, error) {
-	reuse := map[string]*Backend{}
+	reuse := map[string]*backend{}
 	if old != nil {
 		for _, p := range old.pools {
 			for _, b := range p.backends {
@@ -65,7 +65,7 @@ func (g *Gateway) build(cfg Config, old *state) (*state, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := &state{cfg: cfg, pools: map[string]*Pool{}, models: map[string]*route{}, pol: pol, tokenCaps: cfg.Shaping.HasTokenCaps(),
+	st := &state{cfg: cfg, pools: map[string]*pool{}, models: map[string]*route{}, pol: pol, tokenCaps: cfg.Shaping.HasTokenCaps(),
 		budget: newRetryBudget(cfg.Retries.BudgetRatio, cfg.Retries.BudgetMinPerSecond), configHash: hashConfig(cfg)}
 	if k := cfg.Server.AdminAuth; k != "" {
 		d, _ := policy.ParseKey(k) // Validate checked it
@@ -110,7 +110,7 @@ func (st *state) close() { st.closeExcept(nil) }
 // closeExcept closes st's pools but leaves the backends that next took
 // over alone.
 func (st *state) closeExcept(next *state) {
-	kept := map[*Backend]bool{}
+	kept := map[*backend]bool{}
 	if next != nil {
 		for _, p := range next.pools {
 			for _, b := range p.backends {

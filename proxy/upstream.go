@@ -43,7 +43,7 @@ func (up *upstream) SetReadDeadline(t time.Time) error {
 // and waits for the response headers (internal/roundtrip). The
 // connection is closed at once when ctx ends, which unblocks every read
 // and tells the backend to stop.
-func (b *Backend) roundTrip(ctx context.Context, x *exchange, t *Timeouts) (*upstream, error) {
+func (b *backend) roundTrip(ctx context.Context, x *exchange, t *Timeouts) (*upstream, error) {
 	// A stream's headers come before its first token; a plain answer's
 	// come with the whole generation, which only timeouts.total bounds
 	// (the request's context): timeouts.first_byte would cut a long
@@ -123,13 +123,13 @@ func isTimeout(err error) bool {
 // The absolute form is for requests to a proxy, and some servers route it
 // as a path (cpp-httplib, under llama.cpp's server, answers it 404).
 // fasthttp writes a request line as set unless the URI was parsed.
-func (b *Backend) target(req *fasthttp.Request, path, query string) {
+func (b *backend) target(req *fasthttp.Request, path, query string) {
 	req.SetRequestURI(b.prefix + path + query)
 	req.Header.SetHost(b.host)
 }
 
 // probe runs one active health check: GET path must answer 2xx in time.
-func (b *Backend) probe(path string, timeout time.Duration) error {
+func (b *backend) probe(path string, timeout time.Duration) error {
 	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
@@ -150,7 +150,7 @@ func (b *Backend) probe(path string, timeout time.Duration) error {
 // tokenize asks the backend to count a chat's prompt: POST /tokenize with
 // the model and messages (vLLM's and SGLang's form), answered with a count
 // or the token ids.
-func (b *Backend) tokenize(model string, messages []byte, timeout time.Duration) (int, error) {
+func (b *backend) tokenize(model string, messages []byte, timeout time.Duration) (int, error) {
 	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
