@@ -1,7 +1,6 @@
 package diagnose
 
 import (
-	"math"
 	"time"
 )
 
@@ -38,141 +37,7 @@ type Reading struct {
 	PromptTokens, OutputTokens float64
 	// TTFT, Queue and ITL are the server's histograms of time to first
 	// token, queue time and inter-token latency (seconds).
-	TTFT, Queue, ITL          Hist
-	hasTTFT, hasQueue, hasITL bool
-}
-
-// first returns the first of names the scrape has.
-func first(s *Scrape, names ...string) string {
-	for _, n := range names {
-		if s.Has(n) {
-			return n
-		}
-	}
-	return ""
-}
-
-func sumOrNaN(s *Scrape, names ...string) float64 {
-	if n := first(s, names...); n != "" {
-		if v, ok := s.Sum(n); ok {
-			return v
-		}
-	}
-	return math.NaN()
-}
-
-func maxOrNaN(s *Scrape, names ...string) float64 {
-	if n := first(s, names...); n != "" {
-		if v, ok := s.Max(n); ok {
-			return v
-		}
-	}
-	return math.NaN()
-}
-
-// histOf reads the first of names that is a histogram (or a summary).
-func histOf(s *Scrape, names ...string) (Hist, bool) {
-	for _, n := range names {
-		if h, ok := s.Hist(n); ok {
-			return h, true
-		}
-	}
-	return Hist{}, false
-}
-
-// Detect names the server whose metrics s holds.
-func Detect(s *Scrape) string {
-	switch {
-	case first(s, "vllm:num_requests_running", "vllm:num_requests_waiting") != "":
-		return ServerVLLM
-	case first(s, "sglang:num_running_reqs", "sglang:num_queue_reqs") != "":
-		return ServerSGLang
-	case first(s, "tgi_queue_size", "tgi_batch_current_size") != "":
-		return ServerTGI
-	case first(s, "llamacpp:requests_processing", "llamacpp:requests_deferred") != "":
-		return ServerLlamaCpp
-	}
-	return ServerUnknown
-}
-
-// Read turns a backend's scrape into a Reading. Several engines or
-// models behind one endpoint are summed (KV usage: the fullest).
-func Read(s *Scrape) Reading {
-	nan := math.NaN()
-	r := Reading{At: s.At, Server: Detect(s), Running: nan, Waiting: nan, KVUsage: nan, Preemptions: nan,
-		Retracting: nan, MaxRunning: nan, KVTokens: nan, PromptTokens: nan, OutputTokens: nan}
-	switch r.Server {
-	case ServerVLLM:
-		r.Running = sumOrNaN(s, "vllm:num_requests_running")
-		r.Waiting = sumOrNaN(s, "vllm:num_requests_waiting")
-		r.KVUsage = maxOrNaN(s, "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
-		r.Preemptions = sumOrNaN(s, "vllm:num_preemptions_total", "vllm:num_preemptions")
-		r.PromptTokens = sumOrNaN(s, "vllm:prompt_tokens_total", "vllm:prompt_tokens")
-		r.OutputTokens = sumOrNaN(s, "vllm:generation_tokens_total", "vllm:generation_tokens")
-		r.TTFT, r.hasTTFT = histOf(s, "vllm:time_to_first_token_seconds")
-		r.Queue, r.hasQueue = histOf(s, "vllm:request_queue_time_seconds")
-		r.ITL, r.hasITL = histOf(s, "vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")
-		if v, ok := s.LabelNumber("vllm:cache_config_info", "max_num_seqs"); ok && v > 0 {
-			r.MaxRunning = v
-		}
-		blocks, ok1 := s.LabelNumber("vllm:cache_config_info", "num_gpu_blocks")
-		size, ok2 := s.LabelNumber("vllm:cache_config_info", "block_size")
-		if ok1 && ok2 && blocks > 0 && size > 0 {
-			r.KVTokens = blocks * size
-		}
-	case ServerSGLang:
-		r.Running = sumOrNaN(s, "sglang:num_running_reqs")
-		r.Waiting = sumOrNaN(s, "sglang:num_queue_reqs")
-		r.KVUsage = maxOrNaN(s, "sglang:token_usage")
-		// Retractions are SGLang's preemptions: a counter in some
-		// versions, a gauge of the step's retractions in others.
-		if n := first(s, "sglang:num_retracted_reqs_total", "sglang:num_retracted_reqs"); n != "" {
-			if s.IsCounter(n) || n == "sglang:num_retracted_reqs_total" {
-				r.Preemptions = sumOrNaN(s, n)
-			} else {
-				r.Retracting = sumOrNaN(s, n)
-			}
-		}
-		r.PromptTokens = sumOrNaN(s, "sglang:prompt_tokens_total")
-		r.OutputTokens = sumOrNaN(s, "sglang:generation_tokens_total")
-		r.TTFT, r.hasTTFT = histOf(s, "sglang:time_to_first_token_seconds")
-		r.Queue, r.hasQueue = histOf(s, "sglang:queue_time_seconds")
-		r.ITL, r.hasITL = histOf(s, "sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds")
-		r.MaxRunning = sumOrNaN(s, "sglang:max_running_requests")
-		r.KVTokens = sumOrNaN(s, "sglang:max_total_num_tokens")
-	case ServerTGI:
-		r.Running = sumOrNaN(s, "tgi_batch_current_size")
-		r.Waiting = sumOrNaN(s, "tgi_queue_size")
-		r.Queue, r.hasQueue = histOf(s, "tgi_request_queue_duration")
-		r.ITL, r.hasITL = histOf(s, "tgi_request_mean_time_per_token_duration")
-		// TGI counts tokens in per-request histograms: their sums.
-		if h, ok := histOf(s, "tgi_request_input_length"); ok {
-			r.PromptTokens = h.Sum
-		}
-		if h, ok := histOf(s, "tgi_request_generated_tokens"); ok {
-			r.OutputTokens = h.Sum
-		}
-	case ServerLlamaCpp:
-		r.Running = sumOrNaN(s, "llamacpp:requests_processing")
-		r.Waiting = sumOrNaN(s, "llamacpp:requests_deferred")
-		r.KVUsage = maxOrNaN(s, "llamacpp:kv_cache_usage_ratio")
-		r.PromptTokens = sumOrNaN(s, "llamacpp:prompt_tokens_total")
-		r.OutputTokens = sumOrNaN(s, "llamacpp:tokens_predicted_total")
-	}
-	if r.KVUsage > 1.5 { // a percentage, not a share
-		r.KVUsage /= 100
-	}
-	return r
-}
-
-// GPUUtil is the DCGM exporter's GPU utilisation (DCGM_FI_DEV_GPU_UTIL,
-// percent), averaged over the GPUs; NaN when absent. A sim's /metrics
-// carries it too.
-func GPUUtil(s *Scrape) float64 {
-	if v, ok := s.Mean("DCGM_FI_DEV_GPU_UTIL"); ok {
-		return v
-	}
-	return math.NaN()
+	TTFT, Queue, ITL Hist
 }
 
 // GatewayReading is an infergate gateway's state at one instant, read
@@ -190,21 +55,10 @@ type GatewayReading struct {
 	QueueWait Hist
 }
 
-// ReadGateway turns an infergate gateway's scrape into a reading; ok is
-// false when the scrape is not a gateway's.
-func ReadGateway(s *Scrape) (GatewayReading, bool) {
-	if !s.Has("infergate_queue_depth") {
-		return GatewayReading{}, false
-	}
-	g := GatewayReading{At: s.At}
-	g.Queued, _ = s.Sum("infergate_queue_depth")
-	global := [][2]string{{"level", "global"}, {"unit", "requests"}}
-	g.InFlight, _ = s.Sum("infergate_shaping_in_flight", global...)
-	g.Limit, _ = s.Sum("infergate_shaping_limit", global...)
-	g.Upstream, _ = s.Sum("infergate_upstream_in_flight")
-	g.Admitted, _ = s.Sum("infergate_shaping_admitted_total")
-	g.Rejected, _ = s.Sum("infergate_shaping_rejections_total")
-	g.Requests, _ = s.Sum("infergate_requests_total")
-	g.QueueWait, _ = s.Hist("infergate_queue_wait_seconds")
-	return g, true
+// Hist is a histogram's running sum and count: the mean over a window is
+// the difference of sums over the difference of counts.
+type Hist struct {
+	Sum, Count float64
+	// Reported is set when the server exposes the histogram at all.
+	Reported bool
 }

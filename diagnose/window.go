@@ -206,13 +206,13 @@ func Summarise(name string, rs []Reading, util []float64) Backend {
 	b.OutputTokPerS = rate(t, col(func(r Reading) float64 { return r.OutputTokens }))
 	first, last := rs[0], rs[n-1]
 	b.TTFT, b.Queue, b.ITL = unknown, unknown, unknown
-	if first.hasTTFT && last.hasTTFT {
+	if first.TTFT.Reported && last.TTFT.Reported {
 		b.TTFT = histMean(first.TTFT, last.TTFT)
 	}
-	if first.hasQueue && last.hasQueue {
+	if first.Queue.Reported && last.Queue.Reported {
 		b.Queue = histMean(first.Queue, last.Queue)
 	}
-	if first.hasITL && last.hasITL {
+	if first.ITL.Reported && last.ITL.Reported {
 		b.ITL = histMean(first.ITL, last.ITL)
 	}
 	b.MaxRunning, b.KVTokens = Num(last.MaxRunning), Num(last.KVTokens)

@@ -2,7 +2,6 @@ package openai
 
 import (
 	"encoding/json"
-	"net/http"
 )
 
 // Error types as OpenAI reports them in error.type.
@@ -52,13 +51,15 @@ func AppendSSEError(dst []byte, typ, code, msg string) []byte {
 // TypeForStatus gives the error type OpenAI uses for an HTTP status.
 func TypeForStatus(status int) string {
 	switch {
-	case status == http.StatusNotFound:
+	// The numbers, not net/http's names: the wire format's package (and
+	// policy, quality, which use it) carries no HTTP library.
+	case status == 404:
 		return TypeNotFound
-	case status == http.StatusTooManyRequests:
+	case status == 429:
 		return TypeRateLimit
-	case status == http.StatusGatewayTimeout:
+	case status == 504:
 		return TypeTimeout
-	case status == http.StatusServiceUnavailable:
+	case status == 503:
 		return TypeUnavailable
 	case status >= 500:
 		return TypeServer

@@ -81,23 +81,23 @@ func (c *Config) get(ctx context.Context, u string, auth bool) ([]byte, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("collect: %s: status %d", u, resp.StatusCode)
 	}
-	b, err := io.ReadAll(io.LimitReader(resp.Body, diagnose.MaxExpositionBytes+1))
+	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxExpositionBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("collect: %s: %w", u, err)
 	}
-	if len(b) > diagnose.MaxExpositionBytes {
-		return nil, fmt.Errorf("collect: %s: more than %d bytes", u, diagnose.MaxExpositionBytes)
+	if len(b) > MaxExpositionBytes {
+		return nil, fmt.Errorf("collect: %s: more than %d bytes", u, MaxExpositionBytes)
 	}
 	return b, nil
 }
 
-func (c *Config) scrape(ctx context.Context, u string, auth bool) (*diagnose.Scrape, error) {
+func (c *Config) scrape(ctx context.Context, u string, auth bool) (*Scrape, error) {
 	at := time.Now()
 	b, err := c.get(ctx, u, auth)
 	if err != nil {
 		return nil, err
 	}
-	s, err := diagnose.Parse(strings.NewReader(string(b)), at)
+	s, err := Parse(strings.NewReader(string(b)), at)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", u, err)
 	}
@@ -211,7 +211,7 @@ func Sample(ctx context.Context, cfg Config) (Windows, error) {
 		util := math.NaN()
 		if dcgmURL != "" {
 			if s, err := cfg.scrape(ctx, dcgmURL, false); err == nil {
-				util = diagnose.GPUUtil(s)
+				util = GPUUtil(s)
 			} else {
 				fail(err)
 			}
@@ -228,16 +228,16 @@ func Sample(ctx context.Context, cfg Config) (Windows, error) {
 				}
 				u := util
 				if math.IsNaN(u) {
-					u = diagnose.GPUUtil(s)
+					u = GPUUtil(s)
 				}
-				readings[i] = append(readings[i], diagnose.Read(s))
+				readings[i] = append(readings[i], Read(s))
 				utils[i] = append(utils[i], u)
 			}()
 		}
 		if gwURL != "" {
 			if s, err := cfg.scrape(ctx, gwURL, true); err != nil {
 				fail(err)
-			} else if g, ok := diagnose.ReadGateway(s); ok {
+			} else if g, ok := ReadGateway(s); ok {
 				gw = append(gw, g)
 			} else {
 				fail(fmt.Errorf("collect: %s is not an infergate gateway's metrics", gwURL))

@@ -1,4 +1,4 @@
-package diagnose
+package collect
 
 import (
 	"fmt"
@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/infergate/infergate/diagnose"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -115,8 +116,8 @@ func (s *Scrape) Max(name string) (float64, bool) {
 
 // Hist is the sum and count of a histogram over all its series (a
 // summary's work as well).
-func (s *Scrape) Hist(name string) (Hist, bool) {
-	var h Hist
+func (s *Scrape) Hist(name string) (diagnose.Hist, bool) {
+	var h diagnose.Hist
 	n := 0
 	for _, m := range s.metrics(name) {
 		switch {
@@ -131,7 +132,8 @@ func (s *Scrape) Hist(name string) (Hist, bool) {
 		}
 		n++
 	}
-	return h, n > 0
+	h.Reported = n > 0
+	return h, h.Reported
 }
 
 // Label is the value of label on the metric's first series.
@@ -171,7 +173,3 @@ func (s *Scrape) metrics(name string) []*dto.Metric {
 	}
 	return nil
 }
-
-// Hist is a histogram's running sum and count: the mean over a window is
-// the difference of sums over the difference of counts.
-type Hist struct{ Sum, Count float64 }

@@ -1,4 +1,4 @@
-package diagnose
+package collect
 
 import (
 	"bytes"
@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/infergate/infergate/diagnose"
 )
 
 func scrapeFile(t *testing.T, name string) *Scrape {
@@ -33,11 +35,11 @@ func TestReadServers(t *testing.T) {
 		running, waiting, kv, preempt, retracting, maxRun   float64
 		kvTokens, prompt, output, ttftCount, queueSum, itlN float64
 	}{
-		{"vllm.txt", ServerVLLM, 48, 17, 0.9712, 312, nan, nan, 29205 * 16, 1048576, 524288, 4096, 1024, 520192},
-		{"vllm_old.txt", ServerVLLM, 4, 0, 0.052, 0, nan, nan, nan, nan, nan, 0, 0, 100},
-		{"sglang.txt", ServerSGLang, 162, 2826, 0.28, nan, 3, 4097, 161721, 8.128902e+06, 7.557572e+06, 11008, 0, 0},
-		{"tgi.txt", ServerTGI, 8, 5, nan, nan, nan, nan, nan, 32384, 64768, 0, 12.65, 253},
-		{"llamacpp.txt", ServerLlamaCpp, 4, 9, 0.41, nan, nan, nan, nan, 4213, 9866, 0, 0, 0},
+		{"vllm.txt", diagnose.ServerVLLM, 48, 17, 0.9712, 312, nan, nan, 29205 * 16, 1048576, 524288, 4096, 1024, 520192},
+		{"vllm_old.txt", diagnose.ServerVLLM, 4, 0, 0.052, 0, nan, nan, nan, nan, nan, 0, 0, 100},
+		{"sglang.txt", diagnose.ServerSGLang, 162, 2826, 0.28, nan, 3, 4097, 161721, 8.128902e+06, 7.557572e+06, 11008, 0, 0},
+		{"tgi.txt", diagnose.ServerTGI, 8, 5, nan, nan, nan, nan, nan, 32384, 64768, 0, 12.65, 253},
+		{"llamacpp.txt", diagnose.ServerLlamaCpp, 4, 9, 0.41, nan, nan, nan, nan, 4213, 9866, 0, 0, 0},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := Read(scrapeFile(t, tc.file))
@@ -99,16 +101,16 @@ func FuzzParse(f *testing.F) {
 		r := Read(s)
 		r2 := r
 		r2.At = at.Add(time.Second)
-		w := Summarise("b", []Reading{r, r2, r2}, []float64{GPUUtil(s)})
-		for _, v := range []Num{w.Running.Mean, w.KVUsage.Max, w.PreemptionsPerS, w.OutputTokPerS, w.TTFT} {
+		w := diagnose.Summarise("b", []diagnose.Reading{r, r2, r2}, []float64{GPUUtil(s)})
+		for _, v := range []diagnose.Num{w.Running.Mean, w.KVUsage.Max, w.PreemptionsPerS, w.OutputTokPerS, w.TTFT} {
 			if math.IsInf(float64(v), 0) {
 				t.Fatalf("infinite figure from %q", b)
 			}
 		}
 		if g, ok := ReadGateway(s); ok {
-			_ = SummariseGateway([]GatewayReading{g, g})
+			_ = diagnose.SummariseGateway([]diagnose.GatewayReading{g, g})
 		}
-		rep := Diagnose(Input{Backends: []Backend{w}})
+		rep := diagnose.Diagnose(diagnose.Input{Backends: []diagnose.Backend{w}})
 		if rep.Bottleneck == "" {
 			t.Fatal("no verdict")
 		}
