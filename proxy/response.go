@@ -36,10 +36,11 @@ func (x *exchange) commit(rc *fasthttp.RequestCtx) {
 	}
 	wb := wholePool.Get().(*[]byte)
 	body, err := x.readWhole((*wb)[:0])
+	handed := false // the pair took body (finishWith hands it on before this returns)
 	defer func() {
 		// The buffer read into goes back, unless it grew past what is
 		// worth keeping (then the one taken goes back), or a pair took it.
-		if x.captured != nil && cap(body) <= maxPooledWhole {
+		if handed {
 			*wb = nil
 		} else if body != nil && cap(body) <= maxPooledWhole {
 			*wb = body[:0]
@@ -67,7 +68,7 @@ func (x *exchange) commit(rc *fasthttp.RequestCtx) {
 		// not here: it takes the buffer the response was copied from, or
 		// a copy when the response holds that buffer itself.
 		if cap(body) <= maxPooledWhole {
-			x.captured = body
+			x.captured, handed = body, true
 		} else {
 			x.captured = bytes.Clone(body)
 		}
