@@ -178,7 +178,7 @@ func observe(meter metric.Meter, g *Gateway) error {
 			o.ObserveInt64(panics, w.n, metric.WithAttributes(attribute.String("where", w.where)))
 		}
 		return nil
-	}, queued, inFlight, limits, rejected, admitted, abandoned, redisUp, redisDown, upstream, breaker, dropped, logLost, spansDropped, connsOpen, connsRefused, goroutines, panics, mirrorPairs, mirrorDropped, mirrorInFlight)
+	}, queued, inFlight, limits, rejected, admitted, abandoned, redisUp, redisDown, upstream, breaker, dropped, logLost, spansDropped, connsOpen, connsRefused, goroutines, panics, mirrorPairs, mirrorDropped, mirrorFileLost, mirrorInFlight)
 	return err
 }
 
