@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"bytes"
 	"time"
 )
 
@@ -37,6 +38,11 @@ type Tally struct {
 	// than TextLimit; TextLimit 0 collects none.
 	Text      []byte
 	TextLimit int
+
+	// contentAt is where the content string's text began in the last
+	// chunk that carried one: a server writes every chunk of a stream with
+	// the same prefix, so the next one is checked there first.
+	contentAt int
 }
 
 // Kind is what an event was to a Tally.
@@ -87,12 +93,13 @@ func (t *Tally) Add(data []byte, at time.Time) (Kind, bool) {
 		return KindError, false
 	case HasFinishReason(data):
 		t.Finish = FinishString(FinishReason(data))
-		if HasContent(data) {
-			t.content(data, at)
+		if has, tool := t.contentOf(data); has {
+			t.content(data, at, tool)
 		}
 		return KindFinish, t.usage(data)
-	case HasContent(data):
-		t.content(data, at)
+	}
+	if has, tool := t.contentOf(data); has {
+		t.content(data, at, tool)
 		return KindContent, false
 	}
 	// A usage chunk before any finish (servers differ in the order).
@@ -102,8 +109,9 @@ func (t *Tally) Add(data []byte, at time.Time) (Kind, bool) {
 // AddBody accounts a whole non-streaming response body, arrived at: one
 // content event when it carries content.
 func (t *Tally) AddBody(body []byte, at time.Time) {
-	if HasContent(body) {
-		t.content(body, at)
+	if has, _ := contentOf(body); has {
+		// A message may carry text and tool calls both.
+		t.content(body, at, hasToolCalls(body))
 	}
 	if f := FinishReason(body); f != nil {
 		t.Finish = FinishString(f)
@@ -111,15 +119,13 @@ func (t *Tally) AddBody(body []byte, at time.Time) {
 	t.usage(body)
 }
 
-func (t *Tally) content(data []byte, at time.Time) {
+func (t *Tally) content(data []byte, at time.Time, tool bool) {
 	if t.ContentEvents == 0 {
 		t.FirstContent = at
 	}
 	t.LastContent = at
 	t.ContentEvents++
-	if !t.ToolCalls && hasToolCalls(data) {
-		t.ToolCalls = true
-	}
+	t.ToolCalls = t.ToolCalls || tool
 	if len(t.Text) < t.TextLimit {
 		t.Text = AppendContent(t.Text, data)
 	}
@@ -168,3 +174,45 @@ func FinishString(b []byte) string {
 }
 
 func hasToolCalls(data []byte) bool { return nextValue(data, keyToolCalls) != nil }
+
+// contentKeyQuote is a content key, its colon and its string's opening
+// quote, as servers write them.
+var contentKeyQuote = []byte(`"content":"`)
+
+// contentOf is HasContent, also telling whether it was tool calls that
+// made it content (a streamed chunk carries text or tool calls, not
+// both: the check for tool calls costs nothing on a text chunk).
+//
+// It looks first where the last chunk's content began: when the bytes
+// before that offset are "content":" and a character other than a quote
+// follows, the chunk has a non-empty content string, exactly as
+// HasContent would find (in JSON the middle quote cannot be escaped, so
+// those bytes are a key named content, whatever the depth). That costs
+// a comparison instead of a search (relay: 222 → 175 ns an event).
+func (t *Tally) contentOf(data []byte) (has, tool bool) {
+	if a := t.contentAt; a > len(contentKeyQuote) && a < len(data) && data[a] != '"' && bytes.Equal(data[a-len(contentKeyQuote):a], contentKeyQuote) {
+		return true, false
+	}
+	if v := nextValue(data, keyContent); v != nil {
+		for ; v != nil; v = nextValue(v, keyContent) {
+			if len(v) > 1 && v[0] == '"' && v[1] != '"' {
+				if at := len(data) - len(v) + 1; at > len(contentKeyQuote) && bytes.Equal(data[at-len(contentKeyQuote):at], contentKeyQuote) {
+					t.contentAt = at
+				}
+				return true, false
+			}
+		}
+	}
+	return contentOf(data)
+}
+
+// contentOf is HasContent telling whether tool calls made it content.
+func contentOf(data []byte) (has, tool bool) {
+	if valueIsString(data, keyContent, true) || valueIsString(data, keyText, true) || valueIsString(data, keyReasoning, true) {
+		return true, false
+	}
+	if bytes.Contains(data, keyToolCalls) {
+		return true, true
+	}
+	return false, false
+}
