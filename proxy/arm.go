@@ -44,8 +44,8 @@ func (x *exchange) primaryDone() {
 		a.OutputTokens = tl.ContentEvents
 	}
 	a.ByPolicy = tl.LengthByPolicy()
-	a.Text, a.ToolCalls, a.Body = t.Text, t.ToolCalls, x.captured
-	t.Text, x.captured = nil, nil
+	a.Text, a.ToolCalls = t.Text, t.ToolCalls // a plain answer's Body was handed over by commit
+	t.Text = nil
 	if x.outcome == outcomeClientGone && f.Stop != nil {
 		// Nobody waits for this request any more: its copies stop too,
 		// so no backend generates for nobody.

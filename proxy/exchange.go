@@ -38,7 +38,6 @@ type exchange struct {
 	rawPath string // as the client sent it (handle checked it decodes to path): what the backend gets
 	query   string // "?..." or empty
 	model   string
-	stream  bool
 	tl      tracing.Timeline
 
 	// ctx ends when the client leaves, timeouts.total passes, the
@@ -52,10 +51,8 @@ type exchange struct {
 	done    func(error) // the breaker permit of backend (Backend.settle)
 	up      *upstream
 	upBuf   upstream            // what up points at: one attempt at a time, no allocation
-	reuse   bool                // the upstream body was read to its end
 	er      *openai.EventReader // set once the first event was awaited
 	permit  shaping.Permit      // the admission slot, released by finishWith
-	timing  bool                // the client asked for X-Infergate-Timing
 	tenant  string              // as the policy named it
 	// askedOut is the output the client asked for (max_completion_tokens,
 	// else max_tokens; 0 for neither), read as the request was scanned.
@@ -64,12 +61,9 @@ type exchange struct {
 	pair     *mirror.Flight  // the mirrored pair this request is the primary of, or nil
 	held     *heldRequest    // ureq, while a mirrored copy reads its body
 	// tally accounts a stream's events (relay.go); with a pair, it keeps
-	// the primary's answer text too. captured is a plain answer's body,
-	// handed to the pair (which reads its text off the request path).
-	tally    openai.Tally
-	captured []byte
-	logged   bool   // this request goes to the request log
-	logBody  []byte // its body, copied, when the log keeps bodies
+	// the primary's answer text too.
+	tally   openai.Tally
+	logBody []byte // its body, copied, when the log keeps bodies
 	// parent is the client's span (from its traceparent), sc the
 	// request's own, decided at receipt; both invalid without a tracer.
 	parent, sc trace.SpanContext
@@ -78,10 +72,16 @@ type exchange struct {
 	outcome string
 	err     error
 
-	started  bool       // start ran: the request holds a context, a watch, a request
-	streamed bool       // the hijacked connection owns the rest (streamResponse)
-	finished bool       // finishWith ran
-	conn     clientConn // the hijacked connection while a stream's body runs
+	conn clientConn // the hijacked connection while a stream's body runs
+
+	// The flags, together (each alone would take a word).
+	stream   bool
+	reuse    bool // the upstream body was read to its end
+	timing   bool // the client asked for X-Infergate-Timing
+	logged   bool // this request goes to the request log
+	started  bool // start ran: the request holds a context, a watch, a request
+	streamed bool // the hijacked connection owns the rest (streamResponse)
+	finished bool // finishWith ran
 }
 
 // maxModelBytes bounds a model name: longer ones get 400 before they can

@@ -66,12 +66,13 @@ func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByt
 		if err == openai.ErrWouldBlock {
 			// Nothing more has arrived: what is pending goes out now,
 			// before the wait.
+			var now time.Time
 			if pending > 0 {
 				if err := w.Flush(); err != nil {
 					out.clientErr = true
 					return out
 				}
-				now := time.Now()
+				now = time.Now()
 				d := now.Sub(batchStart)
 				tl.Relay += d
 				tl.RelayMax = max(tl.RelayMax, d)
@@ -80,12 +81,16 @@ func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByt
 					tl.FirstTokenOut = now
 				}
 				pending = 0
+			} else {
+				now = time.Now()
 			}
 			d := idle
 			if !content {
 				d = firstByte
 			}
-			if now := time.Now(); dl.due(now, d) {
+			// The flush's own clock reading serves the deadline too: one
+			// reading fewer per batch.
+			if dl.due(now, d) {
 				_ = conn.SetReadDeadline(now.Add(d))
 			}
 			ev, err = er.Next()

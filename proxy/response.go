@@ -67,10 +67,11 @@ func (x *exchange) commit(rc *fasthttp.RequestCtx) {
 		// The pair reads the answer's text on the recorder's goroutine,
 		// not here: it takes the buffer the response was copied from, or
 		// a copy when the response holds that buffer itself.
+		a := x.pair.Served()
 		if cap(body) <= maxPooledWhole {
-			x.captured, handed = body, true
+			a.Body, handed = body, true
 		} else {
-			x.captured = bytes.Clone(body)
+			a.Body = bytes.Clone(body)
 		}
 	}
 	if x.timing {
