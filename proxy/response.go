@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/openai"
-	"github.com/infergate/infergate/tracing"
 	"github.com/valyala/fasthttp"
 )
 
@@ -133,7 +132,7 @@ func (x *exchange) readWhole(buf []byte) ([]byte, error) {
 					x.tl.Server = st
 				}
 				if f := openai.FinishReason(buf); f != nil {
-					x.tl.FinishReason = tracing.FinishReasonOf(f)
+					x.tl.FinishReason = openai.FinishString(f)
 				}
 				return buf, nil
 			}

@@ -112,14 +112,3 @@ type PolicyNote struct {
 func (t *Timeline) LengthByPolicy() bool {
 	return t.FinishReason == "length" && t.Policy.MaxTokens > 0
 }
-
-// FinishReasonOf returns b, a finish_reason read off the wire, as a
-// string: the common ones without allocating.
-func FinishReasonOf(b []byte) string {
-	for _, r := range [...]string{"stop", "length", "tool_calls", "content_filter", "function_call", "abort"} {
-		if string(b) == r {
-			return r
-		}
-	}
-	return string(b)
-}
