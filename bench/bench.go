@@ -30,6 +30,9 @@ type Config struct {
 	// in open loop. Empty runs one stage at Load's level.
 	Sweep []float64
 	SLOs  []SLO
+	// SLOPercentile is the share of requests that must meet each SLO for
+	// it to be met (0.9 when zero); compare judges by it.
+	SLOPercentile float64
 	// Headers go with every request (-H and --api-key).
 	Headers [][2]string
 	// Refusals are regular expressions of a refusal, matched
@@ -176,6 +179,7 @@ func Run(ctx context.Context, cfg Config) (*Record, error) {
 	rec.Conditions.Load = cfg.Load
 	rec.Conditions.Sweep = cfg.Sweep
 	rec.Conditions.SLOs = cfg.SLOs
+	rec.Conditions.SLOPercentile = cfg.SLOPercentile
 	for _, h := range cfg.Headers {
 		rec.Conditions.Headers = append(rec.Conditions.Headers, h[0])
 	}
@@ -191,7 +195,14 @@ func Run(ctx context.Context, cfg Config) (*Record, error) {
 	col := NewCollector()
 	rows := NewRowWriter(cfg.CSV, cfg.Events)
 	var offLength, forced atomic.Int64
+	runCtx, stopRun := context.WithCancelCause(ctx)
+	defer stopRun(nil)
+	ctx = runCtx
+	var ff failFast
 	col.Each = func(r *Result) {
+		if err := ff.see(r); err != nil {
+			stopRun(err)
+		}
 		rows.Write(r)
 		if cfg.Workload.ForceOutputLength && r.OK() && !r.Warmup && r.MaxTokens > 0 {
 			forced.Add(1)
@@ -222,6 +233,11 @@ func Run(ctx context.Context, cfg Config) (*Record, error) {
 		win, err := rn.Run(ctx, i, l)
 		stop()
 		rec.Stages = append(rec.Stages, col.Summarize(i, l, win, cfg.SLOs))
+		if af := stoppedEarly(ctx, context.Cause(ctx), endpoint, cfg.Headers); af != nil {
+			// Nothing was measured but errors: no record, the reason.
+			_ = rows.Flush()
+			return nil, af
+		}
 		if err != nil {
 			runErr = err
 			rec.Interrupted = true

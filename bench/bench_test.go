@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -330,13 +332,19 @@ func TestStreamsKeepTheirConnections(t *testing.T) {
 		cfg.Workload.Stream = stream
 		cfg.Load = LoadSpec{Mode: "closed", Concurrency: 2, Requests: 30}
 		rec, err := Run(context.Background(), cfg)
-		if err != nil {
+		var af *AllFailed
+		switch {
+		case !stream && errors.As(err, &af):
+			// Every non-streamed request gets a stream back and fails
+			// alike: the run stops after the first ones, and their
+			// connections were still kept.
+		case err != nil:
 			t.Fatal(err)
 		}
 		mu.Lock()
 		n := len(peers)
 		mu.Unlock()
-		if rec.Stages[0].OK != 30 && stream {
+		if stream && rec.Stages[0].OK != 30 {
 			t.Fatalf("stream=%v: %d of 30 ok: %v", stream, rec.Stages[0].OK, rec.Stages[0].ErrorSamples)
 		}
 		if n > 2 {
@@ -418,4 +426,38 @@ func TestHTMLReportDrawsOffline(t *testing.T) {
 	}
 	f.Close()
 	htmlcheck.Check(t, path, "#0072B2")
+}
+
+// A model the server does not serve fails every request alike: bench
+// stops after the first few, writes no record, and names the models the
+// server lists.
+func TestStopsWhenTheFirstRequestsAllFailAlike(t *testing.T) {
+	var posts atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/models" {
+			io.WriteString(w, `{"object":"list","data":[{"id":"sim-model","object":"model"}]}`)
+			return
+		}
+		posts.Add(1)
+		io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusNotFound)
+		io.WriteString(w, `{"error":{"message":"The model gpt-4o does not exist.","type":"NotFoundError","code":404}}`)
+	}))
+	defer srv.Close()
+	cfg := baseConfig(srv.URL)
+	cfg.Load = LoadSpec{Mode: "closed", Concurrency: 4, Requests: 500}
+	rec, err := Run(context.Background(), cfg)
+	var af *AllFailed
+	if !errors.As(err, &af) || rec != nil {
+		t.Fatalf("record %v, error %v", rec != nil, err)
+	}
+	msg := err.Error()
+	for _, want := range []string{"first 8 requests all failed alike", "http_404", "gpt-4o does not exist", "sim-model", "--model"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("%q lacks %q", msg, want)
+		}
+	}
+	if n := posts.Load(); n > 40 {
+		t.Errorf("%d requests sent before stopping, want a few more than 8", n)
+	}
 }

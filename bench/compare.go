@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,12 +23,12 @@ import (
 type Comparison struct {
 	Base, New string // file names
 	Changes   []verdict.Change
-	Verdict   string
-	// Reasons say what decided the verdict.
-	Reasons []string
-	// Need is how many requests per run would likely settle an
-	// INCONCLUSIVE verdict.
-	Need int
+	// Result is the verdict, what decided it and, for an INCONCLUSIVE
+	// one, how many requests per run would likely settle it.
+	verdict.Result
+	// LoadNote says, under SLOs, whether goodput is comparable in this
+	// load mode.
+	LoadNote string
 	// Dists are each stage's latency percentiles in both runs, by the
 	// one rule (package quantile), as the records print them.
 	Dists []DistPair
@@ -48,11 +49,21 @@ func threeOf(p *Percentiles) quantile.Three {
 	return quantile.Three{N: int(p.N), P50: p.P50, P90: p.P90, P99: p.P99}
 }
 
-// Compare compares new against base, stage by stage.
+// Compare compares new against base, stage by stage, judged by o's
+// objective; without one on o, by the SLOs both records carry, if they
+// carry the same.
 func Compare(base, next *Record, o verdict.Options) *Comparison {
 	o.Defaults()
+	ca, cb := &base.Conditions, &next.Conditions
+	if o.Objective.Mode() == verdict.Strict && len(ca.SLOs) > 0 && slices.Equal(ca.SLOs, cb.SLOs) && ca.SLOPercentile == cb.SLOPercentile {
+		o.Objective.SLOs, o.Objective.Percentile = VerdictSLOs(base.Conditions.SLOs), base.Conditions.SLOPercentile
+	}
 	c := &Comparison{}
 	rng := rand.New(rand.NewPCG(o.Seed, 7))
+	goodputJudged := false
+	if o.Objective.Mode() == verdict.BySLO {
+		goodputJudged, c.LoadNote = goodputComparable(&base.Conditions, &next.Conditions)
+	}
 	for i := range min(len(base.Stages), len(next.Stages)) {
 		a, b := base.Stages[i], next.Stages[i]
 		speed := []string{"ttft", "tpot", "e2e"}
@@ -105,10 +116,79 @@ func Compare(base, next *Record, o verdict.Options) *Comparison {
 		for _, r := range rates {
 			c.Changes = append(c.Changes, verdict.Rates(i, r.name, r.x, r.na, r.y, r.nb, o.QualityTolerance))
 		}
+		if o.Objective.Mode() == verdict.BySLO && a.PerRequest != nil && b.PerRequest != nil {
+			c.Changes = append(c.Changes, sloChanges(i, a, b, o, goodputJudged)...)
+		}
 	}
-	r := verdict.Decide(c.Changes)
-	c.Verdict, c.Reasons, c.Need = r.Verdict, r.Reasons, r.Need
+	c.Result = verdict.Decide(c.Changes, o)
 	return c
+}
+
+// goodputComparable says whether goodput can judge the two runs: only in
+// open loop at one offered rate; in closed loop the server sets the rate.
+func goodputComparable(a, b *Conditions) (bool, string) {
+	la, lb := a.Load, b.Load
+	switch {
+	case la.Mode == "closed" || lb.Mode == "closed":
+		return false, "closed loop at a fixed concurrency: the server sets the request rate, so goodput is shown and SLO attainment judges; an open-loop run at a fixed --rate makes goodput the figure to judge"
+	case la.Rate != lb.Rate || la.Mode != lb.Mode:
+		return false, fmt.Sprintf("offered rates differ (%g and %g req/s): goodput is not comparable, so it is shown and SLO attainment judges", la.Rate, lb.Rate)
+	}
+	return true, fmt.Sprintf("open loop at %g req/s in both runs: goodput, the requests a second meeting every SLO, judges speed", la.Rate)
+}
+
+// sloChanges are a stage's figures at the objective: attainment, goodput
+// and each SLO's check at its percentile, from the requests' latencies.
+func sloChanges(stage int, a, b *Summary, o verdict.Options, goodputJudged bool) []verdict.Change {
+	obj := o.Objective
+	metA, metB := attained(a, obj.SLOs), attained(b, obj.SLOs)
+	out := []verdict.Change{verdict.Attainment(stage, metA, a.Requests, metB, b.Requests, o.QualityTolerance)}
+	g := verdict.Goodput(stage, metA, a.Window, metB, b.Window, min(a.Requests, b.Requests), o.SpeedTolerance)
+	if !goodputJudged {
+		g.Judgement, g.Need = verdict.Info, 0
+	}
+	out = append(out, g)
+	for _, slo := range obj.SLOs {
+		out = append(out, verdict.Crossing(stage, slo, obj.Pct(), sloValues(a, slo.Metric), sloValues(b, slo.Metric)))
+	}
+	return out
+}
+
+// attained is how many of the stage's measured requests met every SLO,
+// from its per-request latencies scaled to its successful requests.
+func attained(s *Summary, slos []verdict.SLO) int {
+	n := len(s.PerRequest["e2e"])
+	if n == 0 {
+		return 0
+	}
+	met := 0
+	for i := range n {
+		if verdict.Met(slos, func(m string) float64 {
+			if col := s.PerRequest[m]; i < len(col) {
+				return col[i]
+			}
+			return 0
+		}) {
+			met++
+		}
+	}
+	return int(math.Round(float64(met) / float64(n) * float64(s.OK)))
+}
+
+// sloValues are a metric's values for the SLO check: a latency not
+// measured misses (+Inf), except a TPOT (an answer of one token).
+func sloValues(s *Summary, metric string) []float64 {
+	col := s.PerRequest[metric]
+	out := make([]float64, 0, len(col))
+	for _, v := range col {
+		switch {
+		case v > 0:
+			out = append(out, v)
+		case metric != "tpot":
+			out = append(out, math.Inf(1))
+		}
+	}
+	return out
 }
 
 // Write prints the comparison as a table.
@@ -130,10 +210,7 @@ func (c *Comparison) Write(w io.Writer) {
 		}
 		fmt.Fprintf(w, "%-5d %-24s %12s %12s %9s %20s %8s  %s\n", ch.Stage, ch.Metric+unitOf(ch.Metric), base, nw, delta, ci, p, j)
 	}
-	fmt.Fprintf(w, "\nverdict: %s\n", c.Verdict)
-	for _, r := range c.Reasons {
-		fmt.Fprintf(w, "  - %s\n", r)
-	}
+	c.Result.Write(w, c.LoadNote)
 }
 
 func unitOf(metric string) string {
@@ -142,6 +219,8 @@ func unitOf(metric string) string {
 		return " (ms)"
 	case "speed", "output_token_throughput":
 		return " (tok/s)"
+	case "goodput":
+		return " (req/s)"
 	}
 	return ""
 }
@@ -187,4 +266,41 @@ func (c *Comparison) AppendJournal(path, change string) error {
 // Mismatch formats condition differences for an error.
 func Mismatch(diffs []string) string {
 	return "runs were measured under different conditions:\n  " + strings.Join(diffs, "\n  ") + "\n(--force compares them anyway)"
+}
+
+// Unjudged says why a record cannot be judged, nil when it can: a stage
+// with no successful request, or with more failures than maxFailed of its
+// requests, measured nothing worth a verdict. The reason names the
+// failure that dominated and the server's words for it.
+func Unjudged(r *Record, maxFailed float64) error {
+	for _, s := range r.Stages {
+		switch {
+		case s.Requests == 0:
+			return fmt.Errorf("stage %d measured no request", s.Stage)
+		case s.OK == 0:
+			return fmt.Errorf("stage %d has no successful request: %s", s.Stage, dominantError(s))
+		case float64(s.Failed) > maxFailed*float64(s.Requests):
+			return fmt.Errorf("stage %d: %d of %d requests failed (more than %.0f%%): %s", s.Stage, s.Failed, s.Requests, maxFailed*100, dominantError(s))
+		}
+	}
+	return nil
+}
+
+// dominantError is the commonest failure class of s, with its count and
+// first message.
+func dominantError(s *Summary) string {
+	best, n := "", 0
+	for k, v := range s.Errors {
+		if v > n || v == n && k < best {
+			best, n = k, v
+		}
+	}
+	if best == "" {
+		return "no error recorded"
+	}
+	msg := s.ErrorSamples[best]
+	if len(msg) > 300 {
+		msg = msg[:300] + "…"
+	}
+	return fmt.Sprintf("%d × %s: %s", n, best, msg)
 }

@@ -93,7 +93,7 @@ func TestKnee(t *testing.T) {
 }
 
 func TestJournal(t *testing.T) {
-	c := &Comparison{Base: "a.json", New: "b.json", Verdict: verdict.Keep, Changes: []verdict.Change{{Metric: "ttft", Delta: 0.01, CILow: math.NaN(), P: math.NaN()}}}
+	c := &Comparison{Base: "a.json", New: "b.json", Result: verdict.Result{Verdict: verdict.Keep}, Changes: []verdict.Change{{Metric: "ttft", Delta: 0.01, CILow: math.NaN(), P: math.NaN()}}}
 	path := filepath.Join(t.TempDir(), "j.jsonl")
 	for range 2 {
 		if err := c.AppendJournal(path, "kv cache 0.9"); err != nil {

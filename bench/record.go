@@ -43,6 +43,9 @@ type Conditions struct {
 	// Headers are the names (never the values) of the extra headers sent.
 	Headers []string `json:"headers,omitempty"`
 	SLOs    []SLO    `json:"slos,omitempty"`
+	// SLOPercentile is the share of requests that must meet each SLO
+	// (0.9 when zero).
+	SLOPercentile float64 `json:"slo_percentile,omitempty"`
 	// GatewayConfigHash is what an infergate gateway reported of its
 	// configuration, when the URL is one.
 	GatewayConfigHash string `json:"gateway_config_hash,omitempty"`
@@ -140,6 +143,7 @@ func Differences(a, b *Conditions) []string {
 		diff("sweep", a.Sweep, b.Sweep)
 	}
 	diff("slos", a.SLOs, b.SLOs)
+	diff("slo_percentile", a.SLOPercentile, b.SLOPercentile)
 	return out
 }
 

@@ -1,9 +1,9 @@
 package bench
 
 import (
-	"fmt"
-	"strings"
 	"time"
+
+	"github.com/infergate/infergate/verdict"
 )
 
 // SLO is one service-level objective on a per-request latency metric.
@@ -12,25 +12,29 @@ type SLO struct {
 	Max    time.Duration `json:"max"`
 }
 
-// ParseSLOs reads "ttft=500ms,tpot=50ms".
+// ParseSLOs reads "ttft=500ms,tpot=50ms" (verdict.ParseSLOs' syntax).
 func ParseSLOs(s string) ([]SLO, error) {
-	var out []SLO
-	for part := range strings.SplitSeq(s, ",") {
-		if strings.TrimSpace(part) == "" {
-			continue
-		}
-		k, v, ok := strings.Cut(part, "=")
-		k = strings.TrimSpace(k)
-		d, err := time.ParseDuration(strings.TrimSpace(v))
-		if !ok || err != nil || d <= 0 {
-			return nil, fmt.Errorf("bench: --slo %q: want metric=duration, e.g. ttft=500ms", part)
-		}
-		switch k {
-		case "ttft", "ttft_sched", "tpot", "e2e":
-		default:
-			return nil, fmt.Errorf("bench: --slo %q: metric must be ttft, ttft_sched, tpot or e2e", part)
-		}
-		out = append(out, SLO{Metric: k, Max: d})
+	vs, err := verdict.ParseSLOs(s)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]SLO, len(vs))
+	for i, v := range vs {
+		out[i] = SLO{Metric: v.Metric, Max: time.Duration(v.MaxMs * 1e6)}
 	}
 	return out, nil
+}
+
+// VerdictSLOs is slos as package verdict judges them.
+func VerdictSLOs(slos []SLO) []verdict.SLO {
+	out := make([]verdict.SLO, len(slos))
+	for i, s := range slos {
+		out[i] = verdict.SLO{Metric: s.Metric, MaxMs: float64(s.Max) / 1e6}
+	}
+	return out
+}
+
+// met reports whether the row meets every SLO (verdict.Met's rule).
+func (w *row) met(slos []verdict.SLO) bool {
+	return verdict.Met(slos, func(m string) float64 { return float64(w.metric(m)) / 1e6 })
 }

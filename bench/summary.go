@@ -30,7 +30,7 @@ var Formulas = map[string]string{
 	"request_throughput":             "successful requests / (last end − first send), measured requests only",
 	"output_token_throughput":        "Σ output tokens / (last end − first send), measured requests only",
 	"steady_output_token_throughput": "output tokens produced inside [first send + median e2e, end of sending] / its length; each request's tokens spread evenly between its first and last content event (no ramp, no drain)",
-	"goodput":                        "successful requests meeting every SLO, as a share of measured requests and per second of the window",
+	"goodput":                        "successful requests meeting every SLO (a TPOT not measured, one token, cannot miss; any other latency not measured does), per second of the window; goodput_share (attainment): the same as a share of measured requests",
 	"achieved_rate":                  "measured requests sent / (last send − first send)",
 	"percentiles":                    quantile.Rule + " (itl: from an HdrHistogram at 3 significant digits)",
 }
@@ -162,6 +162,11 @@ type Summary struct {
 	// Samples are per-request values for comparisons (at most maxSamples
 	// each, evenly thinned).
 	Samples map[string][]float64 `json:"samples,omitempty"`
+	// PerRequest is each successful measured request's latencies (ms) by
+	// metric (ttft, ttft_sched in open loop, tpot, e2e), aligned by index,
+	// 0 where not measured, so SLOs can be judged after the run (at most
+	// maxSamples, evenly thinned at the same indices).
+	PerRequest map[string][]float64 `json:"per_request,omitempty"`
 }
 
 // QualityCounts are the answers that showed each quality signal, of the
@@ -220,7 +225,7 @@ func (c *Collector) Summarize(n int, l LoadSpec, win Window, slos []SLO) *Summar
 	add := func(k string, v float64) { vals[k] = append(vals[k], v) }
 	ms := func(ns int64) float64 { return float64(ns) / 1e6 }
 	var first, lastEnd, lastSend int64 = math.MaxInt64, 0, 0
-	met := 0
+	met, vslos, perReq := 0, VerdictSLOs(slos), map[string][]float64{}
 	for i := range rows {
 		w := &rows[i]
 		s.Requests++
@@ -314,14 +319,13 @@ func (c *Collector) Summarize(n int, l LoadSpec, win Window, slos []SLO) *Summar
 		if w.events > 0 {
 			add("tokens_per_event", float64(w.out)/float64(w.events))
 		}
-		good := true
-		for _, o := range slos {
-			if v := w.metric(o.Metric); v <= 0 || v > int64(o.Max) {
-				good = false
-			}
-		}
-		if good {
+		if len(vslos) > 0 && w.met(vslos) {
 			met++
+		}
+		for _, m := range verdict.SLOMetrics {
+			if m != "ttft_sched" || l.Mode != "closed" {
+				perReq[m] = append(perReq[m], ms(w.metric(m)))
+			}
 		}
 	}
 	for k, v := range vals {
@@ -372,6 +376,10 @@ func (c *Collector) Summarize(n int, l LoadSpec, win Window, slos []SLO) *Summar
 	s.Samples = map[string][]float64{}
 	for _, k := range []string{"ttft", "ttft_sched", "tpot", "e2e", "speed"} {
 		s.Samples[k] = verdict.Thin(vals[k], maxSamples)
+	}
+	s.PerRequest = map[string][]float64{}
+	for k, v := range perReq {
+		s.PerRequest[k] = verdict.Thin(v, maxSamples) // the same indices in every column
 	}
 	if len(s.Errors) == 0 {
 		s.Errors, s.ErrorSamples = nil, nil

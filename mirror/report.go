@@ -59,6 +59,8 @@ type ABReport struct {
 	// how far two answers of one build differ. Empty without A/A pairs.
 	Noise []verdict.Change `json:"noise,omitempty"`
 	verdict.Result
+	// LoadNote says, under SLOs, whether goodput compares the arms.
+	LoadNote string `json:"load_note,omitempty"`
 	// Judge is a judge model's blind grading of a sample of pairs, nil
 	// without one.
 	Judge *Judged `json:"judge,omitempty"`
@@ -117,7 +119,11 @@ func AB(pairs []Pair, o verdict.Options) *ABReport {
 		}
 	}
 	r.Similarity, r.LengthRatio = verdict.Median(sims), verdict.Median(ratios)
-	r.Result = verdict.Decide(r.Changes)
+	if o.Objective.Mode() == verdict.BySLO {
+		r.Changes = append(r.Changes, pairedSLO(pairs, o)...)
+		r.LoadNote = "mirrored pairs: both arms answered the same requests as they arrived, so goodput compares them"
+	}
+	r.Result = verdict.Decide(r.Changes, o)
 	return r
 }
 
@@ -317,10 +323,7 @@ func (r *ABReport) Write(w io.Writer) {
 		}
 		fmt.Fprintf(w, "; preference for the candidate %.0f%% [%.0f, %.0f]%% (50%%: none)\n", j.Preference*100, j.Low*100, j.High*100)
 	}
-	fmt.Fprintf(w, "\nverdict: %s\n", r.Verdict)
-	for _, s := range r.Reasons {
-		fmt.Fprintf(w, "  - %s\n", s)
-	}
+	r.Result.Write(w, r.LoadNote)
 }
 
 func noiseOf(noise []verdict.Change, metric string) *verdict.Change {

@@ -91,6 +91,10 @@ func splitReport(primary, candidate []splitSample, o verdict.Options) *ABReport 
 	rate("refusal_rate", ok, func(a Arm) bool { return a.Refusal })
 	rate("empty_rate", ok, func(a Arm) bool { return a.Empty })
 	rate("truncated_rate", ok, func(a Arm) bool { return a.Truncated && !a.LengthByPolicy })
-	r.Result = verdict.Decide(r.Changes)
+	if o.Objective.Mode() == verdict.BySLO {
+		r.Changes = append(r.Changes, splitSLO(primary, candidate, o)...)
+		r.LoadNote = "a live split: each arm served its own share of the traffic, so SLO attainment judges and goodput is not compared"
+	}
+	r.Result = verdict.Decide(r.Changes, o)
 	return r
 }

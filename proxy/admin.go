@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"github.com/infergate/infergate/mirror"
 	"net/http"
 	"slices"
@@ -42,6 +43,8 @@ func (g *Gateway) handleAdmin(rc *fasthttp.RequestCtx) {
 		writeJSON(rc, http.StatusOK, map[string]any{"versions": g.ConfigVersions()})
 	case "/admin/config/rollback":
 		g.handleRollback(rc)
+	case "/admin/config/set":
+		g.handleSet(rc)
 	case "/healthz", "/readyz":
 		g.handle(rc)
 	default:
@@ -132,6 +135,43 @@ func (g *Gateway) handleRollback(rc *fasthttp.RequestCtx) {
 	default:
 		writeJSON(rc, http.StatusOK, cv)
 	}
+}
+
+// Bounds of POST /admin/config/set.
+const (
+	maxSetBody     = 16 << 10
+	maxSetSettings = 32
+)
+
+// handleSet serves POST /admin/config/set: {"settings": {"YAML.path":
+// "value", ...}, "source": "why"} applied on top of the running
+// configuration as one reload (validated like one; a refused change
+// changes nothing), kept in the history as "set: why". It answers the
+// new version.
+func (g *Gateway) handleSet(rc *fasthttp.RequestCtx) {
+	if !rc.IsPost() {
+		rc.Response.Header.Set("Allow", "POST")
+		writeError(rc, http.StatusMethodNotAllowed, openai.TypeInvalidRequest, "method_not_allowed", `POST {"settings": {"shaping.global.max_requests": "24"}, "source": "why"}`)
+		return
+	}
+	var req struct {
+		Settings map[string]string `json:"settings"`
+		Source   string            `json:"source"`
+	}
+	body := rc.PostBody()
+	if len(body) > maxSetBody || json.Unmarshal(body, &req) != nil || len(req.Settings) == 0 || len(req.Settings) > maxSetSettings {
+		writeError(rc, http.StatusBadRequest, openai.TypeInvalidRequest, "invalid_request",
+			fmt.Sprintf(`want {"settings": {"YAML.path": "value"}, "source": "why"}: 1 to %d settings, at most %d bytes`, maxSetSettings, maxSetBody))
+		return
+	}
+	cv, err := g.Set(req.Settings, req.Source)
+	if err != nil {
+		g.log.Warn("config set refused; the running configuration stays", "err", err, "source", req.Source)
+		writeError(rc, http.StatusConflict, openai.TypeInvalidRequest, "set_refused", "refused, the running configuration stays: "+err.Error())
+		return
+	}
+	g.log.Info("config set", "version", cv.Version, "hash", cv.Hash, "source", cv.Source)
+	writeJSON(rc, http.StatusOK, cv)
 }
 
 func writeJSON(rc *fasthttp.RequestCtx, status int, v any) {

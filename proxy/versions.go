@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,8 +14,9 @@ import (
 )
 
 // configHistory is how many applied configurations the gateway keeps for
-// rollback.
-const configHistory = 10
+// rollback: enough for a tuning walk (two versions a step, at most twelve
+// steps) to return to where it began.
+const configHistory = 32
 
 // ConfigVersion is one applied configuration.
 type ConfigVersion struct {
@@ -128,4 +130,27 @@ func cmpOr(a, b string) string {
 // person compares between two configurations.
 func Settings(cfg Config) map[string]string {
 	return yamlconf.Flatten(withoutSecrets(cfg))
+}
+
+// Set applies settings (YAML path → value, as ConfigVersion.Settings
+// names them) on top of the running configuration, as one reload kept
+// in the history with the source "set: " + source, and returns the new
+// version. Secrets and the sections only a restart changes are refused
+// as a reload refuses them.
+func (g *Gateway) Set(settings map[string]string, source string) (ConfigVersion, error) {
+	cfg := g.Config()
+	var err error
+	for _, k := range slices.Sorted(maps.Keys(settings)) {
+		if cfg, err = yamlconf.Set(cfg, k, settings[k]); err != nil {
+			return ConfigVersion{}, err
+		}
+	}
+	if len(source) > 200 {
+		source = source[:200]
+	}
+	if err := g.ReloadFrom("set: "+source, cfg); err != nil {
+		return ConfigVersion{}, err
+	}
+	vs := g.ConfigVersions()
+	return vs[0], nil
 }

@@ -60,3 +60,35 @@ func TestVersionsBounded(t *testing.T) {
 		t.Fatalf("rollback by hash prefix: %+v %v", cv, err)
 	}
 }
+
+// POST /admin/config/set changes one setting on the running gateway as a
+// kept version, and a change the reload would refuse changes nothing.
+func TestAdminSet(t *testing.T) {
+	gw := startGateway(t, testConfig("http://127.0.0.1:1"))
+	st, _, body := post(t, gw.AdminURL, "/admin/config/set", `{"settings":{"shaping.global.max_requests":"24","shaping.queue.timeout":"2s"},"source":"tune step 1"}`)
+	if st != 200 || !strings.Contains(body, `"source":"set: tune step 1"`) {
+		t.Fatalf("%d %s", st, body)
+	}
+	if c := gw.Config(); c.Shaping.Global.MaxRequests != 24 || c.Shaping.Queue.Timeout.String() != "2s" {
+		t.Errorf("running %+v", c.Shaping)
+	}
+	before := gw.Config().Shaping
+	for _, bad := range []string{
+		`{"settings":{"shaping.global.max_requests":"-3"}}`,
+		`{"settings":{"shaping.global.nope":"1"}}`,
+		`{"settings":{"server.listen":"127.0.0.1:1"}}`,
+		`{"settings":{}}`,
+		`not json`,
+	} {
+		st, _, body := post(t, gw.AdminURL, "/admin/config/set", bad)
+		if st != 409 && st != 400 || !strings.Contains(body, `"error"`) {
+			t.Errorf("%s: %d %s", bad, st, body)
+		}
+	}
+	if after := gw.Config().Shaping; after.Global != before.Global || after.Queue != before.Queue {
+		t.Errorf("a refused set changed the running configuration: %+v", after)
+	}
+	if vs := gw.ConfigVersions(); len(vs) != 2 {
+		t.Errorf("%d versions, want 2 (start, the one set)", len(vs))
+	}
+}

@@ -45,6 +45,8 @@ type Options struct {
 	SpeedFloor float64
 	// Seed drives the bootstrap.
 	Seed uint64
+	// Objective is what the change is for; zero is the strict rule.
+	Objective Objective
 }
 
 // Defaults fills zero fields.
@@ -90,6 +92,11 @@ type Change struct {
 	N         int    `json:"n,omitempty"`
 	Better    string `json:"better"` // "lower" or "higher"
 	Quality   bool   `json:"quality,omitempty"`
+	// Share marks a figure that is a share of requests (attainment),
+	// printed in points like a quality rate but not one.
+	Share bool `json:"share,omitempty"`
+	// SLOCheck marks one SLO's check at the objective's percentile.
+	SLOCheck bool `json:"slo_check,omitempty"`
 	Judgement string `json:"judgement"`
 	// Need is the number of requests (pairs) that would likely settle an
 	// unsure figure.
@@ -103,44 +110,19 @@ type Result struct {
 	// Need is how many requests (pairs) would likely settle an
 	// INCONCLUSIVE verdict.
 	Need int `json:"need,omitempty"`
-}
-
-// Decide applies the rule: ROLL BACK when any judged figure regressed
-// (quality even if speed improved); else INCONCLUSIVE when any could not
-// be settled; else KEEP.
-func Decide(changes []Change) Result {
-	var r Result
-	unsure := 0
-	for _, ch := range changes {
-		switch ch.Judgement {
-		case Regressed:
-			what := "speed"
-			if ch.Quality {
-				what = "quality"
-			}
-			r.Reasons = append(r.Reasons, fmt.Sprintf("%s regressed: %s %s", what, ch.Metric, FormatDelta(ch)))
-		case Unsure:
-			unsure++
-			r.Need = max(r.Need, ch.Need)
-		}
-	}
-	switch {
-	case len(r.Reasons) > 0:
-		r.Verdict = RollBack
-	case unsure > 0:
-		r.Verdict = Inconclusive
-		r.Reasons = append(r.Reasons, fmt.Sprintf("%d figure(s) could not be settled; about %d requests would likely settle them", unsure, r.Need))
-	default:
-		r.Verdict = Keep
-		r.Reasons = append(r.Reasons, "speed and quality both hold within their tolerances")
-	}
-	return r
+	// Mode is how it was judged: strict, slo or trade.
+	Mode string `json:"mode"`
+	// Objective is what it was judged against, in words.
+	Objective string `json:"objective"`
+	// Hint, under the strict rule, names the flag that would judge a
+	// trade the rule rolled back.
+	Hint string `json:"hint,omitempty"`
 }
 
 // FormatDelta writes a change for a person: points for rates, percent
 // for speed.
 func FormatDelta(ch Change) string {
-	if ch.Quality {
+	if ch.Quality || ch.Share {
 		return fmt.Sprintf("%+.1f points (%.1f%% → %.1f%%)", ch.Delta*100, ch.Base*100, ch.New*100)
 	}
 	return fmt.Sprintf("%+.1f%% (%.4g → %.4g)", ch.Delta*100, ch.Base, ch.New)
@@ -234,7 +216,7 @@ func (c Change) MarshalJSON() ([]byte, error) {
 // Cells formats a change for a table row: the two values, the change,
 // its 95% interval ("-" when none) and its p-value ("-" when none).
 func (ch Change) Cells() (base, next, delta, ci, p string) {
-	if ch.Quality {
+	if ch.Quality || ch.Share {
 		base, next = fmt.Sprintf("%.2f%%", ch.Base*100), fmt.Sprintf("%.2f%%", ch.New*100)
 		delta = fmt.Sprintf("%+.2fpt", ch.Delta*100)
 		ci = fmt.Sprintf("[%+.2f, %+.2f]pt", ch.CILow*100, ch.CIHigh*100)

@@ -87,7 +87,7 @@ func TestSameArmsAreNotRolledBack(t *testing.T) {
 			fa[i], fb[i] = rng.Float64() < 0.1, rng.Float64() < 0.1
 		}
 		ra := PairedRates("invalid_json_rate", fa, fb, 0.02)
-		if Decide([]Change{sa, ra}).Verdict == RollBack {
+		if Decide([]Change{sa, ra}, Options{}).Verdict == RollBack {
 			regressed++
 		}
 	}
@@ -107,7 +107,7 @@ func TestPairedRates(t *testing.T) {
 	if ch.Judgement != Regressed || ch.P > 1e-6 || ch.CILow < 0.1 {
 		t.Errorf("%+v", ch)
 	}
-	r := Decide([]Change{ch})
+	r := Decide([]Change{ch}, Options{})
 	if r.Verdict != RollBack || len(r.Reasons) != 1 {
 		t.Errorf("%+v", r)
 	}

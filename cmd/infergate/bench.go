@@ -2,18 +2,17 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"runtime/debug"
 	"strings"
 	"time"
 
 	"github.com/infergate/infergate/bench"
+	"github.com/infergate/infergate/verdict"
 	"golang.org/x/term"
 )
 
@@ -62,7 +61,7 @@ type benchFlags struct {
 	requests                  *int
 	warmup                    *string
 	rampUp, timeout           *time.Duration
-	slo                       *string
+	slo, sloPct               *string
 	headers, refusals         stringList
 	apiKey                    *string
 	allowPlainKey             *bool
@@ -101,7 +100,8 @@ func registerBenchFlags(fs *flag.FlagSet) *benchFlags {
 	f.warmup = fs.String("warmup", "auto", "warm-up per stage, left out: a request count, a duration (5s), or auto (closed: one per user; open: 2s)")
 	f.rampUp = fs.Duration("ramp-up", 0, "closed loop: spread the users' first requests over this span")
 	f.timeout = fs.Duration("timeout", 0, "bound on one request (default 10m)")
-	f.slo = fs.String("slo", "", "objectives for goodput, e.g. ttft=500ms,tpot=50ms (ttft, ttft_sched, tpot, e2e)")
+	f.slo = fs.String("slo", "", "objectives for goodput and attainment, e.g. ttft=2s,tpot=50ms (ttft, ttft_sched, tpot, e2e); the record carries them and compare judges by them")
+	f.sloPct = fs.String("slo-percentile", "p90", "with --slo: the share of requests that must meet each SLO")
 	fs.Var(&f.headers, "H", "extra header 'Name: value' (repeatable)")
 	fs.Var(&f.refusals, "refusal", "regular expression of a refusal (repeatable; default: common English refusals)")
 	f.apiKey = fs.String("api-key", "", "bearer token (default $OPENAI_API_KEY), sent to --url and --direct-url only")
@@ -151,6 +151,11 @@ func (f *benchFlags) config(set map[string]bool, stderr io.Writer) (bench.Config
 		return cfg, err
 	}
 	cfg.SLOs = slos
+	if len(slos) > 0 {
+		if cfg.SLOPercentile, err = verdict.ParsePercentile(*f.sloPct); err != nil {
+			return cfg, fmt.Errorf("--slo-percentile: %w", err)
+		}
+	}
 	for _, h := range f.headers {
 		k, v, ok := strings.Cut(h, ":")
 		if !ok || strings.TrimSpace(k) == "" {
@@ -269,36 +274,11 @@ func benchRun(ctx context.Context, cfg bench.Config, f *benchFlags, stdout, stde
 
 // firstModel asks the server for its models and returns the first.
 func firstModel(ctx context.Context, base string, headers [][2]string) (string, error) {
-	u := strings.TrimRight(base, "/")
-	for _, suffix := range []string{"/chat/completions", "/completions"} {
-		u = strings.TrimSuffix(u, suffix)
-	}
-	if !strings.HasSuffix(u, "/v1") {
-		u += "/v1"
-	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u+"/models", nil)
+	ms, err := bench.ListModels(ctx, base, headers)
 	if err != nil {
 		return "", err
 	}
-	for _, h := range headers {
-		req.Header.Set(h[0], h[1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return "", fmt.Errorf("GET %s/models: %w", u, err)
-	}
-	defer resp.Body.Close()
-	var list struct {
-		Data []struct {
-			ID string `json:"id"`
-		} `json:"data"`
-	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&list); err != nil || resp.StatusCode != 200 || len(list.Data) == 0 {
-		return "", fmt.Errorf("GET %s/models gave no model (status %d)", u, resp.StatusCode)
-	}
-	return list.Data[0].ID, nil
+	return ms[0], nil
 }
 
 // maxInFlight is the most requests a run may hold open at once, as far as

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -14,27 +15,44 @@ import (
 	"github.com/infergate/infergate/verdict"
 )
 
-const compareSynopsis = `compare BASE.json NEW.json [--journal journal.jsonl --change "what changed"] [--force]
+const compareSynopsis = `compare BASE.json NEW.json [--slo ttft=2s,tpot=50ms | --objective ttft --allow tpot=+50%]
+        [--journal journal.jsonl --change "what changed"] [--force]
 
 Judges a new run against a base run of the same conditions. For each
 figure it shows both values, the change and a 95% confidence interval
-(bootstrap of the median ratio; Agresti-Caffo for rates) with the
-Mann-Whitney p-value, and whether the figure holds, regressed, or cannot
-be settled yet. The verdict keeps a change only when speed AND quality hold:
+(bootstrap of the median ratio; Agresti-Caffo for rates; Poisson rate
+ratio for goodput) with its test's p-value, and whether the figure holds,
+regressed, or cannot be settled yet. What decides depends on the objective:
 
-  KEEP          every figure holds within its tolerance      exit 0
-  ROLL BACK     speed or a quality signal regressed           exit 1
-  INCONCLUSIVE  too few requests to tell; it says how many    exit 2
+  --slo          speed is goodput (requests a second meeting every SLO) and
+                 SLO attainment at --slo-percentile (p90); a latency counts
+                 against the change only when it crosses its SLO. Goodput
+                 judges in open loop at one --rate; in closed loop the server
+                 sets the rate, so attainment judges. Records made with
+                 bench --slo carry their SLOs, and are judged by them.
+  --objective    a trade: that figure must improve beyond doubt; figures
+                 named in --allow may worsen by their allowance.
+  (neither)      strict: every figure must hold. A roll-back that a trade
+                 caused says so and names the flag that would judge it.
+
+Quality (failures, invalid JSON, off-schema, refusals, truncation) is a
+veto in every mode.
+
+  KEEP          the objective holds or is reached, quality holds   exit 0
+  ROLL BACK     speed or a quality signal regressed                 exit 1
+  INCONCLUSIVE  too few requests to tell; it says how many          exit 2
 
 Runs measured under different conditions (workload, load mode or level,
-warm-up, SLOs) are refused with the differing fields (exit 3) unless --force.
-Any other error exits 3 as well.`
+warm-up, SLOs) are refused with the differing fields (exit 3) unless --force;
+so is a run with no successful request or more failures than
+--max-failure-rate, with the error that dominated. Any other error exits 3.`
 
 func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("compare", compareSynopsis, stderr)
 	journal := fs.String("journal", "", "append one JSON line per comparison to this file")
 	change := fs.String("change", "", "what changed between the runs (for the journal)")
 	force := fs.Bool("force", false, "compare runs whose conditions differ")
+	maxFailed := fs.String("max-failure-rate", "50%", "refuse to judge a run in which more requests than this failed")
 	tol := registerTolerances(fs)
 	files, err := parseWithFiles(fs, args)
 	if err != nil {
@@ -48,6 +66,10 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return exitError{3, err}
 	}
+	mf, err := percent(*maxFailed)
+	if err != nil {
+		return exitError{3, fmt.Errorf("--max-failure-rate: %w", err)}
+	}
 	base, err := bench.LoadRecord(files[0])
 	if err != nil {
 		return exitError{3, err}
@@ -56,7 +78,17 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return exitError{3, err}
 	}
-	if d := bench.Differences(&base.Conditions, &next.Conditions); len(d) > 0 {
+	for i, r := range []*bench.Record{base, next} {
+		if err := bench.Unjudged(r, mf); err != nil {
+			return exitError{3, fmt.Errorf("compare: %s cannot be judged: %w", files[i], err)}
+		}
+	}
+	d := bench.Differences(&base.Conditions, &next.Conditions)
+	if len(opts.Objective.SLOs) > 0 {
+		// The command's SLOs judge both runs: the records' own may differ.
+		d = slices.DeleteFunc(d, func(s string) bool { return strings.HasPrefix(s, "slo") })
+	}
+	if len(d) > 0 {
 		if !*force {
 			return exitError{3, errors.New(bench.Mismatch(d))}
 		}
@@ -80,15 +112,20 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 // tolerances are the flags of the verdict's rule, shared by compare and
 // ab report.
 type tolerances struct {
-	speed, quality *string
-	floor          *time.Duration
+	speed, quality               *string
+	floor                        *time.Duration
+	slo, pct, objective, allowed *string
 }
 
 func registerTolerances(fs *flag.FlagSet) tolerances {
 	return tolerances{
-		speed:   fs.String("speed-tolerance", "5%", "accepted worsening of a latency median"),
-		quality: fs.String("quality-tolerance", "2%", "accepted rise of a failure or quality-signal rate, in points"),
-		floor:   fs.Duration("speed-floor", time.Millisecond, "latency changes smaller than this hold, however significant"),
+		speed:     fs.String("speed-tolerance", "5%", "accepted worsening of a latency median (and of goodput)"),
+		quality:   fs.String("quality-tolerance", "2%", "accepted rise of a failure or quality-signal rate, and fall of SLO attainment, in points"),
+		floor:     fs.Duration("speed-floor", time.Millisecond, "latency changes smaller than this hold, however significant"),
+		slo:       fs.String("slo", "", "judge speed by goodput and attainment at these SLOs, e.g. ttft=2s,tpot=50ms (ttft, ttft_sched, tpot, e2e); default: the SLOs both records carry"),
+		pct:       fs.String("slo-percentile", "p90", "with --slo: the share of requests that must meet each SLO"),
+		objective: fs.String("objective", "", "without SLOs, judge a trade: the figure the change is for (ttft, ttft_sched, tpot, e2e), which must improve"),
+		allowed:   fs.String("allow", "", "with --objective: how much other figures may worsen, e.g. tpot=+50%,e2e=+10%"),
 	}
 }
 
@@ -101,7 +138,29 @@ func (t tolerances) options() (verdict.Options, error) {
 	if err != nil {
 		return verdict.Options{}, fmt.Errorf("--quality-tolerance: %w", err)
 	}
-	return verdict.Options{SpeedTolerance: st, QualityTolerance: qt, SpeedFloor: float64(*t.floor) / 1e6}, nil
+	o := verdict.Options{SpeedTolerance: st, QualityTolerance: qt, SpeedFloor: float64(*t.floor) / 1e6}
+	if o.Objective.SLOs, err = verdict.ParseSLOs(*t.slo); err != nil {
+		return o, err
+	}
+	if o.Objective.Percentile, err = verdict.ParsePercentile(*t.pct); err != nil {
+		return o, fmt.Errorf("--slo-percentile: %w", err)
+	}
+	if err := verdict.CheckTarget(*t.objective); err != nil {
+		return o, err
+	}
+	o.Objective.Target = *t.objective
+	if o.Objective.Allow, err = verdict.ParseAllow(*t.allowed); err != nil {
+		return o, err
+	}
+	switch {
+	case len(o.Objective.SLOs) > 0 && o.Objective.Target != "":
+		return o, errors.New("--slo and --objective are two ways to judge a trade: give one")
+	case len(o.Objective.Allow) > 0 && o.Objective.Target == "":
+		return o, errors.New("--allow needs --objective, the figure the change is for")
+	case o.Objective.Allow[o.Objective.Target] > 0:
+		return o, fmt.Errorf("--allow: %s is the objective; it must improve", o.Objective.Target)
+	}
+	return o, nil
 }
 
 // parseWithFiles parses flags that may come before, between or after the

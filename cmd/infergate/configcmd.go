@@ -19,7 +19,7 @@ import (
 const configSynopsis = `config versions|rollback|check [flags]
 
   config versions --gateway ADMIN_URL
-      the configurations a running gateway keeps (the last 10 applied),
+      the configurations a running gateway keeps (the last 32 applied),
       newest first: version, hash, when, where from (start, SIGHUP,
       rollback), and what changed from the one before.
   config rollback --gateway ADMIN_URL [--to VERSION | --hash PREFIX]

@@ -1,0 +1,125 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// ListModels asks an OpenAI-compatible server at base (its base URL or
+// an endpoint under it) for the models it serves (GET /v1/models).
+func ListModels(ctx context.Context, base string, headers [][2]string) ([]string, error) {
+	u := strings.TrimRight(base, "/")
+	for _, suffix := range []string{"/chat/completions", "/completions"} {
+		u = strings.TrimSuffix(u, suffix)
+	}
+	if !strings.HasSuffix(u, "/v1") {
+		u += "/v1"
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u+"/models", nil)
+	if err != nil {
+		return nil, fmt.Errorf("bench: models: %w", err)
+	}
+	for _, h := range headers {
+		req.Header.Set(h[0], h[1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("GET %s/models: %w", u, err)
+	}
+	defer resp.Body.Close()
+	var list struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&list); err != nil || resp.StatusCode != 200 || len(list.Data) == 0 {
+		return nil, fmt.Errorf("GET %s/models gave no model (status %d)", u, resp.StatusCode)
+	}
+	out := make([]string, 0, min(len(list.Data), 50))
+	for _, m := range list.Data[:min(len(list.Data), 50)] {
+		out = append(out, m.ID)
+	}
+	return out, nil
+}
+
+// failFastAfter is how many of a run's first requests must all fail
+// alike for the run to stop: a wrong model name or key fails every
+// request the same way, and measuring it would only time errors.
+const failFastAfter = 8
+
+// AllFailed is the error of a run stopped because its first requests
+// all failed alike.
+type AllFailed struct {
+	N       int
+	Class   string // http_404, connect, ...
+	Message string // the first one's text
+	// Models are the models the server lists, for a 404 (a model name
+	// the server does not serve is the common cause).
+	Models []string
+}
+
+func (e *AllFailed) Error() string {
+	msg := fmt.Sprintf("bench: stopped: the first %d requests all failed alike (%s): %s", e.N, e.Class, e.Message)
+	if len(e.Models) > 0 {
+		msg += fmt.Sprintf("\nthe server lists these models at /v1/models: %s (pass one with --model)", strings.Join(e.Models, ", "))
+	}
+	return msg
+}
+
+// failFast watches a run's first finished requests (warm-up included).
+// Its see is called under the collector's lock, one result at a time.
+type failFast struct {
+	seen  int
+	class string
+	msg   string
+	done  bool
+}
+
+// see returns the run's stop error once the first failFastAfter requests
+// all failed with one class, nil otherwise.
+func (f *failFast) see(r *Result) error {
+	if f.done || r.ErrClass == ErrCancelled {
+		return nil
+	}
+	if r.OK() || (f.seen > 0 && r.ErrClass != f.class) {
+		f.done = true
+		return nil
+	}
+	if f.seen == 0 {
+		f.class, f.msg = r.ErrClass, r.Err
+	}
+	f.seen++
+	if f.seen < failFastAfter {
+		return nil
+	}
+	f.done = true
+	return &AllFailed{N: f.seen, Class: f.class, Message: truncate(f.msg, 300)}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// stoppedEarly returns the AllFailed that stopped the run, with the
+// server's models when it was a 404, or nil.
+func stoppedEarly(ctx context.Context, err error, base string, headers [][2]string) *AllFailed {
+	var af *AllFailed
+	if !errors.As(err, &af) {
+		return nil
+	}
+	if af.Class == "http_404" {
+		af.Models, _ = ListModels(context.WithoutCancel(ctx), base, headers)
+	}
+	return af
+}
