@@ -26,6 +26,7 @@ var Formulas = map[string]string{
 	"send_lag":                       "actual send − intended send",
 	"speed":                          "per-request output speed: (output tokens − 1) / (last content − first content), tokens/s",
 	"output_tokens":                  "usage.completion_tokens when reported, else the answer counted with cl100k_base",
+	"prompt_tokens":                  "usage.prompt_tokens, per request that reports it",
 	"tokens_per_event":               "output tokens / content events, per request",
 	"request_throughput":             "successful requests / (last end − first send), measured requests only",
 	"output_token_throughput":        "Σ output tokens / (last end − first send), measured requests only",
@@ -243,6 +244,7 @@ func (c *Collector) Summarize(n int, l LoadSpec, win Window, slos []SLO) *Summar
 		s.OutputTokens += int64(w.out)
 		if w.prompt > 0 {
 			s.PromptTokens += int64(w.prompt)
+			add("prompt_tokens", float64(w.prompt))
 		}
 		if w.jsonAsked {
 			s.Quality.JSONChecked = true

@@ -10,14 +10,18 @@ import (
 
 // Decide applies the rule of o's objective to changes and says why.
 //
-//   - Every mode: a quality signal (or the failure rate) that rose beyond
-//     its tolerance rolls the change back, whatever speed did.
+//   - Every mode: a quality signal that rose beyond its tolerance rolls
+//     the change back, whatever speed did; so does the failure rate,
+//     except under SLOs (below).
 //   - strict (no objective): any judged figure that got worse rolls back.
 //     A roll-back that a trade caused (one latency worse, another better)
 //     says so in Hint and names the flag that would judge the trade.
 //   - slo: goodput and attainment at the SLOs judge speed; each latency
 //     is shown, and counts against the change only when the change makes
-//     it cross its SLO at the objective's percentile.
+//     it cross its SLO at the objective's percentile. A failed request is
+//     one that missed the SLOs: failures count there (a queue deadline
+//     that sheds the requests that would miss anyway can raise goodput),
+//     while the quality of the answers given stays a veto.
 //   - trade: the target must improve beyond doubt; a figure in Allow may
 //     worsen by its allowance; every other one as strict.
 //
@@ -28,8 +32,18 @@ func Decide(changes []Change, o Options) Result {
 	o.Defaults()
 	obj := o.Objective
 	r := Result{Mode: obj.Mode(), Objective: obj.String()}
+	var failures []string
 	for i := range changes {
 		ch := &changes[i]
+		if r.Mode == BySLO && isFailureRate(ch.Metric) && ch.Judgement != Info {
+			// Under SLOs a failed request is one that missed them: it
+			// counts in attainment and goodput, not twice.
+			if ch.Judgement == Regressed {
+				failures = append(failures, fmt.Sprintf("%s rose %s: counted in attainment and goodput, where a failed request is one that missed the SLOs", ch.Metric, FormatDelta(*ch)))
+			}
+			ch.Judgement, ch.Need = Info, 0
+			continue
+		}
 		if ch.Quality || ch.Share || ch.SLOCheck || !slices.Contains(speedFigures, ch.Metric) {
 			continue
 		}
@@ -73,10 +87,13 @@ func Decide(changes []Change, o Options) Result {
 		r.Reasons = append(r.Reasons, fmt.Sprintf("%d figure(s) could not be settled; about %d requests would likely settle them", unsure, r.Need))
 	default:
 		r.Verdict = Keep
-		r.Reasons = keepReasons(changes, obj)
+		r.Reasons = append(keepReasons(changes, obj), failures...)
 	}
 	return r
 }
+
+// isFailureRate names the figures of requests that got no answer.
+func isFailureRate(metric string) bool { return metric == "failure_rate" || metric == "error_rate" }
 
 // regression is the reason a regressed figure gives.
 func regression(ch Change) string {

@@ -31,6 +31,7 @@ func commands() []command {
 		{"compare", "judge a new run against a base: KEEP, ROLL BACK or INCONCLUSIVE (exit 0/1/2)", runCompare},
 		{"ab", "judge a candidate backend from mirrored pairs: ab report PAIRS.jsonl (exit 0/1/2)", runAB},
 		{"diagnose", "name the bottleneck (memory, batching, scheduling, compute, none) from the gateway's and backends' metrics, and the next knob", runDiagnose},
+		{"tune", "walk the tuning loop on a running gateway: baseline, diagnose, each knob re-measured and kept or rolled back at the SLOs", runTune},
 		{"size", "size GPU memory: weights, KV cache per token and request, requests that fit, GPUs needed", runSize},
 		{"config", "a running gateway's kept configurations: versions, rollback; or check a file", runConfig},
 		{"top", "a running gateway's live view: rates, TTFT, TPOT, where the time went, per model and backend", runTop},
