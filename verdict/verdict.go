@@ -89,14 +89,14 @@ type Change struct {
 	P    float64 `json:"p"`
 	Test string  `json:"test,omitempty"`
 	// N is the number of values (or pairs) each side had.
-	N         int    `json:"n,omitempty"`
-	Better    string `json:"better"` // "lower" or "higher"
-	Quality   bool   `json:"quality,omitempty"`
+	N       int    `json:"n,omitempty"`
+	Better  string `json:"better"` // "lower" or "higher"
+	Quality bool   `json:"quality,omitempty"`
 	// Share marks a figure that is a share of requests (attainment),
 	// printed in points like a quality rate but not one.
 	Share bool `json:"share,omitempty"`
 	// SLOCheck marks one SLO's check at the objective's percentile.
-	SLOCheck bool `json:"slo_check,omitempty"`
+	SLOCheck  bool   `json:"slo_check,omitempty"`
 	Judgement string `json:"judgement"`
 	// Need is the number of requests (pairs) that would likely settle an
 	// unsure figure.
