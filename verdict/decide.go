@@ -188,7 +188,13 @@ func tradeHint(changes []Change) string {
 				out = append(out, n)
 			}
 		}
-		return strings.Join(out, " and ")
+		if slices.Contains(out, "TTFT") {
+			out = slices.DeleteFunc(out, func(n string) bool { return n == "TTFT_SCHED" })
+		}
+		if len(out) > 1 {
+			return strings.Join(out[:len(out)-1], ", ") + " and " + out[len(out)-1]
+		}
+		return out[0]
 	}
 	w := worse[0]
 	allow := math.Ceil(max(w.CIHigh, w.Delta) * 100)

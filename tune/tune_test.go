@@ -1,0 +1,232 @@
+package tune
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/infergate/infergate/bench"
+	"github.com/infergate/infergate/proxy"
+	"github.com/infergate/infergate/sim"
+	"github.com/infergate/infergate/verdict"
+)
+
+// stack is a simulator of a preset behind a real gateway, on loopback.
+type stack struct {
+	g             *proxy.Gateway
+	api, admin    string
+	startVersions int
+}
+
+func serveStack(t *testing.T, preset string) *stack {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	scfg, err := sim.Preset(preset)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := sim.New(scfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sln := listen(t)
+	go s.Serve(sln)
+	cfg := proxy.Config{
+		Pools:       map[string]proxy.PoolConfig{"default": {Backends: []proxy.BackendConfig{{URL: "http://" + sln.Addr().String()}}}},
+		DefaultPool: "default",
+	}
+	g, err := proxy.New(cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gln, aln := listen(t), listen(t)
+	go g.Serve(gln)
+	go g.ServeAdmin(aln)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		g.Shutdown(ctx)
+		s.Shutdown(ctx)
+	})
+	return &stack{g: g, api: "http://" + gln.Addr().String(), admin: "http://" + aln.Addr().String(), startVersions: len(g.ConfigVersions())}
+}
+
+func listen(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
+}
+
+func (s *stack) config(t *testing.T, rate float64, d time.Duration, slo string) Config {
+	slos, err := verdict.ParseSLOs(slo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	return Config{Admin: s.admin, Budget: 2 * time.Minute, MaxSteps: 3, Dir: dir, Journal: filepath.Join(dir, "journal.jsonl"),
+		Options: verdict.Options{Objective: verdict.Objective{SLOs: slos}},
+		Bench: bench.Config{URL: s.api, Workload: bench.WorkloadSpec{Model: "sim-model", Stream: true, InputTokens: "256", OutputTokens: "64"},
+			Load: bench.LoadSpec{Mode: "open", Rate: rate, Duration: d, WarmupTime: 300 * time.Millisecond}}}
+}
+
+func (s *stack) current(t *testing.T) proxy.ConfigVersion {
+	t.Helper()
+	for _, v := range s.g.ConfigVersions() {
+		if v.Current {
+			return v
+		}
+	}
+	t.Fatal("no current configuration")
+	return proxy.ConfigVersion{}
+}
+
+func readJournal(t *testing.T, path string) []Entry {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []Entry
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var e Entry
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			t.Fatalf("journal line %q: %v", sc.Text(), err)
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// Against the memory-bound simulator at an open-loop rate above what it
+// can serve, the walk finishes within its budget, leaves the gateway on
+// the configuration its journal's last line names, and keeps nothing
+// that did not hold on a second measurement.
+func TestTuneMemoryBound(t *testing.T) {
+	s := serveStack(t, "memory-bound")
+	cfg := s.config(t, 40, 3*time.Second, "ttft=1s,tpot=50ms")
+	cfg.Knobs = []string{KnobCap, KnobQueue}
+	var out bytes.Buffer
+	cfg.Out = &out
+	began := time.Now()
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if took := time.Since(began); took > cfg.Budget {
+		t.Errorf("took %v, budget %v", took, cfg.Budget)
+	}
+	if res.Bottleneck != "memory" {
+		t.Errorf("bottleneck %q, want memory\n%s", res.Bottleneck, out.String())
+	}
+	j := readJournal(t, cfg.Journal)
+	last := j[len(j)-1]
+	cur := s.current(t)
+	if last.Event != "end" || last.Hash != cur.Hash || res.Final.Hash != cur.Hash {
+		t.Errorf("journal ends %+v, result %s, gateway runs %s", last, res.Final.Hash, cur.Hash)
+	}
+	tried := 0
+	for i, e := range j {
+		switch e.Event {
+		case "try":
+			tried++
+		case "keep":
+			if i == 0 || j[i-1].Event != "confirm" || j[i-1].Verdict != verdict.Keep || j[i-1].Step != e.Step {
+				t.Errorf("step %d kept without a confirming KEEP before it: %+v", e.Step, j[max(i-1, 0)])
+			}
+		}
+	}
+	if tried == 0 || tried > cfg.MaxSteps {
+		t.Errorf("%d changes tried, want 1 to %d\n%s", tried, cfg.MaxSteps, out.String())
+	}
+	if !strings.Contains(out.String(), "knobs only the backend owns") || len(res.Next) == 0 {
+		t.Errorf("no backend knob named for a memory bottleneck\n%s", out.String())
+	}
+	t.Logf("\n%s", out.String())
+}
+
+// A healthy server under light load: nothing to tune, nothing changed.
+func TestTuneNothingToTune(t *testing.T) {
+	s := serveStack(t, "balanced")
+	cfg := s.config(t, 2, 2*time.Second, "ttft=2s,tpot=100ms")
+	var out bytes.Buffer
+	cfg.Out = &out
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Bottleneck != "none" || !strings.Contains(out.String(), "nothing to tune") {
+		t.Errorf("bottleneck %q\n%s", res.Bottleneck, out.String())
+	}
+	if n := len(s.g.ConfigVersions()); n != s.startVersions {
+		t.Errorf("%d configuration versions after, %d before: something was changed", n, s.startVersions)
+	}
+}
+
+// Interrupted in the middle of a step (its change applied, its
+// measurement running), the walk puts the gateway back on the
+// configuration it started with.
+func TestTuneInterruptedRestoresTheStart(t *testing.T) {
+	s := serveStack(t, "memory-bound")
+	start := s.current(t)
+	cfg := s.config(t, 40, 3*time.Second, "ttft=1s,tpot=50ms")
+	cfg.Knobs = []string{KnobCap}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		// Cancel once the first change is in force, a second into its
+		// measurement.
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if s.current(t).Hash != start.Hash {
+				time.Sleep(time.Second)
+				cancel()
+				return
+			}
+		}
+	}()
+	res, err := Run(ctx, cfg)
+	if err == nil {
+		t.Fatal("an interrupted walk reported no error")
+	}
+	if cur := s.current(t); cur.Hash != start.Hash || res.Final.Hash != start.Hash {
+		t.Errorf("the gateway runs %s (result says %s), started on %s", cur.Hash, res.Final.Hash, start.Hash)
+	}
+	j := readJournal(t, cfg.Journal)
+	if last := j[len(j)-1]; last.Event != "end" || last.Hash != start.Hash {
+		t.Errorf("journal ends %+v", last)
+	}
+}
+
+// A dry run changes nothing and measures nothing.
+func TestTuneDryRun(t *testing.T) {
+	s := serveStack(t, "balanced")
+	cfg := s.config(t, 2, time.Second, "ttft=2s")
+	cfg.DryRun = true
+	var out bytes.Buffer
+	cfg.Out = &out
+	if _, err := Run(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "dry run") || !strings.Contains(out.String(), settingCap) {
+		t.Errorf("%s", out.String())
+	}
+	if n := len(s.g.ConfigVersions()); n != s.startVersions {
+		t.Errorf("a dry run changed the configuration")
+	}
+	if _, err := os.Stat(cfg.Journal); err == nil {
+		t.Errorf("a dry run wrote a journal")
+	}
+}
