@@ -71,13 +71,15 @@ type Config struct {
 
 // Result is what a walk did.
 type Result struct {
-	Objective  string       `json:"objective"`
-	Bottleneck string       `json:"bottleneck"`
-	Diagnosis  string       `json:"diagnosis"`
-	Steps      []Entry      `json:"steps"`
-	Start      Version      `json:"start"`
-	Final      Version      `json:"final"`
-	Next       []Suggestion `json:"next,omitempty"`
+	Objective  string `json:"objective"`
+	Bottleneck string `json:"bottleneck"`
+	Diagnosis  string `json:"diagnosis"`
+	// Report is the baseline's whole diagnosis.
+	Report *diagnose.Report `json:"report,omitempty"`
+	Steps  []Entry          `json:"steps"`
+	Start  Version          `json:"start"`
+	Final  Version          `json:"final"`
+	Next   []Suggestion     `json:"next,omitempty"`
 	// Stopped says why the walk ended before its plan did (budget, steps,
 	// interrupted, an error), empty when it ran its plan.
 	Stopped string `json:"stopped,omitempty"`
@@ -222,7 +224,7 @@ func (t *tuner) walk(ctx context.Context) error {
 	fmt.Fprintf(t.out, "%s\n", headline(base, g, a))
 
 	rep := diagnose.Diagnose(diagnose.Input{Backends: win.Backends, Gateway: win.Gateway})
-	t.res.Bottleneck, t.res.Diagnosis = rep.Bottleneck, rep.Summary
+	t.res.Bottleneck, t.res.Diagnosis, t.res.Report = rep.Bottleneck, rep.Summary, &rep
 	fmt.Fprintf(t.out, "\n== diagnose: %s (confidence %s)\n  %s\n", rep.Bottleneck, rep.Confidence, rep.Summary)
 	if rep.Bottleneck == diagnose.None {
 		fmt.Fprintln(t.out, "\nnothing to tune: no bottleneck at this load; the configuration stays as it is")

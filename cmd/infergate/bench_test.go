@@ -71,35 +71,30 @@ func TestBenchCompareEndToEnd(t *testing.T) {
 }
 
 // TestDemoRunsOnItsOwn runs the whole workflow on its defaults, shortened:
-// baseline, diagnosis, the knob, the re-test, the verdict (and the
-// rollback when it is ROLL BACK), the shadow test; every record and report
-// lands in the folder.
+// tune's baseline, diagnosis and cap steps (each kept or rolled back, and
+// the gateway left on the configuration the journal names), then the two
+// shadow tests; every record and report lands in the folder.
 func TestDemoRunsOnItsOwn(t *testing.T) {
 	dir := t.TempDir()
 	code, out := exitCode(t, "demo", "--duration", "4s", "--dir", dir)
 	if code != 0 {
 		t.Fatalf("demo exit %d\n%s", code, out)
 	}
-	for _, want := range []string{"probe http://127.0.0.1:", "== 1. baseline: 48 users", "== 2. diagnose", "bottleneck: MEMORY",
-		"evidence: KV cache at most", "next knob: concurrency cap", "== 3. turn the knob: cap the gateway at",
-		"== 4. measure again", "== 5. compare", "+shaping.global.max_requests: ", "verdict: ",
-		"== 6. shadow test", "paired change", "records and reports: " + dir} {
+	for _, want := range []string{"probe http://127.0.0.1:", "== 1. tune", "open loop at 24 requests/s", "== baseline", "== diagnose: memory",
+		"== step 1, cap: cap the gateway at", "+shaping.global.max_requests: ", "verdict: ", "== summary", "the gateway runs configuration version",
+		"== 2. shadow test", "== 3. shadow test", "paired change", "in short: ", "records and reports: " + dir} {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q\n%s", want, out)
 		}
 	}
-	// A ROLL BACK is carried out on the running gateway.
-	if strings.Contains(out, "== 5.") && strings.Contains(strings.SplitN(out, "== 6.", 2)[0], "verdict: ROLL BACK") && !strings.Contains(out, "rolled back: the gateway runs its earlier configuration again") {
-		t.Errorf("ROLL BACK without the rollback\n%s", out)
-	}
-	for _, f := range []string{"1-baseline.json", "1-baseline.html", "2-diagnose.json", "2-diagnose.html", "4-after-cap.json", "4-after-cap.html", "6-shadow-test.html"} {
+	for _, f := range []string{"01-baseline.json", "2-diagnose.json", "2-diagnose.html", "1-tune.html", "tune-journal.jsonl", "2-shadow-int4.html", "3-shadow-kv-share.html"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			t.Errorf("%s: %v", f, err)
 		}
 	}
-	rec, err := bench.LoadRecord(filepath.Join(dir, "1-baseline.json"))
-	if err != nil || rec.Conditions.GatewayConfigHash == "" || rec.Conditions.GatewaySettings["pools.default.backends[0].url"] == "" {
-		t.Errorf("demo record: %v, gateway config hash %q, settings %v (want the gateway's)", err, rec.Conditions.GatewayConfigHash, rec.Conditions.GatewaySettings)
+	rec, err := bench.LoadRecord(filepath.Join(dir, "01-baseline.json"))
+	if err != nil || rec.Conditions.GatewayConfigHash == "" || rec.Conditions.GatewaySettings["pools.default.backends[0].url"] == "" || len(rec.Conditions.SLOs) != 2 {
+		t.Errorf("demo record: %v, gateway config hash %q, settings %v, SLOs %v (want the gateway's and two)", err, rec.Conditions.GatewayConfigHash, rec.Conditions.GatewaySettings, rec.Conditions.SLOs)
 	}
 	var rep struct {
 		Bottleneck string `json:"bottleneck"`

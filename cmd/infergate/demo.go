@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -15,43 +16,42 @@ import (
 
 	"github.com/infergate/infergate/bench"
 	"github.com/infergate/infergate/diagnose"
-	"github.com/infergate/infergate/diagnose/collect"
 	"github.com/infergate/infergate/mirror"
 	"github.com/infergate/infergate/proxy"
 	"github.com/infergate/infergate/sim"
+	"github.com/infergate/infergate/tune"
 	"github.com/infergate/infergate/verdict"
 )
 
-const demoSynopsis = `demo [--preset NAME] [--concurrency N] [--duration D] [--dir DIR] [--no-mirror]
+const demoSynopsis = `demo [--preset NAME] [--rate R] [--duration D] [--slo ttft=2s,tpot=50ms] [--dir DIR] [--no-mirror]
 
-The workflow in one command, with no setup. It starts a simulator (a
-continuous-batching server with vLLM's behaviour and metrics; by default
-the memory-bound preset, a server whose KV cache is too small for its
-load) and the gateway in this process on loopback ports, then:
+The workflow in one command, with no setup, ending in decisions the
+measurements support. It starts a simulator (a continuous-batching server
+with vLLM's behaviour and metrics; by default the memory-bound preset, a
+server whose KV cache is too small for its load) and the gateway in this
+process on loopback ports, then:
 
-  1. measures a baseline through the gateway (closed loop, --concurrency
-     users for --duration), reading the gateway's and the server's metrics
-     meanwhile;
-  2. diagnoses it: names the bottleneck with its evidence and the next
-     knob (infergate diagnose);
-  3. turns that knob on the running gateway (a concurrency cap at the
-     knee, through a configuration reload);
-  4. measures again under the same load;
-  5. compares the two runs (infergate compare): KEEP, or ROLL BACK, in
-     which case it rolls the gateway's configuration back (infergate
-     config rollback);
-  6. mirrors traffic to a candidate build (a second simulator posing as an
-     int4 quantization: faster decode, more malformed JSON, refusals and
-     truncation) and judges it on the same requests (infergate ab report).
+  1. tune (infergate tune): a baseline through the gateway in open loop
+     at --rate requests/s, above what the server can serve, judged at the
+     SLOs (--slo, p90); a diagnosis of the gateway's and the server's
+     metrics; then the concurrency cap the diagnosis proposes, re-measured
+     at the same load and kept or rolled back through the gateway's
+     configuration history as the verdict at the SLOs says;
+  2. the next knob, which only the server owns: a shadow test of a
+     quantized build (a second simulator posing as int4: faster decode,
+     more malformed JSON, refusals and truncation), judged on the same
+     requests (infergate ab report): quality is a veto;
+  3. a shadow test of a build with a larger KV-cache share (the same
+     model, four times the cache), judged on goodput at the SLOs.
 
-Every record and a self-contained HTML report of each step go to --dir
-(default: a new folder under the system's temporary folder, named at the
-end). --no-mirror leaves step 6 out.`
+Every record, the journal and a self-contained HTML report of each step
+go to --dir (default: a new folder under the system's temporary folder,
+named at the end). --no-mirror leaves steps 2 and 3 out.`
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("demo", demoSynopsis, stderr)
 	preset := fs.String("preset", "memory-bound", "simulator preset: "+fmt.Sprint(sim.Presets()))
-	noMirror := fs.Bool("no-mirror", false, "leave out the shadow test of a candidate build")
+	noMirror := fs.Bool("no-mirror", false, "leave out the shadow tests of candidate builds")
 	dir := fs.String("dir", "", "folder for the records and reports (default: a new one under the temporary folder)")
 	f := registerBenchFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -104,24 +104,34 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fmt.Fprintf(stdout, "demo: a simulated inference server (%s preset) at %s, the infergate gateway in front of it at %s (admin %s)\n\n",
 		*preset, simURL, gwURL, adminURL)
 
-	// The demo's own defaults, where the flags were not given.
+	// The demo's own defaults, where the flags were not given: open loop
+	// above what the memory-bound server serves, the SLOs an interactive
+	// chat would set.
 	if !set["url"] {
 		*f.url = gwURL
 	}
 	if !set["concurrency"] && !set["rate"] && !set["sweep"] {
-		*f.concurrency = 48
+		*f.load, *f.rate = "open", 24
 	}
 	if !set["duration"] && !set["requests"] {
-		*f.duration = 10 * time.Second
+		// Long enough for ~150 answers a run: fewer cannot show that a
+		// quality rate rose by less than its 2-point tolerance.
+		*f.duration = 8 * time.Second
+	}
+	if !set["warmup"] {
+		*f.warmup = "500ms"
+	}
+	if !set["output-tokens"] {
+		*f.output = "64"
 	}
 	if !set["model"] {
 		*f.model = scfg.Model
 	}
+	if !set["slo"] {
+		*f.slo = "ttft=2s,tpot=50ms"
+	}
 	if !set["gateway-timing"] {
 		*f.gwTiming = true
-	}
-	if !set["gateway-admin"] {
-		*f.gwAdmin = adminURL
 	}
 	*f.quiet = true
 	cfg, err := f.config(set, stderr)
@@ -136,79 +146,72 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fmt.Fprintln(stdout, "one request at a time first, to see where a single request's time goes:")
 	bench.WriteProbe(stdout, gwURL+"/v1/chat/completions", rs)
 
-	// 1. The baseline, with the metrics read while it runs.
-	step(stdout, 1, "baseline: %d users in closed loop for %v through the gateway", cfg.Load.Concurrency, cfg.Load.Duration)
-	base, win, err := demoRun(ctx, cfg, collect.Config{Gateway: adminURL, Backends: []string{simURL + "/metrics"}, Interval: 500 * time.Millisecond}, out, "1-baseline")
+	// 1. The loop, walked by tune: baseline, diagnosis, the cap.
+	obj := verdict.Objective{SLOs: bench.VerdictSLOs(cfg.SLOs), Percentile: cfg.SLOPercentile}
+	step(stdout, 1, "tune: baseline, diagnosis and the gateway's own knob, judged at %s", obj.String())
+	res, err := tune.Run(ctx, tune.Config{Admin: adminURL, Bench: cfg, Options: verdict.Options{Objective: obj},
+		Knobs: []string{tune.KnobCap}, Budget: time.Minute, MaxSteps: 2, Backends: []string{simURL + "/metrics"},
+		Dir: out, Journal: filepath.Join(out, "tune-journal.jsonl"), Out: stdout})
+	if res != nil {
+		res.WriteSummary(stdout)
+		if err := writeFileWith(filepath.Join(out, "1-tune.html"), res.WriteHTML); err != nil {
+			return err
+		}
+		if res.Report != nil {
+			if err := saveDiagnosis(out, res.Report); err != nil {
+				return err
+			}
+		}
+	}
 	if err != nil {
 		return err
 	}
-	summarise(stdout, base)
-
-	// 2. Diagnose.
-	step(stdout, 2, "diagnose: the gateway's and the server's metrics over the baseline")
-	rep := diagnose.Diagnose(diagnose.Input{Backends: win.Backends, Gateway: win.Gateway})
-	if err := saveDiagnosis(out, &rep); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "bottleneck: %s (confidence %s)\n  %s\n", strings.ToUpper(rep.Bottleneck), rep.Confidence, rep.Summary)
-	for _, e := range rep.Evidence {
-		if e.Holds {
-			fmt.Fprintf(stdout, "  evidence: %s\n", e.Detail)
-		}
-	}
-	if len(rep.Knobs) > 0 {
-		fmt.Fprintf(stdout, "  next knob: %s: %s\n  re-measure: %s\n", rep.Knobs[0].Knob, rep.Knobs[0].Action, rep.Knobs[0].Remeasure)
-	}
-
-	if rep.CapAt > 0 {
-		// 3. Turn the knob: a cap at the knee, on the running gateway.
-		step(stdout, 3, "turn the knob: cap the gateway at %d requests in flight (a configuration reload)", rep.CapAt)
-		next := g.Config()
-		next.Shaping.Global.MaxRequests = int64(rep.CapAt)
-		if err := g.ReloadFrom(fmt.Sprintf("demo: cap at %d", rep.CapAt), next); err != nil {
-			return err
-		}
-		// 4. Measure again under the same load.
-		step(stdout, 4, "measure again under the same load")
-		after, _, err := demoRun(ctx, cfg, collect.Config{}, out, "4-after-cap")
-		if err != nil {
-			return err
-		}
-		summarise(stdout, after)
-		// 5. Compare; roll back what did not pay.
-		step(stdout, 5, "compare: keep the change or roll it back")
-		writeChanges(stdout, &base.Conditions, &after.Conditions)
-		c := bench.Compare(base, after, verdict.Options{})
-		for _, ch := range c.Changes {
-			if ch.Stage == 0 && (ch.Judgement != verdict.Unsure || ch.Metric == "output_token_throughput") && !ch.Quality {
-				fmt.Fprintf(stdout, "  %-24s %s  (%s)\n", ch.Metric, verdict.FormatDelta(ch), ch.Judgement)
-			}
-		}
-		fmt.Fprintf(stdout, "verdict: %s\n", c.Verdict)
-		for _, r := range c.Reasons {
-			fmt.Fprintf(stdout, "  - %s\n", r)
-		}
-		if c.Verdict != verdict.Keep {
-			v, err := g.Rollback(0, "")
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(stdout, "rolled back: the gateway runs its earlier configuration again (version %d, %s, %s)\n", v.Version, v.Hash, v.Source)
-			fmt.Fprintln(stdout, "  the cap moved the wait from the server's queue to the gateway's: streams ran smoother, first tokens came later; under this load that did not pay")
-		} else {
-			fmt.Fprintln(stdout, "kept: the cap stays")
-		}
-	} else {
-		step(stdout, 3, "no knob to turn: %s", rep.Summary)
-	}
-
 	if !*noMirror {
-		if err := shadowTest(ctx, g, scfg, log, f, set, stdout, stderr, out); err != nil {
+		// 2. The server's knobs, shadow-tested on live traffic.
+		int4 := scfg
+		if err := int4.ApplyVariant("int4"); err != nil {
+			return err
+		}
+		if err := shadowTest(ctx, g, int4, "int4", 2, "a quantized build (int4)", log, f, set, stdout, stderr, out, obj, true); err != nil {
+			return err
+		}
+		kv := scfg
+		kv.Engine.KVCacheTokens *= 4
+		if err := shadowTest(ctx, g, kv, "kv-share", 3, fmt.Sprintf("a larger KV-cache share (the same model, %d tokens of cache instead of %d)", kv.Engine.KVCacheTokens, scfg.Engine.KVCacheTokens),
+			log, f, set, stdout, stderr, out, obj, false); err != nil {
 			return err
 		}
 	}
 	fmt.Fprintf(stdout, "\nrecords and reports: %s\n", out)
 	return nil
+}
+
+// brief says in one line what decided a verdict: the quality signal
+// that vetoed it, or how the SLOs' percentiles and goodput moved.
+func brief(changes []verdict.Change, v string) string {
+	var slo, quality []string
+	var goodput string
+	gained := false
+	for _, ch := range changes {
+		switch {
+		case ch.Quality && ch.Judgement == verdict.Regressed:
+			quality = append(quality, fmt.Sprintf("%s %.1f%% → %.1f%%", strings.TrimSuffix(ch.Metric, "_rate"), ch.Base*100, ch.New*100))
+		case ch.SLOCheck:
+			slo = append(slo, fmt.Sprintf("%s %.0f → %.0f ms", strings.ReplaceAll(ch.Metric, "≤", " (SLO ")+")", ch.Base, ch.New))
+		case ch.Metric == "goodput":
+			goodput = fmt.Sprintf("goodput %.2f → %.2f req/s", ch.Base, ch.New)
+			gained = ch.CILow > 0
+		}
+	}
+	switch {
+	case len(quality) > 0:
+		return fmt.Sprintf("the candidate breaks answers (%s): quality is a veto, so %s whatever speed did", strings.Join(quality, ", "), v)
+	case v == verdict.Inconclusive:
+		return "too few pairs to settle it (the report says how many would); run the shadow test longer"
+	case v == verdict.Keep && !gained:
+		return fmt.Sprintf("%s; %s: nothing got worse and nothing better; at the load the gateway admits (the copy leaves after admission, so a cap in force bounds it) this change buys nothing, so it is not worth shipping for speed", strings.Join(slo, ", "), goodput)
+	}
+	return fmt.Sprintf("%s; %s: %s", strings.Join(slo, ", "), goodput, v)
 }
 
 func step(w io.Writer, n int, format string, args ...any) {
@@ -229,68 +232,6 @@ func startSim(cfg sim.Config, log *slog.Logger) (string, func(), error) {
 	return "http://" + ln.Addr().String(), func() { shutdownWithin(s.Shutdown, 2*time.Second) }, nil
 }
 
-// demoRun runs one benchmark, saving its record and report as name.json
-// and name.html in dir; with sc's targets set it samples them over the
-// run (after the first fifth, while the batch fills).
-func demoRun(ctx context.Context, cfg bench.Config, sc collect.Config, dir, name string) (*bench.Record, collect.Windows, error) {
-	var win collect.Windows
-	var werr error
-	done := make(chan struct{})
-	sampling := len(sc.Backends) > 0 || sc.Gateway != ""
-	if sampling {
-		sc.Window = cfg.Load.Duration * 3 / 4
-		go func() {
-			defer close(done)
-			select {
-			case <-time.After(cfg.Load.Duration / 5):
-				win, werr = collect.Sample(ctx, sc)
-			case <-ctx.Done():
-				werr = ctx.Err()
-			}
-		}()
-	} else {
-		close(done)
-	}
-	rec, err := bench.Run(ctx, cfg)
-	<-done
-	if err != nil {
-		return nil, win, err
-	}
-	if werr != nil {
-		return nil, win, werr
-	}
-	if err := rec.Save(filepath.Join(dir, name+".json")); err != nil {
-		return nil, win, err
-	}
-	if err := writeFileWith(filepath.Join(dir, name+".html"), rec.WriteHTML); err != nil {
-		return nil, win, err
-	}
-	return rec, win, nil
-}
-
-// summarise prints a run's headline figures.
-func summarise(w io.Writer, rec *bench.Record) {
-	if len(rec.Stages) == 0 {
-		return
-	}
-	s := rec.Stages[0]
-	p := func(name string) string {
-		m := s.Metrics[name]
-		if m == nil {
-			return "-"
-		}
-		if m.P99 != nil {
-			return fmt.Sprintf("%.0f / %.0f ms", m.P50, *m.P99)
-		}
-		if m.P90 != nil {
-			return fmt.Sprintf("%.0f / %.0f (p90) ms", m.P50, *m.P90)
-		}
-		return fmt.Sprintf("%.0f ms", m.P50)
-	}
-	fmt.Fprintf(w, "%d requests, %d failed; TTFT p50/p99 %s; time per output token p50/p99 %s; %.0f output tokens/s\n",
-		s.Requests, s.Failed, p("ttft"), p("tpot"), s.OutputTokenThroughput)
-}
-
 func saveDiagnosis(dir string, rep *diagnose.Report) error {
 	b, err := json.MarshalIndent(rep, "", " ")
 	if err != nil {
@@ -302,44 +243,42 @@ func saveDiagnosis(dir string, rep *diagnose.Report) error {
 	return writeFileWith(filepath.Join(dir, "2-diagnose.html"), func(w io.Writer) error { return rep.WriteHTML(w, "infergate diagnose: "+rep.Bottleneck) })
 }
 
-// shadowTest mirrors the gateway's traffic to a candidate simulator (the
-// int4 variant of the same preset) and judges the pairs.
-func shadowTest(ctx context.Context, g *proxy.Gateway, scfg sim.Config, log *slog.Logger, f *benchFlags, set map[string]bool, stdout, stderr io.Writer, dir string) error {
-	ccfg := scfg
-	if err := ccfg.ApplyVariant("int4"); err != nil {
-		return err
-	}
+// shadowTest mirrors the gateway's traffic to a candidate simulator and
+// judges the pairs at the objective. With json, the traffic asks for
+// JSON answers at a low closed-loop load (what a quantized build breaks
+// first); without, it is the tuning load itself (what a build for
+// throughput must carry).
+func shadowTest(ctx context.Context, g *proxy.Gateway, ccfg sim.Config, name string, n int, what string, log *slog.Logger, f *benchFlags, set map[string]bool,
+	stdout, stderr io.Writer, dir string, obj verdict.Objective, json bool) error {
 	candURL, stopCand, err := startSim(ccfg, log)
 	if err != nil {
 		return err
 	}
 	defer stopCand()
-	step(stdout, 6, "shadow test: mirror every request to a candidate build (int4) at %s, judge it on the same requests", candURL)
+	step(stdout, n, "shadow test: mirror every request to %s at %s, judge it on the same requests", what, candURL)
+	before := g.Config()
 	next := g.Config()
-	next.Pools["candidate"] = proxy.PoolConfig{Backends: []proxy.BackendConfig{{URL: candURL}}}
-	next.Mirror.Rules = []mirror.Rule{{Name: "int4-candidate", Pool: "candidate", Sample: 1}}
-	if err := g.ReloadFrom("demo: mirror to the int4 candidate", next); err != nil {
+	pools := maps.Clone(next.Pools)
+	pools["candidate"] = proxy.PoolConfig{Backends: []proxy.BackendConfig{{URL: candURL}}}
+	next.Pools = pools
+	next.Mirror.Rules = []mirror.Rule{{Name: name, Pool: "candidate", Sample: 1, MaxInFlight: 1024}}
+	if err := g.ReloadFrom("demo: mirror to the "+name+" candidate", next); err != nil {
 		return err
 	}
-	// JSON answers show what the candidate breaks; a JSON answer cut at
-	// max_tokens is broken on both sides, so none is sent.
-	if !set["json"] {
-		*f.json = true
+	defer g.ReloadFrom("demo: mirror off", before) //nolint:errcheck // the running configuration was accepted before
+	fb := *f
+	if json {
+		// JSON answers show what the candidate breaks; a JSON answer cut
+		// at max_tokens is broken on both sides, so none is sent.
+		j, out, c, load, d := true, "none", 16, "closed", 8*time.Second
+		fb.json, fb.output, fb.concurrency, fb.load, fb.duration = &j, &out, &c, &load, &d
 	}
-	if !set["output-tokens"] {
-		*f.output = "none"
-	}
-	if !set["concurrency"] {
-		*f.concurrency = 8
-	}
-	if !set["duration"] {
-		*f.duration = 8 * time.Second
-	}
-	*f.gwAdmin = ""
-	cfg, err := f.config(set, stderr)
+	cfg, err := fb.config(set, stderr)
 	if err != nil {
 		return err
 	}
+	cfg.GatewayAdmin = ""
+	skip := len(g.Pairs().Pairs)
 	if _, err := bench.Run(ctx, cfg); err != nil {
 		return err
 	}
@@ -347,15 +286,17 @@ func shadowTest(ctx context.Context, g *proxy.Gateway, scfg sim.Config, log *slo
 		time.Sleep(20 * time.Millisecond)
 	}
 	pairs := g.Pairs().Pairs
-	if len(pairs) == 0 {
+	if len(pairs) <= skip {
 		fmt.Fprintln(stdout, "no pairs were recorded")
 		return nil
 	}
+	pairs = pairs[skip:]
 	fmt.Fprintf(stdout, "%d pairs: each request answered by the primary and the candidate\n\n", len(pairs))
-	r := mirror.Report(pairs, verdict.Options{})
+	r := mirror.Report(pairs, verdict.Options{Objective: obj})
 	r.Write(stdout)
-	return writeFileWith(filepath.Join(dir, "6-shadow-test.html"), func(w io.Writer) error {
-		return r.WriteHTML(w, "infergate ab report", mirror.Examples(pairs, 5))
+	fmt.Fprintf(stdout, "in short: %s\n", brief(r.Changes, r.Verdict))
+	return writeFileWith(filepath.Join(dir, fmt.Sprintf("%d-shadow-%s.html", n, name)), func(w io.Writer) error {
+		return r.WriteHTML(w, "infergate ab report: "+name, mirror.Examples(pairs, 5))
 	})
 }
 

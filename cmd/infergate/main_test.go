@@ -140,7 +140,7 @@ func chat(t *testing.T, url, model string) (int, string) {
 }
 
 func TestHelpOnEveryCommand(t *testing.T) {
-	for _, args := range [][]string{{"--help"}, {"serve", "--help"}, {"sim", "--help"}, {"overhead", "--help"}, {"bench", "--help"}, {"compare", "--help"}, {"probe", "--help"}, {"demo", "--help"}, {"top", "--help"}, {"ab", "--help"}, {"ab", "report", "--help"}, {"diagnose", "--help"}, {"size", "--help"}, {"config", "--help"}} {
+	for _, args := range [][]string{{"--help"}, {"serve", "--help"}, {"sim", "--help"}, {"overhead", "--help"}, {"bench", "--help"}, {"compare", "--help"}, {"probe", "--help"}, {"demo", "--help"}, {"top", "--help"}, {"ab", "--help"}, {"ab", "report", "--help"}, {"diagnose", "--help"}, {"size", "--help"}, {"config", "--help"}, {"tune", "--help"}} {
 		out, err := exec.Command(binary, args...).CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "Usage: infergate") {
 			t.Errorf("infergate %v: err %v, output %q", args, err, out)
