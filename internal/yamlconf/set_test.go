@@ -54,3 +54,24 @@ func TestSetRefuses(t *testing.T) {
 		}
 	}
 }
+
+// Set is fed by POST /admin/config/set: any path and value give a
+// copy or an error, never a panic, and never change the original.
+func FuzzSet(f *testing.F) {
+	f.Add("pools.a.max_requests", "9")
+	f.Add("queue.max", "-1")
+	f.Add("timeout", "1h")
+	f.Add("..", "")
+	f.Add("pools..max_requests", "1")
+	f.Add("global", "{}")
+	f.Fuzz(func(t *testing.T, path, value string) {
+		orig := setRoot{Pools: map[string]setCap{"a": {MaxRequests: 4}}}
+		got, err := Set(orig, path, value)
+		if orig.Pools["a"].MaxRequests != 4 || len(orig.Pools) != 1 || orig.Queue != nil {
+			t.Fatalf("Set(%q, %q) changed the original: %+v", path, value, orig)
+		}
+		if err == nil {
+			_ = Flatten(got)
+		}
+	})
+}
