@@ -34,6 +34,7 @@ var rules = []struct {
 	{"sim", "the simulator uses the wire format only", []string{mod + "proxy", mod + "bench", mod + "tracing", mod + "mirror", mod + "shaping", mod + "policy"}},
 	{"mirror", "the mirror is used by the gateway, never the reverse", []string{mod + "proxy", mod + "tracing", mod + "bench"}},
 	{"tracing", "the timeline does not know the gateway", []string{mod + "proxy", mod + "bench", mod + "mirror"}},
+	{"tune", "the tuning loop drives a gateway through its admin API, as a user would, never from inside", []string{mod + "proxy", mod + "tracing", mod + "mirror", "go.opentelemetry.io/otel/sdk"}},
 }
 
 func goTool(t *testing.T) string {
