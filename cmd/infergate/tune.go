@@ -17,7 +17,7 @@ import (
 
 const tuneSynopsis = `tune --gateway ADMIN_URL --url API_URL --slo ttft=2s,tpot=50ms [--rate R | --concurrency C]
      [--knobs cap,queue,max-output,max-input] [--budget 10m] [--journal FILE] [--dir DIR] [--dry-run]
-     [--result result.json] [--html tune.html]
+     [--result result.json | --result -] [--html tune.html]
 
 Walks the tuning loop by itself against a running infergate gateway:
 measures a baseline at the stated load (open loop at --rate is the load
@@ -51,7 +51,7 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	journal := fs.String("journal", "", "append one JSON line per step to this file")
 	dir := fs.String("dir", "", "save every measurement's record here")
 	dryRun := fs.Bool("dry-run", false, "print the plan; measure nothing, change nothing")
-	resultOut := fs.String("result", "", "also write the result (every step, the final configuration) as JSON to this file")
+	resultOut := fs.String("result", "", "also write the result (every step, the final configuration) as JSON to this file; - prints it (--json is bench's JSON-workload flag)")
 	var backends stringList
 	fs.Var(&backends, "backend-metrics", "a backend's metrics URL for the diagnosis (repeatable; default: the gateway's backends)")
 	speedTol := fs.String("speed-tolerance", "5%", "accepted fall of goodput, and worsening of a latency median")
@@ -105,13 +105,17 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	res, err := tune.Run(ctx, tc)
 	if res != nil {
 		res.WriteSummary(stdout)
-		if *resultOut != "" {
-			werr := writeFileWith(*resultOut, func(w io.Writer) error {
-				e := json.NewEncoder(w)
-				e.SetIndent("", "  ")
-				return e.Encode(res)
-			})
-			err = errors.Join(err, werr)
+		encode := func(w io.Writer) error {
+			e := json.NewEncoder(w)
+			e.SetIndent("", "  ")
+			return e.Encode(res)
+		}
+		switch *resultOut {
+		case "":
+		case "-":
+			err = errors.Join(err, encode(stdout))
+		default:
+			err = errors.Join(err, writeFileWith(*resultOut, encode))
 		}
 		if *f.html != "" {
 			// bench's --html names the walk's page here.
