@@ -270,8 +270,11 @@ func shadowTest(ctx context.Context, g *proxy.Gateway, ccfg sim.Config, name str
 	if json {
 		// JSON answers show what the candidate breaks; a JSON answer cut
 		// at max_tokens is broken on both sides, so none is sent.
-		j, out, c, load, d := true, "none", 16, "closed", 8*time.Second
+		j, out, c, load, d := true, "none", 24, "closed", 6*time.Second
 		fb.json, fb.output, fb.concurrency, fb.load, fb.duration = &j, &out, &c, &load, &d
+	} else if !set["duration"] {
+		d := 5 * time.Second
+		fb.duration = &d
 	}
 	cfg, err := fb.config(set, stderr)
 	if err != nil {
