@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/bench"
+	"github.com/infergate/infergate/internal/htmlcheck"
 	"github.com/infergate/infergate/proxy"
 	"github.com/infergate/infergate/sim"
 	"github.com/infergate/infergate/verdict"
@@ -229,4 +230,29 @@ func TestTuneDryRun(t *testing.T) {
 	if _, err := os.Stat(cfg.Journal); err == nil {
 		t.Errorf("a dry run wrote a journal")
 	}
+}
+
+// The walk's page opens in a real browser and its charts draw; model
+// names and reasons are escaped.
+func TestTuneHTML(t *testing.T) {
+	res := &Result{Objective: "ttft p90 ≤ 2s", Bottleneck: "memory", Diagnosis: "<script>alert(1)</script>",
+		Start: Version{Version: 1, Hash: "aaa"}, Final: Version{Version: 4, Hash: "bbb"},
+		Steps: []Entry{{Event: "baseline", Goodput: 4.8, Attainment: 0.36},
+			{Step: 1, Event: "roll back", Knob: KnobCap, Diff: []string{"+shaping.global.max_requests: 22"}, Goodput: 5.1, Attainment: 0.37, Reasons: []string{"<img src=x onerror=alert(1)>"}},
+			{Step: 2, Event: "keep", Knob: KnobCap, Goodput: 10.3, Attainment: 0.6}},
+		Next: []Suggestion{{Knob: "quantization", Action: "serve fp8", Shadow: []string{"infergate ab report pairs.jsonl --slo ttft=2s"}}}}
+	path := filepath.Join(t.TempDir(), "tune.html")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := res.WriteHTML(f); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	b, _ := os.ReadFile(path)
+	if strings.Contains(string(b), "<script>alert") || strings.Contains(string(b), "<img src=x") {
+		t.Errorf("unescaped content in the page")
+	}
+	htmlcheck.Check(t, path, "#0072B2")
 }
