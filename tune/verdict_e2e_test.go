@@ -75,7 +75,8 @@ func TestVerdictJudgesTheTradeEndToEnd(t *testing.T) {
 	bySLO := verdict.Options{Objective: verdict.Objective{SLOs: slos}}
 
 	strict := bench.Compare(base, bigger, verdict.Options{Objective: verdict.Objective{}})
-	// The records carry their SLOs; a strict comparison must not use them.
+	// Records made with SLOs are judged by them when the command gives
+	// no objective; without them the rule is strict.
 	if strict.Mode != verdict.BySLO {
 		t.Fatalf("records with SLOs judged %s", strict.Mode)
 	}
