@@ -93,7 +93,7 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return exitError{3, fmt.Errorf("--quality-tolerance: %w", err)}
 	}
-	tc := tune.Config{Admin: *gateway, AdminKey: *f.gwAdminKey, Bench: cfg, Budget: *budget, MaxSteps: *maxSteps,
+	tc := tune.Config{Admin: withScheme(*gateway), AdminKey: *f.gwAdminKey, Bench: cfg, Budget: *budget, MaxSteps: *maxSteps,
 		Journal: *journal, Dir: *dir, DryRun: *dryRun, Out: stdout, Backends: backends,
 		Options: verdict.Options{SpeedTolerance: st, QualityTolerance: qt,
 			Objective: verdict.Objective{SLOs: bench.VerdictSLOs(cfg.SLOs), Percentile: cfg.SLOPercentile}}}
