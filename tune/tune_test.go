@@ -118,7 +118,7 @@ func readJournal(t *testing.T, path string) []Entry {
 // that did not hold on a second measurement.
 func TestTuneMemoryBound(t *testing.T) {
 	s := serveStack(t, "memory-bound")
-	cfg := s.config(t, 40, 3*time.Second, "ttft=1s,tpot=50ms")
+	cfg := s.config(t, 40, 2*time.Second, "ttft=1s,tpot=50ms")
 	cfg.Knobs = []string{KnobCap, KnobQueue}
 	var out bytes.Buffer
 	cfg.Out = &out
@@ -183,7 +183,7 @@ func TestTuneNothingToTune(t *testing.T) {
 func TestTuneInterruptedRestoresTheStart(t *testing.T) {
 	s := serveStack(t, "memory-bound")
 	start := s.current(t)
-	cfg := s.config(t, 40, 3*time.Second, "ttft=1s,tpot=50ms")
+	cfg := s.config(t, 40, 2*time.Second, "ttft=1s,tpot=50ms")
 	cfg.Knobs = []string{KnobCap}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
