@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/infergate/infergate/bench"
@@ -123,20 +124,11 @@ func (c *Config) Validate() error {
 		return errors.New("tune: --budget must be positive")
 	}
 	for _, k := range c.Knobs {
-		if !contains(AllKnobs, k) {
+		if !slices.Contains(AllKnobs, k) {
 			return fmt.Errorf("tune: --knobs: %q is not one of %v", k, AllKnobs)
 		}
 	}
 	return nil
-}
-
-func contains(xs []string, x string) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
 }
 
 // tuner is one walk in progress.

@@ -42,22 +42,14 @@ func flatten(out map[string]string, prefix string, v reflect.Value) {
 	case reflect.Struct:
 		t := v.Type()
 		for i := range t.NumField() {
-			f := t.Field(i)
-			if !f.IsExported() {
-				continue
-			}
-			tag := f.Tag.Get("yaml")
-			name, opts, _ := strings.Cut(tag, ",")
+			name, inline, ok := yamlName(t.Field(i))
 			switch {
-			case tag == "-":
-				continue
-			case strings.Contains(opts, "inline"):
+			case !ok:
+			case inline:
 				flatten(out, prefix, v.Field(i))
-				continue
-			case name == "":
-				name = strings.ToLower(f.Name)
+			default:
+				flatten(out, join(name), v.Field(i))
 			}
-			flatten(out, join(name), v.Field(i))
 		}
 	case reflect.Map:
 		keys := v.MapKeys()
@@ -77,4 +69,23 @@ func flatten(out map[string]string, prefix string, v reflect.Value) {
 			out[prefix] = fmt.Sprint(v.Interface())
 		}
 	}
+}
+
+// yamlName is a struct field's YAML key as yaml.v3 names it: its tag's
+// name, else its lower-cased Go name; inline when its fields sit in the
+// parent's mapping; ok false for a field YAML leaves out (unexported, or
+// tagged "-").
+func yamlName(f reflect.StructField) (name string, inline, ok bool) {
+	tag := f.Tag.Get("yaml")
+	if !f.IsExported() || tag == "-" {
+		return "", false, false
+	}
+	name, opts, _ := strings.Cut(tag, ",")
+	if strings.Contains(opts, "inline") {
+		return "", true, true
+	}
+	if name == "" {
+		name = strings.ToLower(f.Name)
+	}
+	return name, false, true
 }

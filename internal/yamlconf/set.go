@@ -71,24 +71,14 @@ func set(v reflect.Value, path []string, value, full string) error {
 func fieldByYAML(v reflect.Value, name string) (reflect.Value, bool) {
 	t := v.Type()
 	for i := range t.NumField() {
-		f := t.Field(i)
-		if !f.IsExported() {
-			continue
-		}
-		tag := f.Tag.Get("yaml")
-		n, opts, _ := strings.Cut(tag, ",")
+		n, inline, ok := yamlName(t.Field(i))
 		switch {
-		case tag == "-":
-			continue
-		case strings.Contains(opts, "inline"):
-			if got, ok := fieldByYAML(v.Field(i), name); ok {
+		case !ok:
+		case inline:
+			if got, found := fieldByYAML(v.Field(i), name); found {
 				return got, true
 			}
-			continue
-		case n == "":
-			n = strings.ToLower(f.Name)
-		}
-		if n == name {
+		case n == name:
 			return v.Field(i), true
 		}
 	}
