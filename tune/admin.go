@@ -1,22 +1,17 @@
 package tune
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"strings"
 	"time"
+
+	"github.com/infergate/infergate/internal/adminapi"
 )
 
-// admin is a client of a gateway's admin listener: its configuration
-// history, a change of settings, a rollback.
-type admin struct {
-	url, key string
-	hc       *http.Client
-}
+// admin is the gateway's admin listener: its configuration history, a
+// change of settings, a rollback.
+type admin struct{ c *adminapi.Client }
 
 // Version is one of the gateway's kept configurations, as
 // /admin/config/versions lists it.
@@ -29,48 +24,10 @@ type Version struct {
 }
 
 func (a *admin) do(ctx context.Context, method, path string, body, out any) error {
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return err
-		}
-		rd = bytes.NewReader(b)
-	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(a.url, "/")+path, rd)
-	if err != nil {
+	if err := a.c.Do(ctx, method, path, body, out); err != nil {
 		return fmt.Errorf("tune: gateway admin: %w", err)
-	}
-	if a.key != "" {
-		req.Header.Set("Authorization", "Bearer "+a.key)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := a.hc.Do(req)
-	if err != nil {
-		return fmt.Errorf("tune: gateway admin %s: %w", path, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-	if err != nil {
-		return fmt.Errorf("tune: gateway admin %s: %w", path, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		var e struct {
-			Error struct {
-				Message string `json:"message"`
-			} `json:"error"`
-		}
-		if json.Unmarshal(b, &e) == nil && e.Error.Message != "" {
-			return fmt.Errorf("tune: gateway admin %s: %d: %s", path, resp.StatusCode, e.Error.Message)
-		}
-		return fmt.Errorf("tune: gateway admin %s: status %d", path, resp.StatusCode)
-	}
-	if out != nil {
-		if err := json.Unmarshal(b, out); err != nil {
-			return fmt.Errorf("tune: gateway admin %s: %w", path, err)
-		}
 	}
 	return nil
 }
@@ -88,7 +45,7 @@ func (a *admin) current(ctx context.Context) (Version, error) {
 			return v, nil
 		}
 	}
-	return Version{}, fmt.Errorf("tune: the gateway at %s names no current configuration", a.url)
+	return Version{}, fmt.Errorf("tune: the gateway at %s names no current configuration", a.c.URL)
 }
 
 // set changes settings on the running gateway.

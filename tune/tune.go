@@ -26,6 +26,7 @@ import (
 	"github.com/infergate/infergate/bench"
 	"github.com/infergate/infergate/diagnose"
 	"github.com/infergate/infergate/diagnose/collect"
+	"github.com/infergate/infergate/internal/adminapi"
 	"github.com/infergate/infergate/verdict"
 )
 
@@ -164,7 +165,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	cfg.Bench.SLOs = fromVerdict(cfg.Options.Objective.SLOs)
 	cfg.Bench.SLOPercentile = cfg.Options.Objective.Percentile
 	t := &tuner{cfg: cfg, out: cmp.Or[io.Writer](cfg.Out, io.Discard), deadline: time.Now().Add(cfg.Budget),
-		adm: &admin{url: cfg.Admin, key: cfg.AdminKey, hc: cmp.Or(cfg.HTTP, http.DefaultClient)},
+		adm: &admin{c: &adminapi.Client{URL: cfg.Admin, Key: cfg.AdminKey, HTTP: cfg.HTTP}},
 		res: &Result{Objective: cfg.Options.Objective.String()}}
 	start, err := t.adm.current(ctx)
 	if err != nil {

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,7 +10,7 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/bench"
-	"github.com/infergate/infergate/openai"
+	"github.com/infergate/infergate/internal/adminapi"
 	"github.com/infergate/infergate/proxy"
 )
 
@@ -48,34 +46,12 @@ func runConfig(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	base := strings.TrimSuffix(withScheme(*gateway), "/")
-	client := &http.Client{Timeout: 30 * time.Second}
-	call := func(method, path string, body []byte, out any) error {
-		req, err := http.NewRequestWithContext(ctx, method, base+path, bytes.NewReader(body))
-		if err != nil {
-			return err
-		}
-		if *adminKey != "" {
-			req.Header.Set("Authorization", "Bearer "+*adminKey)
-		}
-		resp, err := client.Do(req)
-		if err != nil {
+	admin := &adminapi.Client{URL: base, Key: *adminKey, HTTP: &http.Client{Timeout: 30 * time.Second}}
+	call := func(method, path string, body, out any) error {
+		if err := admin.Do(ctx, method, path, body, out); err != nil {
 			return fmt.Errorf("config %s: %w", sub, err)
 		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-		if err != nil {
-			return fmt.Errorf("config %s: %w", sub, err)
-		}
-		if resp.StatusCode != http.StatusOK {
-			var e struct {
-				Error openai.Error `json:"error"`
-			}
-			if json.Unmarshal(b, &e) == nil && e.Error.Message != "" {
-				return fmt.Errorf("config %s: %s", sub, e.Error.Message)
-			}
-			return fmt.Errorf("config %s: %s: status %d", sub, base+path, resp.StatusCode)
-		}
-		return json.Unmarshal(b, out)
+		return nil
 	}
 	switch sub {
 	case "versions":
@@ -99,14 +75,14 @@ func runConfig(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		return nil
 	case "rollback":
-		body := []byte{}
+		var body any // none: the previous configuration
 		switch {
 		case *to > 0 && *hash != "":
 			return errors.New("config rollback: give --to or --hash, not both")
 		case *to > 0:
-			body, _ = json.Marshal(map[string]int{"version": *to})
+			body = map[string]int{"version": *to}
 		case *hash != "":
-			body, _ = json.Marshal(map[string]string{"hash": *hash})
+			body = map[string]string{"hash": *hash}
 		}
 		var v proxy.ConfigVersion
 		if err := call(http.MethodPost, "/admin/config/rollback", body, &v); err != nil {
