@@ -175,6 +175,20 @@ func attained(s *Summary, slos []verdict.SLO) int {
 	return int(math.Round(float64(met) / float64(n) * float64(s.OK)))
 }
 
+// AtObjective is a stage's goodput (requests a second meeting every
+// SLO) and attainment (their share of its requests), as Compare judges
+// them.
+func AtObjective(s *Summary, slos []verdict.SLO) (goodput, attainment float64) {
+	if s.Requests == 0 {
+		return 0, 0
+	}
+	met := attained(s, slos)
+	if s.Window > 0 {
+		goodput = float64(met) / s.Window
+	}
+	return goodput, float64(met) / float64(s.Requests)
+}
+
 // sloValues are a metric's values for the SLO check: a latency not
 // measured misses (+Inf), except a TPOT (an answer of one token).
 func sloValues(s *Summary, metric string) []float64 {

@@ -18,7 +18,7 @@ import (
 // is not tried. then, when set, adds the steps its outcome calls for.
 type step struct {
 	knob  string
-	build func() (settings map[string]string, label, skip string)
+	build func(ctx context.Context) (settings map[string]string, label, skip string)
 	then  func(kept bool) []step
 	skip  string
 }
@@ -58,7 +58,7 @@ func (t *tuner) capSteps(rep *diagnose.Report) []step {
 		return []step{{knob: KnobCap, skip: fmt.Sprintf("diagnose proposes no cap for a %s bottleneck (a cap protects a server bound by memory or compute)", rep.Bottleneck)}}
 	}
 	capAt := func(n int, why string) step {
-		return step{knob: KnobCap, build: func() (map[string]string, string, string) {
+		return step{knob: KnobCap, build: func(context.Context) (map[string]string, string, string) {
 			return map[string]string{settingCap: strconv.Itoa(n)}, fmt.Sprintf("cap the gateway at %d requests in flight (%s)", n, why), ""
 		}}
 	}
@@ -77,8 +77,8 @@ func (t *tuner) capSteps(rep *diagnose.Report) []step {
 			// refused at once and the rest get through in time.
 			withDeadline := capAt(rep.CapAt, fmt.Sprintf("the knee again, now with the queue's wait bounded at %v, the TTFT SLO", d))
 			build := withDeadline.build
-			withDeadline.build = func() (map[string]string, string, string) {
-				s, label, skip := build()
+			withDeadline.build = func(ctx context.Context) (map[string]string, string, string) {
+				s, label, skip := build(ctx)
 				s[settingQueueTimeout] = d.String()
 				return s, label, skip
 			}
@@ -110,8 +110,8 @@ func (t *tuner) queueBound() time.Duration {
 // request that has waited that long misses it anyway, and answering it
 // at once frees the queue for the ones that can still make it. It needs
 // a cap: without one nothing waits in the gateway.
-func (t *tuner) queueStep() (map[string]string, string, string) {
-	cur, err := t.adm.current(context.Background())
+func (t *tuner) queueStep(ctx context.Context) (map[string]string, string, string) {
+	cur, err := t.adm.current(ctx)
 	if err != nil {
 		return nil, "", "cannot read the gateway's configuration: " + err.Error()
 	}
@@ -139,7 +139,7 @@ func tailStep(knob string, base *bench.Record, metric, what string, extra map[st
 		return step{knob: knob, skip: fmt.Sprintf("%s are of even length (p90 %.0f, p99 %.0f tokens): a cap would cut many and spare little", what, *m.P90, *m.P99)}
 	}
 	n := int(math.Ceil(*m.P90))
-	return step{knob: knob, build: func() (map[string]string, string, string) {
+	return step{knob: knob, build: func(context.Context) (map[string]string, string, string) {
 		s := maps.Clone(extra)
 		s[setting] = strconv.Itoa(n)
 		return s, fmt.Sprintf("cap %s at %d tokens, their p90 (p99 %.0f)", what, n, *m.P99), ""
@@ -150,7 +150,7 @@ func tailStep(knob string, base *bench.Record, metric, what string, extra map[st
 // verdict says KEEP with goodput (open loop) or attainment (closed)
 // risen beyond doubt, and says so again on a second measurement.
 func (t *tuner) try(ctx context.Context, s step) (bool, error) {
-	settings, label, skip := s.build()
+	settings, label, skip := s.build(ctx)
 	if skip != "" {
 		fmt.Fprintf(t.out, "\n== %s: skipped: %s\n", s.knob, skip)
 		t.journal(Entry{Event: "skip", Knob: s.knob, Note: skip})

@@ -312,16 +312,7 @@ func (t *tuner) measure(ctx context.Context, name string, sample bool) (*bench.R
 
 // figures are a record's goodput and attainment at the objective.
 func figures(r *bench.Record, obj verdict.Objective) (goodput, attainment float64) {
-	c := bench.Compare(r, r, verdict.Options{Objective: obj})
-	for _, ch := range c.Changes {
-		switch ch.Metric {
-		case "goodput":
-			goodput = ch.New
-		case "slo_attainment":
-			attainment = ch.New
-		}
-	}
-	return goodput, attainment
+	return bench.AtObjective(r.Stages[0], obj.SLOs)
 }
 
 func nowUTC() time.Time { return time.Now().UTC() }
