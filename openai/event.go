@@ -206,6 +206,9 @@ func decodeUsage(b []byte) (Usage, bool) {
 	u.PromptTokens = intField(b, keyPromptTokens)
 	u.CompletionTokens = intField(b, keyCompletionTokens)
 	u.TotalTokens = intField(b, keyTotalTokens)
+	if v, ok := leadingInt(nextValue(b, keyCachedTokens)); ok {
+		u.PromptTokensDetails.CachedTokens, u.HasDetails = v, true
+	}
 	return u, true
 }
 
@@ -213,6 +216,7 @@ var (
 	keyPromptTokens     = []byte(`"prompt_tokens"`)
 	keyCompletionTokens = []byte(`"completion_tokens"`)
 	keyTotalTokens      = []byte(`"total_tokens"`)
+	keyCachedTokens     = []byte(`"cached_tokens"`)
 )
 
 // intField returns the non-negative integer value of key at the object's

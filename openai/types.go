@@ -52,6 +52,23 @@ type Usage struct {
 	PromptTokens     int `json:"prompt_tokens"`
 	CompletionTokens int `json:"completion_tokens"`
 	TotalTokens      int `json:"total_tokens"`
+	// PromptTokensDetails says how much of the prompt the server found in
+	// its prefix cache (OpenAI; vLLM with prefix caching); HasDetails
+	// whether the server said (a value, not a pointer: the relay reads a
+	// usage per request without allocating).
+	PromptTokensDetails PromptTokensDetails `json:"prompt_tokens_details,omitzero"`
+	HasDetails          bool                `json:"-"`
+}
+
+// PromptTokensDetails is the breakdown of a usage's prompt tokens.
+type PromptTokensDetails struct {
+	CachedTokens int `json:"cached_tokens"`
+}
+
+// Cached returns the prompt tokens the server reported cached, and
+// whether it reported them.
+func (u Usage) Cached() (int, bool) {
+	return u.PromptTokensDetails.CachedTokens, u.HasDetails
 }
 
 // ChatResponse is a non-streaming chat completion.

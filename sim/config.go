@@ -71,6 +71,13 @@ type EngineConfig struct {
 	// SaturationBatch is the number of tokens per step at which the
 	// simulated GPU is fully busy; it scales the utilisation gauge.
 	SaturationBatch int `yaml:"saturation_batch"`
+	// PrefixCaching keeps computed prompt blocks in the KV cache for later
+	// prompts that start with the same tokens, as vLLM's automatic prefix
+	// caching does (on by default in vLLM's V1 engine, and in every
+	// preset). Responses then report usage.prompt_tokens_details.
+	// cached_tokens, and /metrics vllm:prefix_cache_queries_total and
+	// vllm:prefix_cache_hits_total, in tokens.
+	PrefixCaching bool `yaml:"prefix_caching"`
 }
 
 // OutputConfig shapes how long answers are.
@@ -152,6 +159,7 @@ var balancedEngine = EngineConfig{
 	MaxNumSeqs: 64, KVCacheTokens: 131072, BlockSize: 16,
 	PrefillTokensPerS: 10000, MaxBatchedTokens: 2048,
 	DecodeBaseMs: 8, DecodePerSeqMs: 0.15, SaturationBatch: 64,
+	PrefixCaching: true,
 }
 
 // Defaults fills in what was left unset, in one place: the address, the
@@ -346,6 +354,11 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&e.DecodePerSeqMs, "decode-per-seq-ms", e.DecodePerSeqMs, "step cost per decoding sequence (milliseconds)")
 	fs.Float64Var(&e.DecodePerKVTokenUs, "decode-per-kv-token-us", e.DecodePerKVTokenUs, "step cost per cached token of decoding sequences (microseconds)")
 	fs.IntVar(&e.SaturationBatch, "saturation-batch", e.SaturationBatch, "tokens per step at which the simulated GPU is fully busy")
+	fs.BoolVar(&e.PrefixCaching, "enable-prefix-caching", e.PrefixCaching, "keep computed prompt blocks for prompts that share their start, as vLLM does")
+	fs.BoolFunc("no-enable-prefix-caching", "turn prefix caching off (vLLM's spelling)", func(string) error {
+		e.PrefixCaching = false
+		return nil
+	})
 	fs.IntVar(&c.Output.MeanTokens, "mean-output-tokens", c.Output.MeanTokens, "mean natural answer length (tokens)")
 	fs.IntVar(&c.Output.MaxModelLen, "max-model-len", c.Output.MaxModelLen, "context window, prompt plus output (tokens)")
 	q := &c.Quality

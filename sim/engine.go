@@ -15,8 +15,17 @@ type seq struct {
 	generated int // tokens produced so far
 	need      int // tokens to prefill: prompt, or prompt+generated after a preemption
 	prefilled int // of need
-	blocks    int // KV blocks held
+	blocks    int // KV blocks held privately (not in the prefix cache)
 	running   bool
+
+	// The prefix cache: the hashes of the prompt's full blocks, the
+	// cached blocks this sequence holds a reference on (its prompt's
+	// first ones), and the prompt tokens found cached when it was last
+	// admitted.
+	hashes     []uint64
+	shared     []*cachedBlock
+	registered bool
+	cached     atomic.Int32
 
 	arrival, scheduled, firstToken, lastToken time.Time
 
@@ -70,6 +79,7 @@ type engine struct {
 	runningSeqs []*seq
 	freeBlocks  int
 	totalBlocks int
+	cache       *prefixCache // nil without prefix caching
 
 	// busy is the scheduler's own compute time, in ns, for overhead checks.
 	busy  atomic.Int64
@@ -78,10 +88,62 @@ type engine struct {
 
 func newEngine(cfg EngineConfig, speedup float64, m *metrics) *engine {
 	total := cfg.KVCacheTokens / cfg.BlockSize
-	return &engine{
+	e := &engine{
 		cfg: cfg, speedup: speedup, metrics: m,
 		submit: make(chan *seq, 1024), stop: make(chan struct{}), done: make(chan struct{}),
 		freeBlocks: total, totalBlocks: total,
+	}
+	if cfg.PrefixCaching {
+		e.cache = newPrefixCache()
+	}
+	return e
+}
+
+// takeBlocks takes n blocks from the free ones, evicting unused cached
+// blocks when too few are free; false (and nothing taken) when even
+// eviction cannot make room.
+func (e *engine) takeBlocks(n int) bool {
+	if e.freeBlocks < n && (e.cache == nil || e.freeBlocks+e.cache.idle < n) {
+		return false
+	}
+	for e.freeBlocks < n {
+		e.cache.evict()
+		e.freeBlocks++
+	}
+	e.freeBlocks -= n
+	return true
+}
+
+// releaseShared drops s's references on cached blocks.
+func (e *engine) releaseShared(s *seq) {
+	if e.cache != nil {
+		e.cache.release(s.shared)
+	}
+	clear(s.shared)
+	s.shared = s.shared[:0]
+}
+
+// register puts the full prompt blocks s computed into the prefix cache,
+// once its prefill is done. A block another sequence cached meanwhile is
+// shared instead, and s's own copy freed.
+func (e *engine) register(s *seq) {
+	s.registered = true
+	if e.cache == nil {
+		return
+	}
+	full := min(len(s.hashes), s.prompt/e.cfg.BlockSize)
+	for i := len(s.shared); i < full && s.blocks > 0; i++ {
+		h := s.hashes[i]
+		if _, ok := e.cache.blocks[h]; ok {
+			s.shared = append(s.shared, e.cache.ref(h))
+			s.blocks--
+			e.freeBlocks++
+			continue
+		}
+		b := &cachedBlock{hash: h, refs: 1}
+		e.cache.blocks[h] = b
+		s.shared = append(s.shared, b)
+		s.blocks--
 	}
 }
 
@@ -174,8 +236,14 @@ func (e *engine) loop() {
 	}
 }
 
+// kvUsage is the share of blocks in use, as vLLM reports it: cached
+// blocks no sequence uses count as free.
 func (e *engine) kvUsage() float64 {
-	return float64(e.totalBlocks-e.freeBlocks) / float64(e.totalBlocks)
+	free := e.freeBlocks
+	if e.cache != nil {
+		free += e.cache.idle
+	}
+	return float64(e.totalBlocks-free) / float64(e.totalBlocks)
 }
 
 func (e *engine) drainSubmit() {
@@ -216,6 +284,7 @@ func (e *engine) dropAborted() {
 func (e *engine) release(s *seq) {
 	e.freeBlocks += s.blocks
 	s.blocks = 0
+	e.releaseShared(s)
 	s.running = false
 	s.done.Store(true)
 }
@@ -248,9 +317,8 @@ func (e *engine) schedule() stepPlan {
 		if s.prefilled < s.need {
 			continue
 		}
-		for blocksFor(s.prompt+s.generated+1, bs) > s.blocks {
-			if e.freeBlocks > 0 {
-				e.freeBlocks--
+		for blocksFor(s.prompt+s.generated+1, bs) > s.blocks+len(s.shared) {
+			if e.takeBlocks(1) {
 				s.blocks++
 				continue
 			}
@@ -285,21 +353,39 @@ func (e *engine) schedule() stepPlan {
 	// would come straight back and thrash.
 	for !preempted && len(e.waiting) > 0 && len(e.runningSeqs) < e.cfg.MaxNumSeqs && budget > 0 {
 		s := e.waiting[0]
-		nb := blocksFor(s.need+1, bs)
-		if nb > e.freeBlocks {
+		// The cached blocks the prompt starts with are shared, not
+		// computed; at least one token is, to make the first output.
+		hit, idleHit := 0, 0
+		if e.cache != nil {
+			hit, idleHit = e.cache.match(s.hashes)
+			if hit*bs >= s.need {
+				hit = (s.need - 1) / bs
+				_, idleHit = e.cache.match(s.hashes[:hit])
+			}
+		}
+		nb := blocksFor(s.need+1, bs) - hit
+		if nb > e.freeBlocks && (e.cache == nil || nb > e.freeBlocks+e.cache.idle-idleHit) {
 			break // head-of-line: the oldest waits for memory
 		}
 		e.waiting[0] = nil
 		e.waiting = e.waiting[1:]
-		e.freeBlocks -= nb
+		for _, h := range s.hashes[:hit] {
+			s.shared = append(s.shared, e.cache.ref(h))
+		}
+		e.takeBlocks(nb)
 		s.blocks = nb
 		s.running = true
-		s.prefilled = 0
+		s.prefilled = hit * bs
+		s.cached.Store(int32(hit * bs))
+		if e.cache != nil && e.metrics != nil {
+			e.metrics.prefixQueries.Add(float64(s.need))
+			e.metrics.prefixHits.Add(float64(hit * bs))
+		}
 		if s.scheduled.IsZero() {
 			s.scheduled = time.Now()
 		}
 		e.runningSeqs = append(e.runningSeqs, s)
-		n := min(s.need, budget)
+		n := min(s.need-s.prefilled, budget)
 		p.prefillSeqs = append(p.prefillSeqs, s)
 		p.prefill = append(p.prefill, n)
 		p.prefillTokens += n
@@ -321,6 +407,7 @@ func (e *engine) preempt(s *seq) {
 	}
 	e.freeBlocks += s.blocks
 	s.blocks = 0
+	e.releaseShared(s)
 	s.running = false
 	s.need = s.prompt + s.generated
 	s.prefilled = 0
@@ -344,6 +431,9 @@ func (e *engine) finishStep(p stepPlan, now time.Time, touched []*seq) []*seq {
 		// A sequence whose prefill completed this step, and every decoding
 		// one, produced one token; one still prefilling produced none.
 		if s.prefilled >= s.need {
+			if !s.registered {
+				e.register(s)
+			}
 			first := s.generated == 0
 			s.generated++
 			if e.metrics != nil {

@@ -23,6 +23,7 @@ type metrics struct {
 
 	running, waiting, kvUsage prometheus.Gauge
 	preemptions               prometheus.Counter
+	prefixQueries, prefixHits prometheus.Counter
 	prompt, generation        prometheus.Counter
 	ttft, itl, e2e, queue     prometheus.Observer
 	success                   *prometheus.CounterVec
@@ -53,6 +54,8 @@ func newMetrics(model string, e EngineConfig) *metrics {
 	m.waiting = g("vllm:num_requests_waiting", "Number of requests waiting to be processed.")
 	m.kvUsage = g("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")
 	m.preemptions = c("vllm:num_preemptions_total", "Cumulative number of preemptions from the engine.")
+	m.prefixQueries = c("vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens.")
+	m.prefixHits = c("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.")
 	m.prompt = c("vllm:prompt_tokens_total", "Number of prefill tokens processed.")
 	m.generation = c("vllm:generation_tokens_total", "Number of generation tokens processed.")
 	m.ttft = h("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", ttftBuckets)
@@ -67,7 +70,7 @@ func newMetrics(model string, e EngineConfig) *metrics {
 	// configuration (a subset of vLLM's labels, same names).
 	info := prometheus.NewGauge(prometheus.GaugeOpts{Name: "vllm:cache_config_info", Help: "Information of the LLMEngine CacheConfig",
 		ConstLabels: prometheus.Labels{"model_name": model, "block_size": strconv.Itoa(e.BlockSize),
-			"num_gpu_blocks": strconv.Itoa(e.KVCacheTokens / e.BlockSize), "cache_dtype": "auto", "enable_prefix_caching": "False"}})
+			"num_gpu_blocks": strconv.Itoa(e.KVCacheTokens / e.BlockSize), "cache_dtype": "auto", "enable_prefix_caching": pyBool(e.PrefixCaching)}})
 	info.Set(1)
 	reg.MustRegister(info)
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -118,4 +121,12 @@ func (u *utilisation) value(now time.Time) float64 {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return u.decayed(now)
+}
+
+// pyBool spells b as vLLM's labels do, in Python.
+func pyBool(b bool) string {
+	if b {
+		return "True"
+	}
+	return "False"
 }

@@ -29,17 +29,21 @@ func (s *Server) respondWhole(rc *fasthttp.RequestCtx, r *request) {
 	s.recordFinish(r)
 	text := r.ans.text()
 	finish := r.ans.finish
-	usage := &openai.Usage{PromptTokens: r.promptTokens, CompletionTokens: r.ans.tokens, TotalTokens: r.promptTokens + r.ans.tokens}
 	var body []byte
 	if r.chat {
 		body, _ = json.Marshal(openai.ChatResponse{ID: r.id, Object: "chat.completion", Created: r.created, Model: r.model,
-			Choices: []openai.ChatChoice{{Message: openai.ChatMessage{Role: "assistant", Content: text}, FinishReason: &finish}}, Usage: usage})
+			Choices: []openai.ChatChoice{{Message: openai.ChatMessage{Role: "assistant", Content: text}, FinishReason: &finish}}})
 	} else {
 		body, _ = json.Marshal(openai.CompletionResponse{ID: r.id, Object: "text_completion", Created: r.created, Model: r.model,
-			Choices: []openai.CompletionChoice{{Text: text, FinishReason: &finish}}, Usage: usage})
+			Choices: []openai.CompletionChoice{{Text: text, FinishReason: &finish}}})
 	}
-	if s.cfg.PerRequestMetrics && len(body) > 0 {
-		body = append(r.appendMetrics(body[:len(body)-1]), '}')
+	if len(body) > 0 {
+		body = body[:len(body)-1]
+		body = r.appendUsage(append(body, `,"usage":`...))
+		if s.cfg.PerRequestMetrics {
+			body = r.appendMetrics(body)
+		}
+		body = append(body, '}')
 	}
 	if d := r.faults.netDelay(); d > 0 {
 		time.Sleep(d)
@@ -122,13 +126,7 @@ func (s *Server) stream(w *bufio.Writer, r *request) {
 	buf = append(buf, "}\n\n"...)
 	if r.usage {
 		buf = r.appendChunkHead(buf)
-		buf = append(buf, `,"choices":[],"usage":{"prompt_tokens":`...)
-		buf = strconv.AppendInt(buf, int64(r.promptTokens), 10)
-		buf = append(buf, `,"completion_tokens":`...)
-		buf = strconv.AppendInt(buf, int64(r.ans.tokens), 10)
-		buf = append(buf, `,"total_tokens":`...)
-		buf = strconv.AppendInt(buf, int64(r.promptTokens+r.ans.tokens), 10)
-		buf = append(buf, '}')
+		buf = r.appendUsage(append(buf, `,"choices":[],"usage":`...))
 		if r.timing && !r.firstOut.IsZero() {
 			buf = append(buf, `,"sim_timing":{"ttft_us":`...)
 			buf = strconv.AppendInt(buf, r.firstOut.Sub(r.received).Microseconds(), 10)
@@ -141,6 +139,24 @@ func (s *Server) stream(w *bufio.Writer, r *request) {
 	}
 	buf = append(buf, "data: [DONE]\n\n"...)
 	write(buf)
+}
+
+// appendUsage appends the usage object; with prefix caching it says how
+// many prompt tokens were found cached, as vLLM does with
+// --enable-prompt-tokens-details.
+func (r *request) appendUsage(b []byte) []byte {
+	b = append(b, `{"prompt_tokens":`...)
+	b = strconv.AppendInt(b, int64(r.promptTokens), 10)
+	b = append(b, `,"completion_tokens":`...)
+	b = strconv.AppendInt(b, int64(r.ans.tokens), 10)
+	b = append(b, `,"total_tokens":`...)
+	b = strconv.AppendInt(b, int64(r.promptTokens+r.ans.tokens), 10)
+	if r.prefixCaching {
+		b = append(b, `,"prompt_tokens_details":{"cached_tokens":`...)
+		b = strconv.AppendInt(b, int64(r.src.cachedTokens()), 10)
+		b = append(b, '}')
+	}
+	return append(b, '}')
 }
 
 // appendMetrics appends vLLM's per-request metrics object as a member of

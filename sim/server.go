@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -33,6 +34,8 @@ type Server struct {
 	created int64
 	nonce   atomic.Uint64
 	clock   clock
+	// hashSeed names the prefix cache's blocks.
+	hashSeed maphash.Seed
 }
 
 // New fills in cfg's defaults, validates it and builds a simulator; it loads the tokenizer and, in
@@ -49,7 +52,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{cfg: cfg, tok: tok, metrics: newMetrics(cfg.Model, cfg.Engine), watch: hangup.New(0), log: log, created: time.Now().Unix()}
+	s := &Server{cfg: cfg, tok: tok, metrics: newMetrics(cfg.Model, cfg.Engine), watch: hangup.New(0), log: log, created: time.Now().Unix(), hashSeed: maphash.MakeSeed()}
 	if cfg.Mode == ModeEngine {
 		s.eng = newEngine(cfg.Engine, cfg.Quality.DecodeSpeedup, s.metrics)
 		eng := s.eng
@@ -181,10 +184,13 @@ type request struct {
 	promptTokens int
 	ans          answer
 	usage        bool // stream_options.include_usage
-	faults       Faults
-	src          tokenSource
-	watch        *hangup.Handle
-	conn         net.Conn
+	// prefixCaching: the engine caches prompt blocks, and usage says
+	// how many tokens were found.
+	prefixCaching bool
+	faults        Faults
+	src           tokenSource
+	watch         *hangup.Handle
+	conn          net.Conn
 	// With TimingHeader: when the request was read, and when the first
 	// content token was handed to the connection.
 	timing             bool
@@ -253,6 +259,10 @@ func (s *Server) complete(rc *fasthttp.RequestCtx, chat bool) {
 			return
 		}
 		sq := newSeq(promptTokens, ans.tokens)
+		if s.cfg.Engine.PrefixCaching {
+			sq.hashes = promptBlocks(s.tok, s.hashSeed, &req, s.cfg.Engine.BlockSize)
+			r.prefixCaching = true
+		}
 		if !s.eng.add(sq) {
 			vllmError(rc, fasthttp.StatusServiceUnavailable, "ServiceUnavailable", "server is shutting down")
 			return

@@ -18,6 +18,8 @@ type tokenSource interface {
 	abort()
 	// split is the engine's queue, prefill and decode time so far.
 	split() (queue, prefill, decode time.Duration)
+	// cachedTokens is the prompt tokens found in the prefix cache.
+	cachedTokens() int
 }
 
 type engineSource struct{ s *seq }
@@ -53,6 +55,8 @@ func (e *engineSource) sleep(d time.Duration) bool {
 }
 
 func (e *engineSource) abort() { e.s.abort() }
+
+func (e *engineSource) cachedTokens() int { return int(e.s.cached.Load()) }
 
 func (e *engineSource) split() (queue, prefill, decode time.Duration) {
 	return time.Duration(e.s.queueNs.Load()), time.Duration(e.s.prefillNs.Load()), time.Duration(e.s.decodeNs.Load())
@@ -95,6 +99,8 @@ func (f *fixedSource) sleepUntil(t time.Time) bool {
 }
 
 func (f *fixedSource) sleep(d time.Duration) bool { return f.sleepUntil(time.Now().Add(d)) }
+
+func (f *fixedSource) cachedTokens() int { return 0 }
 
 func (f *fixedSource) split() (queue, prefill, decode time.Duration) {
 	return 0, f.ttft, time.Duration(max(f.total-1, 0)) * f.itl

@@ -158,3 +158,28 @@ func isSpaceWord(w string) bool {
 	}
 	return true
 }
+
+// Blocks counts s as Count does, starting from start tokens already
+// counted, and calls at with the byte offset in s that ends each block of
+// size tokens the text completes: the offset after the word holding the
+// block's last token, so a block whose end falls inside a word closes
+// with that word. The simulator's prefix cache hashes a prompt's text up
+// to each offset. It returns the tokens of s.
+func (t *Tokenizer) Blocks(s string, start, size int, at func(end int)) int {
+	if !utf8.ValidString(s) {
+		s = string([]rune(s))
+	}
+	n, off := 0, 0
+	next := (start/size + 1) * size
+	for len(s) > 0 {
+		var w string
+		w, s = nextChunk(s)
+		n += t.countChunk(w)
+		off += len(w)
+		for start+n >= next {
+			at(off)
+			next += size
+		}
+	}
+	return n
+}

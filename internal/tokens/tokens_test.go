@@ -177,3 +177,30 @@ func TestRandomScripts(t *testing.T) {
 		}
 	}
 }
+
+func TestBlocksCountsAsCountAndCutsEverySize(t *testing.T) {
+	tok, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	words := tok.Words()
+	var sb strings.Builder
+	for i := range 100 {
+		sb.WriteString(words[i%len(words)])
+	}
+	s := sb.String() // 100 one-token words
+	var ends []int
+	n := tok.Blocks(s, 4, 16, func(end int) { ends = append(ends, end) })
+	if n != 100 || n != tok.Count(s) {
+		t.Fatalf("Blocks counted %d, Count %d, want 100", n, tok.Count(s))
+	}
+	// 4 tokens before the text: blocks end after words 12, 28, 44, 60, 76, 92.
+	if len(ends) != 6 {
+		t.Fatalf("ends %v, want 6 blocks", ends)
+	}
+	for i, e := range ends {
+		if got := tok.Count(s[:e]); got != 12+16*i {
+			t.Errorf("block %d ends after %d tokens of text, want %d", i, got, 12+16*i)
+		}
+	}
+}
