@@ -35,6 +35,9 @@ type Reading struct {
 	KVTokens float64
 	// PromptTokens and OutputTokens are token counters since start.
 	PromptTokens, OutputTokens float64
+	// PrefixQueries and PrefixHits are the prefix cache's counters since
+	// start, in tokens (vLLM's prefix_cache_queries and _hits).
+	PrefixQueries, PrefixHits float64
 	// TTFT, Queue and ITL are the server's histograms of time to first
 	// token, queue time and inter-token latency (seconds).
 	TTFT, Queue, ITL Hist

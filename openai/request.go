@@ -34,6 +34,9 @@ type Envelope struct {
 	// member (key, colon and value, from the key's opening quote to the
 	// value's end) and of its value; a zero Span is an absent field.
 	Messages, Tools, MaxTokens, MaxCompletionTokens, StreamOptions Field
+	// Prompt is a completion's prompt, read for prefix routing (the
+	// policy does not act on it, so a duplicate is not flagged).
+	Prompt Field
 	// Duplicate names the first of those members that the body has more
 	// than once, "" when none: parsers disagree on which copy counts, so
 	// a policy acting on it must not guess.
@@ -101,6 +104,8 @@ func ScanRequest(body []byte) (Envelope, error) {
 			env.set(&env.Messages, f, "messages")
 		case keyIs(key, "tools"):
 			env.set(&env.Tools, f, "tools")
+		case keyIs(key, "prompt"):
+			env.Prompt = f
 		case keyIs(key, "max_tokens"):
 			env.set(&env.MaxTokens, f, "max_tokens")
 		case keyIs(key, "max_completion_tokens"):

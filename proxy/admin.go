@@ -82,8 +82,11 @@ func (g *Gateway) Stats(now time.Time) tracing.Snapshot {
 		for _, b := range p.backends {
 			n := b.Outstanding()
 			snap.Gateway.InFlight += n
-			snap.Gateway.Backends = append(snap.Gateway.Backends, tracing.BackendState{Pool: p.name, Name: b.name,
-				InFlight: n, Breaker: b.BreakerState().String(), Up: b.Available(now)})
+			bs := tracing.BackendState{Pool: p.name, Name: b.name, InFlight: n, Breaker: b.BreakerState().String(), Up: b.Available(now)}
+			if p.scored {
+				p.routingState(b, now, &bs)
+			}
+			snap.Gateway.Backends = append(snap.Gateway.Backends, bs)
 		}
 	}
 	slices.SortFunc(snap.Gateway.Backends, func(a, b tracing.BackendState) int {

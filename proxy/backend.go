@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/sony/gobreaker/v2"
 	"github.com/valyala/fasthttp"
 )
@@ -26,7 +27,18 @@ type backend struct {
 	auth   string // "Bearer KEY" or empty
 
 	hc *fasthttp.HostClient
+	mc *fasthttp.HostClient // its /metrics scrapes (selection load, prefix)
 	cb *gobreaker.TwoStepCircuitBreaker[struct{}]
+
+	// Selection load and prefix: the scraper's last word, a hash of the
+	// name for rendezvous ties, the prefix blocks routed to it and those
+	// the index expected it to hold, the prompt tokens its answers
+	// reported and those they said were cached, and picks by reason.
+	load                         atomic.Pointer[loadState]
+	nameHash                     uint64
+	promptBlocks, expectedBlocks atomic.Int64
+	usagePrompt, usageCached     atomic.Int64
+	reasons                      [len(routeReasons)]atomic.Int64
 
 	outstanding  atomic.Int64
 	healthy      atomic.Bool  // active check verdict; true until checks say otherwise
@@ -79,6 +91,8 @@ func newBackend(bc BackendConfig, pc PoolConfig, connect time.Duration) (*backen
 		ReadBufferSize:                4096,
 		WriteBufferSize:               4096,
 	}
+	b.mc = metricsClient(b.hc)
+	b.nameHash = xxhash.Sum64String(bc.URL)
 	bs := pc.Breaker
 	b.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
 		Name:        bc.URL,
@@ -131,7 +145,10 @@ func (b *backend) result(ok bool, now time.Time) {
 }
 
 // close drops idle connections; in-flight ones close when released.
-func (b *backend) close() { b.hc.CloseIdleConnections() }
+func (b *backend) close() {
+	b.hc.CloseIdleConnections()
+	b.mc.CloseIdleConnections()
+}
 
 // dialConn is a backend connection that remembers what its dial cost.
 type dialConn struct {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/infergate/infergate/affinity"
 	"github.com/infergate/infergate/internal/hangup"
 	"github.com/infergate/infergate/internal/reqctx"
 	"github.com/infergate/infergate/mirror"
@@ -58,8 +59,13 @@ type exchange struct {
 	// else max_tokens; 0 for neither), read as the request was scanned.
 	askedOut int
 	pol      policy.Decision // what the policy made of the request
-	pair     *mirror.Flight  // the mirrored pair this request is the primary of, or nil
-	held     *heldRequest    // ureq, while a mirrored copy reads its body
+	// key is the prompt's prefix, for a pool of selection prefix (hasKey);
+	// routeWhy is why the backend was picked.
+	key      affinity.Key
+	hasKey   bool
+	routeWhy string
+	pair     *mirror.Flight // the mirrored pair this request is the primary of, or nil
+	held     *heldRequest   // ureq, while a mirrored copy reads its body
 	// tally accounts a stream's events (relay.go); with a pair, it keeps
 	// the primary's answer text too.
 	tally   openai.Tally
@@ -206,10 +212,16 @@ func (g *Gateway) serveAPI(rc *fasthttp.RequestCtx, strict bool) {
 		if body, ok = x.applyPolicy(rc, body, env); !ok {
 			return
 		}
+		prefix := x.route.pool.index != nil
+		if x.pol.Body != nil && (x.route.upstreamModel != "" || prefix) {
+			env, _ = openai.ScanRequest(body) // the policy rewrote it
+		}
+		if prefix {
+			// What the backend caches is what it is sent: the body after
+			// the policy (the model's name is not part of the prefix).
+			x.hasKey = x.route.pool.hashPrefix(body, &env, &x.key)
+		}
 		if x.route.upstreamModel != "" {
-			if x.pol.Body != nil {
-				env, _ = openai.ScanRequest(body) // the policy rewrote it
-			}
 			body = openai.RewriteModel(body, env, x.route.upstreamModel)
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net/http"
 	"time"
+
+	"github.com/infergate/infergate/affinity"
 )
 
 // Forwarding: picking a backend and trying it, moving on to another on a
@@ -23,10 +25,15 @@ func (x *exchange) forward(fill bool) error {
 	var tried [8]*backend
 	nTried := 0
 	for {
-		b, done, err := pool.pick(tried[:nTried], time.Now())
+		var key *affinity.Key
+		if x.hasKey {
+			key = &x.key
+		}
+		b, done, why, err := pool.pick(tried[:nTried], time.Now(), key)
 		if err != nil {
 			return err
 		}
+		x.routeWhy = why
 		b.outstanding.Add(1)
 		// The attempt is the request's from here: whatever happens, a
 		// panic included, finishWith gives its permit and count back.

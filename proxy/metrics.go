@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/infergate/infergate/tracing"
 	"github.com/sony/gobreaker/v2"
@@ -90,6 +92,11 @@ func observe(meter metric.Meter, g *Gateway) error {
 	redisDown := counter("infergate.shaping.redis_down", "", "Times Redis was found down and the caps fell back (on_failure).")
 	upstream := gauge("infergate.upstream.in_flight", "{request}", "Requests in flight to each backend.")
 	breaker := gauge("infergate.breaker.state", "", "Each backend's circuit breaker: 0 closed, 1 half-open, 2 open.")
+	routed := counter("infergate.route.decisions", "{request}", "Picks of each backend by selection load and prefix, by reason (load, prefix_warm, prefix_cold, prefix_spill_queue, prefix_spill_kv, prefix_spill_imbalance).")
+	loadEst := gauge("infergate.backend.load", "{request}", "Requests in each backend's batch and queue as selection load and prefix count them; source metrics (its own reading, corrected by the gateway's since) or gateway (its scrape failed or is stale).")
+	scrapeFail := counter("infergate.backend.load_scrape_failures", "{scrape}", "Failed scrapes of each backend's metrics by selection load and prefix.")
+	prefixBlocks := counter("infergate.prefix.blocks", "{block}", "Prompt blocks routed to each backend by selection prefix (kind routed), and those the index expected it to hold (kind expected).")
+	usageTokens := counter("infergate.backend.usage_prompt_tokens", "{token}", "Prompt tokens of each backend's answers that reported cached tokens (kind prompt), and those cached (kind cached): the hit ratio the backend reports.")
 	dropped := counter("infergate.request_log.dropped", "{line}", "Request-log lines dropped because the writer was behind (the request path never waits).")
 	logLost := counter("infergate.request_log.lost", "{line}", "Request-log lines lost to write errors (the log reopens its file and carries on).")
 	spansDropped := counter("infergate.spans.dropped", "{span}", "Spans dropped because the exporter was behind.")
@@ -139,6 +146,32 @@ func observe(meter metric.Meter, g *Gateway) error {
 				at := metric.WithAttributes(attribute.String("pool", p.name), attribute.String("backend", b.name))
 				o.ObserveInt64(upstream, b.Outstanding(), at)
 				o.ObserveInt64(breaker, breakerValue(b.BreakerState()), at)
+				if !p.scored {
+					continue
+				}
+				for i, r := range routeReasons {
+					if n := b.reasons[i].Load(); n > 0 {
+						o.ObserveInt64(routed, n, metric.WithAttributes(attribute.String("pool", p.name), attribute.String("backend", b.name), attribute.String("reason", r)))
+					}
+				}
+				e := b.estimate(time.Now(), p.load.StaleAfter)
+				src := "gateway"
+				if e.fromMetrics {
+					src = "metrics"
+				}
+				o.ObserveInt64(loadEst, int64(math.Round(e.total)), metric.WithAttributes(attribute.String("pool", p.name), attribute.String("backend", b.name), attribute.String("source", src)))
+				if st := b.load.Load(); st != nil {
+					o.ObserveInt64(scrapeFail, st.failures, at)
+				}
+				if p.index != nil {
+					kind := func(k string) metric.ObserveOption {
+						return metric.WithAttributes(attribute.String("pool", p.name), attribute.String("backend", b.name), attribute.String("kind", k))
+					}
+					o.ObserveInt64(prefixBlocks, b.promptBlocks.Load(), kind("routed"))
+					o.ObserveInt64(prefixBlocks, b.expectedBlocks.Load(), kind("expected"))
+					o.ObserveInt64(usageTokens, b.usagePrompt.Load(), kind("prompt"))
+					o.ObserveInt64(usageTokens, b.usageCached.Load(), kind("cached"))
+				}
 			}
 		}
 		if g.rlog != nil {
@@ -178,7 +211,7 @@ func observe(meter metric.Meter, g *Gateway) error {
 			o.ObserveInt64(panics, w.n, metric.WithAttributes(attribute.String("where", w.where)))
 		}
 		return nil
-	}, queued, inFlight, limits, rejected, admitted, abandoned, redisUp, redisDown, upstream, breaker, dropped, logLost, spansDropped, connsOpen, connsRefused, goroutines, panics, mirrorPairs, mirrorDropped, mirrorFileLost, mirrorInFlight)
+	}, queued, inFlight, limits, rejected, admitted, abandoned, redisUp, redisDown, upstream, breaker, routed, loadEst, scrapeFail, prefixBlocks, usageTokens, dropped, logLost, spansDropped, connsOpen, connsRefused, goroutines, panics, mirrorPairs, mirrorDropped, mirrorFileLost, mirrorInFlight)
 	return err
 }
 

@@ -127,7 +127,7 @@ func (g *Gateway) runArm(f *mirror.Flight, a *mirror.Answer, rule *mirror.LiveRu
 			f.Done()
 		}
 	}()
-	b, done, err := pool.pick(nil, time.Now())
+	b, done, _, err := pool.pick(nil, time.Now(), nil)
 	if err != nil {
 		a.Error = err.Error()
 		f.Done()

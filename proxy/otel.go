@@ -92,5 +92,8 @@ func (x *exchange) endSpan() {
 	if x.backend != nil {
 		r.Backend = x.backend.host
 	}
+	if x.routeWhy != routeLeast {
+		r.Route = x.routeWhy
+	}
 	x.g.tracer.End(x.parent, x.sc, &x.tl, r)
 }

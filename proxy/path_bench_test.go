@@ -39,7 +39,7 @@ func BenchmarkPick(b *testing.B) {
 	now := time.Now()
 	b.ReportAllocs()
 	for range b.N {
-		be, permit, err := p.pick(nil, now)
+		be, permit, _, err := p.pick(nil, now, nil)
 		if err != nil {
 			b.Fatal(err)
 		}

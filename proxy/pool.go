@@ -8,7 +8,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/infergate/infergate/affinity"
 	"github.com/infergate/infergate/internal/supervise"
+	"github.com/infergate/infergate/openai"
 )
 
 // errAttemptFailed is what a failed attempt reports to its breaker.
@@ -21,13 +23,22 @@ type pool struct {
 	backends []*backend
 	sel      selector
 	health   *healthChecker
+	// Selection load and prefix: scored picks (route_select.go), the
+	// backends' scraped load, and for prefix the index of prefixes.
+	scored  bool
+	load    LoadConfig
+	prefix  PrefixConfig
+	scraper *loadScraper
+	index   *affinity.Index
+	rr      atomic.Uint64
 }
 
 // newPool builds a pool. A backend of reuse whose settings are unchanged
 // is taken over (and removed from reuse) instead of made anew, so a reload
 // keeps its connections, outstanding count, health and breaker state.
 func newPool(name string, pc PoolConfig, connect time.Duration, log *slog.Logger, reuse map[string]*backend) (*pool, error) {
-	p := &pool{name: name, sel: newSelector(pc.Selection)}
+	p := &pool{name: name, sel: newSelector(pc.Selection), load: pc.Load, prefix: pc.Prefix,
+		scored: pc.Selection == LoadPolicy || pc.Selection == PrefixPolicy}
 	for _, bc := range pc.Backends {
 		key := backendKey(bc, pc, connect)
 		b, ok := reuse[key]
@@ -45,7 +56,28 @@ func newPool(name string, pc PoolConfig, connect time.Duration, log *slog.Logger
 	if pc.Health.Path != "" {
 		p.health = startHealth(p, pc.Health, log)
 	}
+	if p.scored {
+		if log == nil {
+			log = slog.New(slog.DiscardHandler)
+		}
+		p.scraper = startLoad(p, pc.Load, log)
+	}
+	if pc.Selection == PrefixPolicy {
+		p.index = affinity.NewIndex(pc.Prefix.IndexEntries)
+	}
 	return p, nil
+}
+
+// hashPrefix writes the prefix key of a request body into k, for a pool
+// of selection prefix; it reports whether it did.
+func (p *pool) hashPrefix(body []byte, env *openai.Envelope, k *affinity.Key) bool {
+	if p.index == nil {
+		return false
+	}
+	var h affinity.Hasher
+	h.Reset(k, p.prefix.BlockBytes, p.prefix.MaxPrefixBytes/p.prefix.BlockBytes)
+	h.Request(body, env)
+	return true
 }
 
 // Backends returns the pool's backends.
@@ -63,8 +95,18 @@ func (p *pool) Ready(now time.Time) bool {
 
 // pick chooses an available backend not in tried and takes a breaker
 // permit for it. The permit must be settled (Backend.settle) with the
-// outcome.
-func (p *pool) pick(tried []*backend, now time.Time) (*backend, func(error), error) {
+// outcome. k is the request's prefix, for selection prefix (nil: none);
+// the reason says why the backend was chosen.
+func (p *pool) pick(tried []*backend, now time.Time, k *affinity.Key) (*backend, func(error), string, error) {
+	if p.scored {
+		return p.pickScored(tried, now, k)
+	}
+	b, done, err := p.pickPlain(tried, now)
+	return b, done, routeLeast, err
+}
+
+// pickPlain is pick for the selectors that need nothing of the request.
+func (p *pool) pickPlain(tried []*backend, now time.Time) (*backend, func(error), error) {
 	var only *backend
 	n := 0
 	for _, b := range p.backends {
@@ -146,6 +188,9 @@ func (p *pool) Close() { p.closeExcept(nil) }
 func (p *pool) closeExcept(kept map[*backend]bool) {
 	if p.health != nil {
 		p.health.close()
+	}
+	if p.scraper != nil {
+		p.scraper.close()
 	}
 	for _, b := range p.backends {
 		if !kept[b] {

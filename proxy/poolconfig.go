@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -15,17 +16,29 @@ const (
 	LeastOutstandingPolicy   = "least_outstanding"
 	WeightedRoundRobinPolicy = "weighted_round_robin"
 	PowerOfTwoPolicy         = "power_of_two"
+	// LoadPolicy picks the backend with the least load by its own
+	// metrics (running and waiting requests), corrected by what the
+	// gateway sent and got back since the reading.
+	LoadPolicy = "load"
+	// PrefixPolicy sends a prompt to the backend expected to hold the
+	// longest part of it in its prefix cache, unless that backend is
+	// saturated, and otherwise by load.
+	PrefixPolicy = "prefix"
 )
 
 // PoolConfig is a set of interchangeable backends.
 type PoolConfig struct {
-	// Selection is least_outstanding (default), weighted_round_robin or
-	// power_of_two.
+	// Selection is least_outstanding (default), weighted_round_robin,
+	// power_of_two, load or prefix.
 	Selection string          `yaml:"selection"`
 	Backends  []BackendConfig `yaml:"backends"`
-	Health    HealthConfig    `yaml:"health"`
-	Ejection  EjectionConfig  `yaml:"ejection"`
-	Breaker   BreakerConfig   `yaml:"breaker"`
+	// Load is where selection load and prefix read the backends' load.
+	Load LoadConfig `yaml:"load"`
+	// Prefix shapes selection prefix.
+	Prefix   PrefixConfig   `yaml:"prefix"`
+	Health   HealthConfig   `yaml:"health"`
+	Ejection EjectionConfig `yaml:"ejection"`
+	Breaker  BreakerConfig  `yaml:"breaker"`
 	// MaxConnsPerBackend bounds connections to each backend. Default 16384.
 	MaxConnsPerBackend int `yaml:"max_conns_per_backend"`
 }
@@ -67,6 +80,55 @@ type HealthConfig struct {
 	UnhealthyThreshold int `yaml:"unhealthy_threshold"`
 }
 
+// LoadConfig is the scrape of each backend's own metrics (vLLM's,
+// SGLang's, TGI's or llama.cpp's names, as diagnose reads them) that
+// selection load and prefix rank backends by. A reading is corrected at
+// every pick by the requests the gateway sent and saw end since it was
+// taken, so a burst between scrapes does not all land on the backend
+// that looked idle. A backend whose scrape fails, or whose reading is
+// older than StaleAfter, is ranked by the gateway's own in-flight count,
+// and /admin/stats says so.
+type LoadConfig struct {
+	// MetricsPath is the backends' metrics path. Default /metrics.
+	MetricsPath string `yaml:"metrics_path"`
+	// Interval between scrapes of each backend. Default 100ms: vLLM's
+	// exposition parses in about a millisecond, so four backends cost
+	// the gateway about 4% of one core.
+	Interval time.Duration `yaml:"interval"`
+	// Timeout of one scrape. Default 1s.
+	Timeout time.Duration `yaml:"timeout"`
+	// StaleAfter is the age past which a reading is not used. Default 2s.
+	StaleAfter time.Duration `yaml:"stale_after"`
+}
+
+// PrefixConfig shapes selection prefix: the index of which backend was
+// sent which prompt prefix, and the guard that spills a prompt from its
+// warm backend to the least loaded one.
+type PrefixConfig struct {
+	// BlockBytes is the size of a prefix block, in bytes of the prompt's
+	// JSON text (about a quarter as many tokens of English). Default 128.
+	BlockBytes int `yaml:"block_bytes"`
+	// MaxPrefixBytes bounds the part of a prompt that is hashed. Default
+	// 131072 (the index tells prefixes apart up to 128 KiB).
+	MaxPrefixBytes int `yaml:"max_prefix_bytes"`
+	// IndexEntries sizes the pool's index, allocated once: 26 bytes an
+	// entry, a prompt taking up to 36 (its checkpoints). Default 262144
+	// (6.5 MiB), about 7,000 distinct 4,000-token prefixes remembered.
+	IndexEntries int `yaml:"index_entries"`
+	// SpillWaiting is the warm backend's queue (requests waiting, by its
+	// own metrics) at which a prompt goes to the least loaded backend
+	// instead. Default 2: a queue means a slot is scarcer than a prefill.
+	SpillWaiting float64 `yaml:"spill_waiting"`
+	// SpillKVUsage is the warm backend's KV cache usage (0 to 1) at which
+	// a prompt spills: near full, the backend would preempt. Default 0.9.
+	SpillKVUsage float64 `yaml:"spill_kv_usage"`
+	// SpillImbalance is how many more requests than the least loaded
+	// backend the warm one may carry before a prompt spills; the guard
+	// that works without backend metrics. Default 32 (SGLang's router's
+	// balance threshold).
+	SpillImbalance int `yaml:"spill_imbalance"`
+}
+
 // EjectionConfig is passive outlier ejection: a backend that fails
 // ConsecutiveFailures requests in a row (connect errors, 5xx, timeouts)
 // leaves selection for Duration.
@@ -98,6 +160,16 @@ type BreakerConfig struct {
 func (p *PoolConfig) defaults() {
 	setDefault(&p.Selection, LeastOutstandingPolicy)
 	setDefault(&p.MaxConnsPerBackend, 16384)
+	setDefault(&p.Load.MetricsPath, "/metrics")
+	setDefault(&p.Load.Interval, 100*time.Millisecond)
+	setDefault(&p.Load.Timeout, time.Second)
+	setDefault(&p.Load.StaleAfter, 2*time.Second)
+	setDefault(&p.Prefix.BlockBytes, 128)
+	setDefault(&p.Prefix.MaxPrefixBytes, 128<<10)
+	setDefault(&p.Prefix.IndexEntries, 1<<18)
+	setDefault(&p.Prefix.SpillWaiting, 2)
+	setDefault(&p.Prefix.SpillKVUsage, 0.9)
+	setDefault(&p.Prefix.SpillImbalance, 32)
 	setDefault(&p.Health.Interval, 5*time.Second)
 	setDefault(&p.Health.Timeout, 2*time.Second)
 	setDefault(&p.Health.HealthyThreshold, 2)
@@ -116,9 +188,24 @@ func (p *PoolConfig) defaults() {
 
 func (p PoolConfig) validate(at string) error {
 	switch p.Selection {
-	case LeastOutstandingPolicy, WeightedRoundRobinPolicy, PowerOfTwoPolicy:
+	case LeastOutstandingPolicy, WeightedRoundRobinPolicy, PowerOfTwoPolicy, LoadPolicy, PrefixPolicy:
 	default:
-		return fmt.Errorf("%s.selection: %q is not least_outstanding, weighted_round_robin or power_of_two", at, p.Selection)
+		return fmt.Errorf("%s.selection: %q is not least_outstanding, weighted_round_robin, power_of_two, load or prefix", at, p.Selection)
+	}
+	l, x := p.Load, p.Prefix
+	switch {
+	case !strings.HasPrefix(l.MetricsPath, "/"):
+		return fmt.Errorf("%s.load.metrics_path: %q must start with /", at, l.MetricsPath)
+	case l.Interval < 10*time.Millisecond || l.Timeout <= 0 || l.StaleAfter < l.Interval:
+		return fmt.Errorf("%s.load: interval must be at least 10ms, timeout positive, stale_after at least the interval", at)
+	case x.BlockBytes < 16 || x.BlockBytes > 1<<16:
+		return fmt.Errorf("%s.prefix.block_bytes: %d is not between 16 and 65536", at, x.BlockBytes)
+	case x.MaxPrefixBytes < x.BlockBytes:
+		return fmt.Errorf("%s.prefix.max_prefix_bytes: must hold at least one block", at)
+	case x.IndexEntries < 64 || x.IndexEntries > 1<<26:
+		return fmt.Errorf("%s.prefix.index_entries: %d is not between 64 and 67108864", at, x.IndexEntries)
+	case x.SpillWaiting < 0 || x.SpillKVUsage <= 0 || x.SpillKVUsage > 1 || x.SpillImbalance < 0:
+		return fmt.Errorf("%s.prefix: spill_waiting and spill_imbalance must not be negative, spill_kv_usage in (0,1]", at)
 	}
 	if len(p.Backends) == 0 {
 		return fmt.Errorf("%s.backends: at least one backend is needed", at)

@@ -126,6 +126,7 @@ func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByt
 		}
 		if usage {
 			tl.PromptTokens, tl.OutputTokens = t.Usage.PromptTokens, t.Usage.CompletionTokens
+			tl.CachedTokens, tl.CachedReported = t.Usage.Cached()
 			if m.stripUsage && !m.timing && openai.IsUsageOnly(data) {
 				continue
 			}

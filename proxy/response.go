@@ -127,6 +127,7 @@ func (x *exchange) readWhole(buf []byte) ([]byte, error) {
 				x.tl.Done = time.Now()
 				if u, ok := openai.UsageOf(buf); ok {
 					x.tl.PromptTokens, x.tl.OutputTokens = u.PromptTokens, u.CompletionTokens
+					x.tl.CachedTokens, x.tl.CachedReported = u.Cached()
 				}
 				if st, ok := openai.ServerTimingOf(buf); ok {
 					x.tl.Server = st

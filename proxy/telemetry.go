@@ -52,6 +52,10 @@ func (g *Gateway) syncTelemetry() { g.telem.Sync() }
 
 // emit builds the request's telemetry.
 func (x *exchange) emit() {
+	if b := x.backend; b != nil && x.tl.CachedReported {
+		b.usagePrompt.Add(int64(x.tl.PromptTokens))
+		b.usageCached.Add(int64(x.tl.CachedTokens))
+	}
 	x.logLine()
 	if x.logged {
 		x.logEntry()
@@ -78,6 +82,12 @@ func (x *exchange) logLine() {
 	}
 	if x.backend != nil {
 		attrs = append(attrs, slog.String("backend", x.backend.name), slog.Int("attempts", tl.Attempts))
+		if x.routeWhy != "" && x.routeWhy != routeLeast {
+			attrs = append(attrs, slog.String("route", x.routeWhy))
+		}
+	}
+	if tl.CachedReported {
+		attrs = append(attrs, slog.Int("cached_tokens", tl.CachedTokens))
 	}
 	if w := tl.QueueWait(); w > time.Millisecond {
 		attrs = append(attrs, slog.Float64("queue_ms", ms(w)))
@@ -118,6 +128,12 @@ func (x *exchange) logEntry() {
 	}
 	if x.backend != nil {
 		e.Backend = x.backend.name
+		if x.routeWhy != routeLeast {
+			e.Route = x.routeWhy
+		}
+	}
+	if tl.CachedReported {
+		e.CachedTokens = &tl.CachedTokens
 	}
 	if !tl.Sent.IsZero() {
 		e.Timing = tracing.NewTiming(tl.Attribute(time.Now()), tl.TTFT())

@@ -25,6 +25,7 @@ func (e *Entry) AppendJSON(dst []byte) []byte {
 	dst = optString(dst, `,"tenant":`, e.Tenant)
 	dst = optString(dst, `,"model":`, e.Model)
 	dst = optString(dst, `,"backend":`, e.Backend)
+	dst = optString(dst, `,"route":`, e.Route)
 	dst = append(dst, `,"stream":`...)
 	dst = strconv.AppendBool(dst, e.Stream)
 	dst = append(dst, `,"status":`...)
@@ -33,6 +34,9 @@ func (e *Entry) AppendJSON(dst []byte) []byte {
 	dst = openai.AppendJSONString(dst, e.Outcome)
 	dst = optInt(dst, `,"input_tokens":`, e.InputTokens)
 	dst = optInt(dst, `,"output_tokens":`, e.OutputTokens)
+	if e.CachedTokens != nil {
+		dst = strconv.AppendInt(append(dst, `,"cached_tokens":`...), int64(*e.CachedTokens), 10)
+	}
 	dst = optInt(dst, `,"events":`, e.Events)
 	dst = optInt(dst, `,"attempts":`, e.Attempts)
 	if e.TTFT != 0 {

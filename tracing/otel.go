@@ -175,6 +175,9 @@ type RequestSpans struct {
 	Status                          int
 	Outcome                         string // "ok", or the error.type
 	Stream                          bool
+	// Route is why the backend was chosen (selection load and prefix:
+	// "prefix_warm", "prefix_spill_queue", ...), "" for the others.
+	Route string
 }
 
 // End builds the spans of a finished request begun as sc under parent:
@@ -203,8 +206,14 @@ func (t *Tracer) End(parent, sc trace.SpanContext, tl *Timeline, r RequestSpans)
 	if r.Backend != "" {
 		attrs = append(attrs, attribute.String("server.address", r.Backend))
 	}
+	if r.Route != "" {
+		attrs = append(attrs, attribute.String("infergate.route.reason", r.Route))
+	}
 	if tl.PromptTokens > 0 || tl.OutputTokens > 0 {
 		attrs = append(attrs, attribute.Int("gen_ai.usage.input_tokens", tl.PromptTokens), attribute.Int("gen_ai.usage.output_tokens", tl.OutputTokens))
+	}
+	if tl.CachedReported {
+		attrs = append(attrs, attribute.Int("gen_ai.usage.cache_read.input_tokens", tl.CachedTokens))
 	}
 	if tl.FinishReason != "" {
 		attrs = append(attrs, attribute.StringSlice("gen_ai.response.finish_reasons", []string{tl.FinishReason}))

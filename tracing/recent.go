@@ -156,6 +156,49 @@ type BackendState struct {
 	InFlight int64  `json:"in_flight"`
 	Breaker  string `json:"breaker"`
 	Up       bool   `json:"available"`
+	// Selection is the pool's policy; Load, Prefix and Routes are set for
+	// selection load and prefix.
+	Selection string         `json:"selection,omitempty"`
+	Load      *BackendLoad   `json:"load,omitempty"`
+	Prefix    *BackendPrefix `json:"prefix,omitempty"`
+	// Routes counts the picks of this backend by why it was chosen.
+	Routes map[string]int64 `json:"routes,omitempty"`
+}
+
+// BackendLoad is a backend's load as selection load and prefix see it.
+type BackendLoad struct {
+	// Source is "metrics" when the backend's own reading is used, or
+	// "gateway" when its scrape failed or is stale and the gateway's own
+	// in-flight count stands in (Error says why).
+	Source string `json:"source"`
+	Server string `json:"server,omitempty"`
+	// The last good reading: running, waiting, KV usage, and its age.
+	Running *float64 `json:"running,omitempty"`
+	Waiting *float64 `json:"waiting,omitempty"`
+	KVUsage *float64 `json:"kv_usage,omitempty"`
+	AgeMs   float64  `json:"age_ms,omitempty"`
+	// Estimate is the requests in the backend's batch and queue as the
+	// next pick counts them: the reading corrected by what the gateway
+	// sent and saw end since.
+	Estimate       float64 `json:"estimate"`
+	Error          string  `json:"error,omitempty"`
+	ScrapeFailures int64   `json:"scrape_failures,omitempty"`
+}
+
+// BackendPrefix is the prefix affinity's account of a backend: the share
+// of prompt blocks the gateway expected it to hold, against what it
+// reports (in its answers' cached_tokens, and in its own counters).
+type BackendPrefix struct {
+	RoutedBlocks   int64    `json:"routed_blocks"`
+	ExpectedBlocks int64    `json:"expected_blocks"`
+	ExpectedRatio  *float64 `json:"expected_hit_ratio,omitempty"`
+	// From the answers' usage.prompt_tokens_details.
+	PromptTokens  int64    `json:"prompt_tokens"`
+	CachedTokens  int64    `json:"cached_tokens"`
+	ReportedRatio *float64 `json:"reported_hit_ratio,omitempty"`
+	// From the backend's metrics (vllm:prefix_cache_hits/queries), since
+	// it started: every client's requests, not only the gateway's.
+	BackendRatio *float64 `json:"backend_hit_ratio,omitempty"`
 }
 
 // Snapshot computes the figures of the window ending at now; the

@@ -65,21 +65,26 @@ func (c *LogConfig) Validate() error {
 // names time, model, input_tokens, output_tokens and body are what
 // bench's replay reads.
 type Entry struct {
-	Time         time.Time `json:"time"`
-	ID           string    `json:"id"`
-	Path         string    `json:"path,omitempty"`
-	Tenant       string    `json:"tenant,omitempty"`
-	Model        string    `json:"model,omitempty"`
-	Backend      string    `json:"backend,omitempty"`
-	Stream       bool      `json:"stream"`
-	Status       int       `json:"status"`
-	Outcome      string    `json:"outcome"`
-	InputTokens  int       `json:"input_tokens,omitempty"`
-	OutputTokens int       `json:"output_tokens,omitempty"`
-	Events       int       `json:"events,omitempty"`
-	Attempts     int       `json:"attempts,omitempty"`
-	TTFT         float64   `json:"ttft_ms,omitempty"`
-	FinishReason string    `json:"finish_reason,omitempty"`
+	Time    time.Time `json:"time"`
+	ID      string    `json:"id"`
+	Path    string    `json:"path,omitempty"`
+	Tenant  string    `json:"tenant,omitempty"`
+	Model   string    `json:"model,omitempty"`
+	Backend string    `json:"backend,omitempty"`
+	// Route is why the backend was chosen, for selection load and prefix.
+	Route        string `json:"route,omitempty"`
+	Stream       bool   `json:"stream"`
+	Status       int    `json:"status"`
+	Outcome      string `json:"outcome"`
+	InputTokens  int    `json:"input_tokens,omitempty"`
+	OutputTokens int    `json:"output_tokens,omitempty"`
+	// CachedTokens is the prompt tokens the backend found cached, when it
+	// said.
+	CachedTokens *int    `json:"cached_tokens,omitempty"`
+	Events       int     `json:"events,omitempty"`
+	Attempts     int     `json:"attempts,omitempty"`
+	TTFT         float64 `json:"ttft_ms,omitempty"`
+	FinishReason string  `json:"finish_reason,omitempty"`
 	// LengthByPolicy is set when a finish_reason "length" came from the
 	// output limit the gateway's policy set, not the model's own.
 	LengthByPolicy bool `json:"length_by_policy,omitempty"`

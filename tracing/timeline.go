@@ -40,6 +40,11 @@ type Timeline struct {
 	// PromptTokens and OutputTokens are the backend's usage, when it
 	// reported one.
 	PromptTokens, OutputTokens int
+	// CachedTokens is the prompt tokens the backend found in its prefix
+	// cache (usage.prompt_tokens_details.cached_tokens), when it said so
+	// (CachedReported).
+	CachedTokens   int
+	CachedReported bool
 	// FinishReason is the backend's finish_reason, when it sent one.
 	FinishReason string
 	// PolicyTime is the time the policy took (counting, trimming), between

@@ -64,7 +64,8 @@ func Detect(s *Scrape) string {
 func Read(s *Scrape) diagnose.Reading {
 	nan := math.NaN()
 	r := diagnose.Reading{At: s.At, Server: Detect(s), Running: nan, Waiting: nan, KVUsage: nan, Preemptions: nan,
-		Retracting: nan, MaxRunning: nan, KVTokens: nan, PromptTokens: nan, OutputTokens: nan}
+		Retracting: nan, MaxRunning: nan, KVTokens: nan, PromptTokens: nan, OutputTokens: nan,
+		PrefixQueries: nan, PrefixHits: nan}
 	switch r.Server {
 	case diagnose.ServerVLLM:
 		r.Running = sumOrNaN(s, "vllm:num_requests_running")
@@ -73,6 +74,9 @@ func Read(s *Scrape) diagnose.Reading {
 		r.Preemptions = sumOrNaN(s, "vllm:num_preemptions_total", "vllm:num_preemptions")
 		r.PromptTokens = sumOrNaN(s, "vllm:prompt_tokens_total", "vllm:prompt_tokens")
 		r.OutputTokens = sumOrNaN(s, "vllm:generation_tokens_total", "vllm:generation_tokens")
+		// vLLM 0.9 renamed gpu_prefix_cache_* to prefix_cache_*.
+		r.PrefixQueries = sumOrNaN(s, "vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total")
+		r.PrefixHits = sumOrNaN(s, "vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")
 		r.TTFT = histOf(s, "vllm:time_to_first_token_seconds")
 		r.Queue = histOf(s, "vllm:request_queue_time_seconds")
 		r.ITL = histOf(s, "vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")

@@ -1,0 +1,185 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/infergate/infergate/diagnose"
+	"github.com/infergate/infergate/diagnose/collect"
+	"github.com/infergate/infergate/internal/supervise"
+	"github.com/valyala/fasthttp"
+)
+
+// Reading the backends' own load: each backend's /metrics on an interval,
+// blended at every pick with what the gateway itself sent since.
+
+// loadReading is a backend's account of its load at one instant.
+type loadReading struct {
+	at                     time.Time
+	server                 string  // vllm, sglang, tgi, llamacpp
+	running, waiting, kv   float64 // NaN where the server does not say
+	maxRunning             float64 // NaN where the server does not say
+	prefixQueries, prefHit float64 // counters, tokens; NaN where not said
+	// outstanding is the gateway's own in flight to the backend when the
+	// reading arrived: the part of running and waiting that is ours.
+	outstanding int64
+}
+
+// loadState is what a backend's scraper last learnt: its last good
+// reading and, when the latest scrape failed, why.
+type loadState struct {
+	last     *loadReading // nil before the first good scrape
+	err      error
+	failedAt time.Time
+	failures int64
+}
+
+// loadEstimate is a backend's load as a pick sees it.
+type loadEstimate struct {
+	// total is the requests in its batch and queue now; waiting the
+	// queued ones (NaN when unknown); kv its KV usage (NaN when unknown).
+	total, waiting, kv float64
+	fromMetrics        bool
+}
+
+// estimate blends b's last reading with the gateway's count of requests
+// in flight to it: the reading's figures plus what the gateway sent
+// minus what ended since, so a burst between two scrapes is counted as
+// it is sent. Without a fresh reading it is the gateway's count alone.
+func (b *backend) estimate(now time.Time, staleAfter time.Duration) loadEstimate {
+	out := float64(b.outstanding.Load())
+	st := b.load.Load()
+	if st == nil || st.err != nil || st.last == nil || now.Sub(st.last.at) > staleAfter || math.IsNaN(st.last.running) {
+		return loadEstimate{total: out, waiting: math.NaN(), kv: math.NaN()}
+	}
+	r := st.last
+	delta := out - float64(r.outstanding)
+	waiting := r.waiting
+	if math.IsNaN(waiting) {
+		waiting = 0
+	}
+	e := loadEstimate{total: max(out, r.running+waiting+delta), waiting: math.NaN(), kv: r.kv, fromMetrics: true}
+	if !math.IsNaN(r.waiting) {
+		// New requests take free batch slots before they queue.
+		free := 0.0
+		if r.maxRunning > 0 {
+			free = max(0, r.maxRunning-r.running)
+		}
+		if delta > 0 {
+			e.waiting = r.waiting + max(0, delta-free)
+		} else {
+			e.waiting = max(0, r.waiting+delta)
+		}
+	}
+	return e
+}
+
+// metricsClient builds the client of b's scrapes: its own connections,
+// and a bound on the body, so a large or hostile exposition cannot hold
+// the gateway's memory.
+func metricsClient(hc *fasthttp.HostClient) *fasthttp.HostClient {
+	return &fasthttp.HostClient{
+		Addr: hc.Addr, Dial: hc.Dial, MaxConns: 2, MaxIdleConnDuration: 30 * time.Second,
+		MaxResponseBodySize: collect.MaxExpositionBytes, NoDefaultUserAgentHeader: true,
+	}
+}
+
+// errNoLoadMetrics is a scrape that parsed but held none of the load
+// gauges of vLLM, SGLang, TGI or llama.cpp.
+var errNoLoadMetrics = errors.New("no load metrics of vLLM, SGLang, TGI or llama.cpp in the exposition")
+
+// scrapeLoad reads b's metrics once.
+func (b *backend) scrapeLoad(path string, timeout time.Duration) (*loadReading, error) {
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	b.target(req, path, "")
+	if b.auth != "" {
+		req.Header.Set("Authorization", b.auth)
+	}
+	if err := b.mc.DoTimeout(req, resp, timeout); err != nil {
+		return nil, fmt.Errorf("scrape %s%s: %w", b.name, path, err)
+	}
+	out := b.outstanding.Load()
+	now := time.Now()
+	if c := resp.StatusCode(); c < 200 || c > 299 {
+		return nil, fmt.Errorf("scrape %s%s: status %d", b.name, path, c)
+	}
+	s, err := collect.Parse(bytes.NewReader(resp.Body()), now)
+	if err != nil {
+		return nil, fmt.Errorf("scrape %s%s: %w", b.name, path, err)
+	}
+	rd := collect.Read(s)
+	if rd.Server == diagnose.ServerUnknown || math.IsNaN(rd.Running) {
+		return nil, fmt.Errorf("scrape %s%s: %w", b.name, path, errNoLoadMetrics)
+	}
+	return &loadReading{at: now, server: rd.Server, running: rd.Running, waiting: rd.Waiting, kv: rd.KVUsage,
+		maxRunning: rd.MaxRunning, prefixQueries: rd.PrefixQueries, prefHit: rd.PrefixHits, outstanding: out}, nil
+}
+
+// loadScraper scrapes every backend of a pool on an interval.
+type loadScraper struct {
+	panics atomic.Int64
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	once   sync.Once
+}
+
+func startLoad(p *pool, lc LoadConfig, log *slog.Logger) *loadScraper {
+	l := &loadScraper{stop: make(chan struct{})}
+	for _, b := range p.backends {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			blog := log.With("pool", p.name, "backend", b.name)
+			supervise.Loop(l.stop, func() { l.run(b, lc, blog) }, func(v any, stack []byte) {
+				l.panics.Add(1)
+				blog.Error("panic in a load scrape; restarting it", "panic", fmt.Sprint(v), "stack", string(stack))
+			})
+		}()
+	}
+	return l
+}
+
+func (l *loadScraper) run(b *backend, lc LoadConfig, log *slog.Logger) {
+	t := time.NewTicker(lc.Interval)
+	defer t.Stop()
+	for {
+		r, err := b.scrapeLoad(lc.MetricsPath, lc.Timeout)
+		prev := b.load.Load()
+		next := &loadState{}
+		if prev != nil {
+			*next = *prev
+		}
+		if err != nil {
+			if next.err == nil {
+				log.Warn("backend load scrape failed; ranking it by the gateway's own count", "err", err)
+			}
+			next.err, next.failedAt = err, time.Now()
+			next.failures++
+		} else {
+			if next.err != nil {
+				log.Info("backend load scrape recovered")
+			}
+			next.last, next.err = r, nil
+		}
+		b.load.Store(next)
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (l *loadScraper) close() {
+	l.once.Do(func() { close(l.stop) })
+	l.wg.Wait()
+}
