@@ -123,6 +123,8 @@ func Differences(a, b *Conditions) []string {
 	diff("workload.input_tokens", wa.InputTokens, wb.InputTokens)
 	diff("workload.output_tokens", wa.OutputTokens, wb.OutputTokens)
 	diff("workload.shared_prefix", wa.SharedPrefix, wb.SharedPrefix)
+	diff("workload.prefix_groups", wa.PrefixGroups, wb.PrefixGroups)
+	diff("workload.prefix_tokens", wa.PrefixTokens, wb.PrefixTokens)
 	diff("workload.force_output_length", wa.ForceOutputLength, wb.ForceOutputLength)
 	diff("workload.json", wa.JSON, wb.JSON)
 	diff("workload.seed", wa.Seed, wb.Seed)

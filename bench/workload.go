@@ -56,6 +56,12 @@ type WorkloadSpec struct {
 	// SharedPrefix is the number of prompt tokens every request shares;
 	// 0 makes each prompt unique from its first token.
 	SharedPrefix int `json:"shared_prefix,omitempty"`
+	// PrefixGroups splits requests among that many tenants, each with its
+	// own system prompt of PrefixTokens tokens before the request's own
+	// question of InputTokens: the workload prefix-aware routing is for.
+	// Request i belongs to group i mod PrefixGroups.
+	PrefixGroups int `json:"prefix_groups,omitempty"`
+	PrefixTokens int `json:"prefix_tokens,omitempty"`
 	// ForceOutputLength sends ignore_eos and min_tokens = max_tokens.
 	ForceOutputLength bool `json:"force_output_length,omitempty"`
 	// JSON asks for response_format json_object and checks the answers.
@@ -108,6 +114,16 @@ func NewWorkload(s *WorkloadSpec, tok *tokens.Tokenizer) (Workload, error) {
 	}
 	if in.zero() {
 		return nil, errors.New("bench: a synthetic workload needs --input-tokens")
+	}
+	switch {
+	case s.PrefixGroups < 0 || s.PrefixTokens < 0:
+		return nil, errors.New("bench: --prefix-groups and --prefix-tokens must not be negative")
+	case (s.PrefixGroups > 0) != (s.PrefixTokens > 0):
+		return nil, errors.New("bench: --prefix-groups and --prefix-tokens go together")
+	case s.PrefixGroups > 0 && s.SharedPrefix > 0:
+		return nil, errors.New("bench: --shared-prefix and --prefix-groups are exclusive")
+	case s.PrefixGroups > 0 && s.Endpoint != "chat":
+		return nil, errors.New("bench: --prefix-groups puts each group's prefix in a system message: it needs the chat endpoint")
 	}
 	model, _ := json.Marshal(s.Model)
 	return &synthetic{spec: s, in: in, out: out, words: tok.Words(), model: model}, nil
@@ -182,8 +198,38 @@ func (w *synthetic) Len() int { return 0 }
 func (w *synthetic) Request(i int) Request {
 	rng := rand.New(rand.NewPCG(w.spec.Seed, uint64(i)))
 	r := Request{InputTokens: w.in.Sample(rng), MaxTokens: w.out.Sample(rng), At: -1, Ask: quality.Ask{JSON: w.spec.JSON}}
+	if g := w.spec.PrefixGroups; g > 0 {
+		question := w.prompt(rng, r.InputTokens)
+		r.Body = w.spec.appendGroupBody(nil, w.model, w.groupPrefix(i%g), question, r.MaxTokens)
+		r.InputTokens += w.spec.PrefixTokens
+		return r
+	}
 	r.Body = w.spec.appendBody(nil, w.model, w.prompt(rng, r.InputTokens), r.MaxTokens)
 	return r
+}
+
+// groupPrefix is group g's system prompt: PrefixTokens words of its own
+// stream, the same in every request of the group and the seed.
+func (w *synthetic) groupPrefix(g int) []byte {
+	rng := rand.New(rand.NewPCG(w.spec.Seed^0x9e3779b97f4a7c15, uint64(g)))
+	b := make([]byte, 0, w.spec.PrefixTokens*8)
+	for range w.spec.PrefixTokens {
+		b = append(b, w.words[rng.IntN(len(w.words))]...)
+	}
+	return b
+}
+
+// appendGroupBody appends a chat request of a system message (the
+// group's prefix) and a user message (the question).
+func (s *WorkloadSpec) appendGroupBody(b, model, system, question []byte, maxTokens int) []byte {
+	b = append(b, `{"model":`...)
+	b = append(b, model...)
+	b = append(b, `,"messages":[{"role":"system","content":"`...)
+	b = append(b, system...)
+	b = append(b, `"},{"role":"user","content":"`...)
+	b = append(b, question...)
+	b = append(b, `"}]`...)
+	return s.appendOptions(b, maxTokens)
 }
 
 // prompt is n words: the shared prefix (the same for every request of

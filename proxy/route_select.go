@@ -84,9 +84,15 @@ func (p *pool) pickScored(tried []*backend, now time.Time, k *affinity.Key) (*ba
 // prefix blocks it is expected to hold.
 func (p *pool) choose(sc *scratch, k *affinity.Key) (int, string, int) {
 	loadOf := func(c int) float64 { return sc.est[c].total / float64(p.backends[sc.idx[c]].weight) }
-	minLoad := math.Inf(1)
+	minLoad, minWaiting, minKV := math.Inf(1), math.Inf(1), math.Inf(1)
 	for c := range sc.idx {
 		minLoad = min(minLoad, loadOf(c))
+		if w := sc.est[c].waiting; !math.IsNaN(w) {
+			minWaiting = min(minWaiting, w)
+		}
+		if kv := sc.est[c].kv; !math.IsNaN(kv) {
+			minKV = min(minKV, kv)
+		}
 	}
 	why := routeLoad
 	prefix := p.index != nil && k != nil && k.Len() > 0
@@ -105,11 +111,14 @@ func (p *pool) choose(sc *scratch, k *affinity.Key) (int, string, int) {
 					best, bestM = c, m
 				}
 			}
+			// A spill costs a whole prefill elsewhere: only worth it when
+			// another backend is clearly better off, or a fleet that is
+			// queueing everywhere thrashes every cache at once.
 			e, g := sc.est[best], &p.prefix
 			switch {
-			case e.waiting >= g.SpillWaiting:
+			case e.waiting >= g.SpillWaiting && e.waiting-minWaiting >= g.SpillWaiting:
 				why = routeSpillQueue
-			case e.kv >= g.SpillKVUsage:
+			case e.kv >= g.SpillKVUsage && minKV < g.SpillKVUsage:
 				why = routeSpillKV
 			case loadOf(best)-minLoad >= float64(g.SpillImbalance) && g.SpillImbalance > 0:
 				why = routeSpillImbalance

@@ -23,7 +23,8 @@ record that 'infergate compare' can judge a later run against.
 
 Workload: synthetic prompts of an exact length in cl100k_base tokens
 (--input-tokens, --output-tokens: N, uniform:MIN-MAX or normal:MEAN,SD),
-unique per request unless --shared-prefix; or --dataset FILE.jsonl (OpenAI
+unique per request unless --shared-prefix (one prefix for all) or
+--prefix-groups G --prefix-tokens P (G tenants' system prompts); or --dataset FILE.jsonl (OpenAI
 requests or ShareGPT conversations, sampled with --seed); or --replay
 LOG.jsonl (a request log, sent at its original times / --speedup).
 
@@ -44,33 +45,33 @@ func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
 // benchFlags are the flags bench shares with demo.
 type benchFlags struct {
-	url, model, endpoint      *string
-	noStream, force, json     *bool
-	input, output             *string
-	shared                    *int
-	seed                      *uint64
-	dataset, replay           *string
-	speedup                   *float64
-	load                      *string
-	concurrency               *int
-	rate, burstiness          *float64
-	arrival                   *string
-	maxConc                   *int
-	sweep                     *string
-	duration                  *time.Duration
-	requests                  *int
-	warmup                    *string
-	rampUp, timeout           *time.Duration
-	slo, sloPct               *string
-	headers, refusals         stringList
-	apiKey                    *string
-	allowPlainKey             *bool
-	insecure, quiet, gwTiming *bool
-	out, html, csv, events    *string
-	cpuprofile, memprofile    *string
-	directURL                 *string
-	gwAdmin, gwAdminKey       *string
-	pairs                     *int
+	url, model, endpoint               *string
+	noStream, force, json              *bool
+	input, output                      *string
+	shared, prefixGroups, prefixTokens *int
+	seed                               *uint64
+	dataset, replay                    *string
+	speedup                            *float64
+	load                               *string
+	concurrency                        *int
+	rate, burstiness                   *float64
+	arrival                            *string
+	maxConc                            *int
+	sweep                              *string
+	duration                           *time.Duration
+	requests                           *int
+	warmup                             *string
+	rampUp, timeout                    *time.Duration
+	slo, sloPct                        *string
+	headers, refusals                  stringList
+	apiKey                             *string
+	allowPlainKey                      *bool
+	insecure, quiet, gwTiming          *bool
+	out, html, csv, events             *string
+	cpuprofile, memprofile             *string
+	directURL                          *string
+	gwAdmin, gwAdminKey                *string
+	pairs                              *int
 }
 
 func registerBenchFlags(fs *flag.FlagSet) *benchFlags {
@@ -82,6 +83,8 @@ func registerBenchFlags(fs *flag.FlagSet) *benchFlags {
 	f.input = fs.String("input-tokens", "", "prompt length in tokens: N, uniform:MIN-MAX or normal:MEAN,SD (default 256)")
 	f.output = fs.String("output-tokens", "", "max_tokens: N, uniform:MIN-MAX, normal:MEAN,SD, or none to leave it unset (default 128; with --dataset or --replay, as each request has it)")
 	f.shared = fs.Int("shared-prefix", 0, "tokens every prompt shares at its start (tests a prefix cache); 0: unique prompts")
+	f.prefixGroups = fs.Int("prefix-groups", 0, "split requests among G tenants, each with its own system prompt of --prefix-tokens tokens before --input-tokens of question (tests prefix-aware routing)")
+	f.prefixTokens = fs.Int("prefix-tokens", 0, "with --prefix-groups: tokens of each group's system prompt")
 	f.force = fs.Bool("force-output-length", false, "send ignore_eos and min_tokens = max_tokens (vLLM) and warn when lengths differ")
 	f.json = fs.Bool("json", false, "ask for response_format json_object and count answers that are not JSON")
 	f.seed = fs.Uint64("seed", 1, "seed of prompts, sampling and arrivals")
@@ -126,7 +129,7 @@ func registerBenchFlags(fs *flag.FlagSet) *benchFlags {
 func (f *benchFlags) config(set map[string]bool, stderr io.Writer) (bench.Config, error) {
 	cfg := bench.Config{URL: *f.url, Refusals: f.refusals, InsecureSkipVerify: *f.insecure}
 	cfg.Workload = bench.WorkloadSpec{Endpoint: *f.endpoint, Model: *f.model, Stream: !*f.noStream, InputTokens: *f.input, OutputTokens: *f.output,
-		SharedPrefix: *f.shared, ForceOutputLength: *f.force, JSON: *f.json, Seed: *f.seed, Dataset: *f.dataset, Replay: *f.replay, Speedup: *f.speedup}
+		SharedPrefix: *f.shared, PrefixGroups: *f.prefixGroups, PrefixTokens: *f.prefixTokens, ForceOutputLength: *f.force, JSON: *f.json, Seed: *f.seed, Dataset: *f.dataset, Replay: *f.replay, Speedup: *f.speedup}
 	if set["output-tokens"] && *f.output == "" {
 		cfg.Workload.OutputTokens = "none" // --output-tokens "": leave max_tokens unset, as before "none"
 	}

@@ -31,10 +31,19 @@ func loadConfig(path string) (proxy.Config, error) {
 // quickConfig routes every model to one backend: the configuration of
 // `serve --upstream URL`.
 func quickConfig(listen, upstream, healthPath string) proxy.Config {
-	cfg := proxy.Config{
+	return quickPool(listen, []string{upstream}, healthPath, "")
+}
+
+// quickPool is quickConfig for a pool of several backends, chosen by
+// selection ("" the default).
+func quickPool(listen string, upstreams []string, healthPath, selection string) proxy.Config {
+	pc := proxy.PoolConfig{Selection: selection, Health: proxy.HealthConfig{Path: healthPath}}
+	for _, u := range upstreams {
+		pc.Backends = append(pc.Backends, proxy.BackendConfig{URL: u})
+	}
+	return proxy.Config{
 		Server:      proxy.ServerConfig{Listen: listen},
-		Pools:       map[string]proxy.PoolConfig{"default": {Backends: []proxy.BackendConfig{{URL: upstream}}, Health: proxy.HealthConfig{Path: healthPath}}},
+		Pools:       map[string]proxy.PoolConfig{"default": pc},
 		DefaultPool: "default",
 	}
-	return cfg
 }

@@ -18,12 +18,16 @@ import (
 	"go.opentelemetry.io/otel"
 )
 
-const serveSynopsis = `serve [--config FILE | --upstream URL] [--listen ADDR] [--max-concurrency N [--max-queue M --queue-timeout D] [--redis ADDR]] [flags]
+const serveSynopsis = `serve [--config FILE | --upstream URL [--upstream URL ...] [--selection POLICY]] [--listen ADDR] [--max-concurrency N [--max-queue M --queue-timeout D] [--redis ADDR]] [flags]
 
 Runs the gateway. With --config it reads one YAML file (see
 infergate.example.yaml); SIGHUP re-reads it, and a file that does not
 validate is refused while the running configuration stays. With --upstream
-every model goes to that one backend. With neither, a built-in simulator
+every model goes to that backend; repeated, to one pool of them, picked by
+--selection: least_outstanding (the default), load (each backend's own
+queue and KV usage, scraped from its /metrics) or prefix (the backend
+expected to hold the prompt's prefix in its KV cache, unless it is
+saturated; then by load). With neither, a built-in simulator
 (infergate sim, balanced preset) starts on a free localhost port and serves
 every model: try it with
 
@@ -63,7 +67,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	file := fs.String("config", "", "YAML configuration file")
 	listen := fs.String("listen", "", "address to listen on (default 127.0.0.1:8080; overrides the file)")
 	adminListen := fs.String("admin-listen", "", "address of the admin listener: /metrics, /admin/stats (default "+proxy.DefaultAdminListen+"; off: none; overrides server.admin_listen)")
-	upstream := fs.String("upstream", "", "send every model to this backend URL (no config file needed)")
+	var upstreams stringList
+	fs.Var(&upstreams, "upstream", "send every model to this backend URL (no config file needed); repeat for a pool of backends")
+	selection := fs.String("selection", "", "with --upstream: least_outstanding (default), weighted_round_robin, power_of_two, load or prefix")
 	health := fs.String("health-path", "", "with --upstream: active health check path, e.g. /health (default off)")
 	level := fs.String("log-level", "info", "debug, info (one line per request), warn or error")
 	format := fs.String("log-format", "text", "text or json")
@@ -100,8 +106,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// OpenTelemetry reports export failures through its own process-wide
 	// handler: a process setting, so it is set here, not by the gateway.
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("opentelemetry", "err", err) }))
-	if *file != "" && *upstream != "" {
+	if *file != "" && len(upstreams) > 0 {
 		return fmt.Errorf("--config and --upstream are exclusive")
+	}
+	if *selection != "" && len(upstreams) == 0 {
+		return fmt.Errorf("--selection needs --upstream (a file sets pools.NAME.selection)")
 	}
 	var cfg proxy.Config
 	switch {
@@ -109,8 +118,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if cfg, err = loadConfig(*file); err != nil {
 			return err
 		}
-	case *upstream != "":
-		cfg = quickConfig(*listen, *upstream, *health)
+	case len(upstreams) > 0:
+		cfg = quickPool(*listen, upstreams, *health, *selection)
 	default:
 		stopSim, url, err := startBuiltinSim(log)
 		if err != nil {
