@@ -85,6 +85,8 @@ func (g *Gateway) Stats(now time.Time) tracing.Snapshot {
 			bs := tracing.BackendState{Pool: p.name, Name: b.name, InFlight: n, Breaker: b.BreakerState().String(), Up: b.Available(now)}
 			if p.scored {
 				p.routingState(b, now, &bs)
+			} else {
+				bs.Routes = b.routes()
 			}
 			snap.Gateway.Backends = append(snap.Gateway.Backends, bs)
 		}

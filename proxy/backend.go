@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -39,6 +40,10 @@ type backend struct {
 	promptBlocks, expectedBlocks atomic.Int64
 	usagePrompt, usageCached     atomic.Int64
 	reasons                      [len(routeReasons)]atomic.Int64
+	// ttft is a moving average of the time to first token through b
+	// (float64 seconds as bits; 0 before the first answer): selection
+	// load and prefix weigh a backend's load by how slowly it answers.
+	ttft atomic.Uint64
 
 	outstanding  atomic.Int64
 	healthy      atomic.Bool  // active check verdict; true until checks say otherwise
@@ -222,3 +227,24 @@ func backendTLS(c BackendTLS, host string) (*tls.Config, error) {
 	}
 	return conf, nil
 }
+
+// observeTTFT folds one answer's time to first token into b's average
+// (weight 1/8: about the last eight answers).
+func (b *backend) observeTTFT(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	for {
+		old := b.ttft.Load()
+		v := d.Seconds()
+		if old != 0 {
+			v = math.Float64frombits(old)*7/8 + v/8
+		}
+		if b.ttft.CompareAndSwap(old, math.Float64bits(v)) {
+			return
+		}
+	}
+}
+
+// ttftAverage is b's moving average TTFT in seconds, 0 before any.
+func (b *backend) ttftAverage() float64 { return math.Float64frombits(b.ttft.Load()) }

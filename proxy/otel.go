@@ -92,7 +92,7 @@ func (x *exchange) endSpan() {
 	if x.backend != nil {
 		r.Backend = x.backend.host
 	}
-	if x.routeWhy != routeLeast {
+	if x.routeWhy != "" {
 		r.Route = x.routeWhy
 	}
 	x.g.tracer.End(x.parent, x.sc, &x.tl, r)

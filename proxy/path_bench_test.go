@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/infergate/infergate/affinity"
 	"github.com/infergate/infergate/internal/httpbody"
 	"github.com/valyala/fasthttp"
 )
@@ -73,5 +74,49 @@ func BenchmarkChunkedBodyRead(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+	}
+}
+
+// BenchmarkPickScored is a pick of selection load and prefix among four
+// backends: for prefix, with 10,000 prefixes of 4,000 tokens (16 KiB)
+// indexed, the request's own among them. The request's key is hashed
+// before (BenchmarkHashRequest in package affinity times that).
+func BenchmarkPickScored(b *testing.B) {
+	for _, selection := range []string{LeastOutstandingPolicy, LoadPolicy, PrefixPolicy} {
+		b.Run(selection, func(b *testing.B) {
+			cfg := testConfig("http://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:3", "http://127.0.0.1:4")
+			pc := cfg.Pools["p"]
+			pc.Selection = selection
+			pc.Load.Interval = time.Hour // no scrape during the run
+			pc.Load.StaleAfter = time.Hour
+			cfg.Pools["p"] = pc
+			cfg.Defaults()
+			p, err := newPool("p", cfg.Pools["p"], time.Second, nil, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer p.Close()
+			keys := make([]affinity.Key, 10000)
+			text := bytes.Repeat([]byte("x"), 16<<10)
+			for i := range keys {
+				var h affinity.Hasher
+				h.Reset(&keys[i], 128, 1024)
+				h.Write([]byte(strconv.Itoa(i)))
+				h.Write(text)
+				if p.index != nil {
+					p.index.Add(&keys[i], i%4)
+				}
+			}
+			now := time.Now()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				be, permit, _, err := p.pick(nil, now, &keys[i%len(keys)])
+				if err != nil {
+					b.Fatal(err)
+				}
+				be.settle(permit, true)
+			}
+		})
 	}
 }

@@ -31,6 +31,8 @@ type pool struct {
 	scraper *loadScraper
 	index   *affinity.Index
 	rr      atomic.Uint64
+	// plainReason counts the picks of the other selections.
+	plainReason int
 }
 
 // newPool builds a pool. A backend of reuse whose settings are unchanged
@@ -38,7 +40,7 @@ type pool struct {
 // keeps its connections, outstanding count, health and breaker state.
 func newPool(name string, pc PoolConfig, connect time.Duration, log *slog.Logger, reuse map[string]*backend) (*pool, error) {
 	p := &pool{name: name, sel: newSelector(pc.Selection), load: pc.Load, prefix: pc.Prefix,
-		scored: pc.Selection == LoadPolicy || pc.Selection == PrefixPolicy}
+		scored: pc.Selection == LoadPolicy || pc.Selection == PrefixPolicy, plainReason: reasonIndex(pc.Selection)}
 	for _, bc := range pc.Backends {
 		key := backendKey(bc, pc, connect)
 		b, ok := reuse[key]
@@ -102,7 +104,10 @@ func (p *pool) pick(tried []*backend, now time.Time, k *affinity.Key) (*backend,
 		return p.pickScored(tried, now, k)
 	}
 	b, done, err := p.pickPlain(tried, now)
-	return b, done, routeLeast, err
+	if err == nil {
+		b.reasons[p.plainReason].Add(1)
+	}
+	return b, done, "", err
 }
 
 // pickPlain is pick for the selectors that need nothing of the request.

@@ -25,7 +25,7 @@ const (
 )
 
 // routeReasons lists them, for metrics and stats.
-var routeReasons = [...]string{routeLeast, routeLoad, routeWarm, routeCold, routeSpillQueue, routeSpillKV, routeSpillImbalance}
+var routeReasons = [...]string{routeLeast, WeightedRoundRobinPolicy, PowerOfTwoPolicy, routeLoad, routeWarm, routeCold, routeSpillQueue, routeSpillKV, routeSpillImbalance}
 
 func reasonIndex(r string) int {
 	for i, x := range routeReasons {
@@ -83,7 +83,26 @@ func (p *pool) pickScored(tried []*backend, now time.Time, k *affinity.Key) (*ba
 // choose returns the chosen candidate's position in sc, why, and the
 // prefix blocks it is expected to hold.
 func (p *pool) choose(sc *scratch, k *affinity.Key) (int, string, int) {
+	// loadOf is a candidate's requests per unit of weight; costOf the
+	// wait a new request there can expect, in units of the fastest
+	// backend's TTFT: its requests, the new one included, times how much
+	// slower than the fastest it answers. A backend without an answer yet
+	// counts as the fastest.
 	loadOf := func(c int) float64 { return sc.est[c].total / float64(p.backends[sc.idx[c]].weight) }
+	fastest := math.Inf(1)
+	for _, i := range sc.idx {
+		if t := p.backends[i].ttftAverage(); t > 0 {
+			fastest = min(fastest, t)
+		}
+	}
+	costOf := func(c int) float64 {
+		b := p.backends[sc.idx[c]]
+		f := 1.0
+		if t := b.ttftAverage(); t > 0 && !math.IsInf(fastest, 1) {
+			f = t / fastest
+		}
+		return (sc.est[c].total + 1) * f / float64(b.weight)
+	}
 	minLoad, minWaiting, minKV := math.Inf(1), math.Inf(1), math.Inf(1)
 	for c := range sc.idx {
 		minLoad = min(minLoad, loadOf(c))
@@ -127,7 +146,7 @@ func (p *pool) choose(sc *scratch, k *affinity.Key) (int, string, int) {
 			}
 		}
 	}
-	// The least loaded. Among equals: the one holding more of the prefix,
+	// The least costly. Among equals: the one holding more of the prefix,
 	// then a rendezvous hash of the prompt's start, so that gateways that
 	// do not share their index send a new prefix to the same backend; for
 	// selection load, a rotating start.
@@ -140,7 +159,7 @@ func (p *pool) choose(sc *scratch, k *affinity.Key) (int, string, int) {
 	}
 	var bestTie uint64
 	for c, i := range sc.idx {
-		l := loadOf(c)
+		l := costOf(c)
 		m := 0
 		if prefix {
 			m = sc.matched[i%affinity.MaxBackends]
@@ -150,7 +169,7 @@ func (p *pool) choose(sc *scratch, k *affinity.Key) (int, string, int) {
 			best, bestTie = c, tie
 			continue
 		}
-		bl := loadOf(best)
+		bl := costOf(best)
 		bm := 0
 		if prefix {
 			bm = sc.matched[sc.idx[best]%affinity.MaxBackends]
@@ -205,12 +224,7 @@ func (p *pool) routingState(b *backend, now time.Time, bs *tracing.BackendState)
 		l.Error = "no reading yet"
 	}
 	bs.Load = l
-	bs.Routes = map[string]int64{}
-	for i, r := range routeReasons {
-		if n := b.reasons[i].Load(); n > 0 {
-			bs.Routes[r] = n
-		}
-	}
+	bs.Routes = b.routes()
 	if p.index == nil {
 		return
 	}
@@ -238,4 +252,15 @@ func ratio(a, b int64) *float64 {
 	}
 	r := float64(a) / float64(b)
 	return &r
+}
+
+// routes is b's picks by reason, those with any.
+func (b *backend) routes() map[string]int64 {
+	out := map[string]int64{}
+	for i, r := range routeReasons {
+		if n := b.reasons[i].Load(); n > 0 {
+			out[r] = n
+		}
+	}
+	return out
 }

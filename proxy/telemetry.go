@@ -52,9 +52,14 @@ func (g *Gateway) syncTelemetry() { g.telem.Sync() }
 
 // emit builds the request's telemetry.
 func (x *exchange) emit() {
-	if b := x.backend; b != nil && x.tl.CachedReported {
-		b.usagePrompt.Add(int64(x.tl.PromptTokens))
-		b.usageCached.Add(int64(x.tl.CachedTokens))
+	if b := x.backend; b != nil {
+		if x.tl.CachedReported {
+			b.usagePrompt.Add(int64(x.tl.PromptTokens))
+			b.usageCached.Add(int64(x.tl.CachedTokens))
+		}
+		if x.outcome == outcomeOK && !x.tl.FirstTokenOut.IsZero() {
+			b.observeTTFT(x.tl.TTFT())
+		}
 	}
 	x.logLine()
 	if x.logged {
@@ -82,7 +87,7 @@ func (x *exchange) logLine() {
 	}
 	if x.backend != nil {
 		attrs = append(attrs, slog.String("backend", x.backend.name), slog.Int("attempts", tl.Attempts))
-		if x.routeWhy != "" && x.routeWhy != routeLeast {
+		if x.routeWhy != "" {
 			attrs = append(attrs, slog.String("route", x.routeWhy))
 		}
 	}
@@ -128,7 +133,7 @@ func (x *exchange) logEntry() {
 	}
 	if x.backend != nil {
 		e.Backend = x.backend.name
-		if x.routeWhy != routeLeast {
+		if x.routeWhy != "" {
 			e.Route = x.routeWhy
 		}
 	}

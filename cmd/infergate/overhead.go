@@ -29,7 +29,11 @@ hey, interleaved) and bench-timing (what the client adds to TTFT);
 shaping-redis (TTFT added by a cap shared through --redis, against one
 Redis round trip) and shaping-knee (a cap at the sim's knee against none,
 offered 1.5× the knee's rate); tracing-cost (request log and 100% spans
-over OTLP against all off).
+over OTLP against all off); routing-prefix, routing-unique and
+routing-slow (four sims with prefix caching behind gateways of each
+selection policy, a fresh fleet per run, loaded by infergate bench in
+open loop: grouped system prompts, unique prompts with an A/A pair, and
+one slow replica; --round-time is each run's measured time).
 --gateway-bin runs another binary in the gateway's place, started as
 infergate serve is: another build, or the floor, the least a fasthttp
 proxy does (go build -o floorproxy ./internal/overhead/floorproxy; its

@@ -121,6 +121,9 @@ func (o *Overhead) runOne(ctx context.Context, dir, name string) error {
 	case "tracing-cost":
 		return o.tracingCost(ctx, dir)
 	}
+	if rc, ok := routingCases()[name]; ok {
+		return o.routing(ctx, dir, rc)
+	}
 	i := slices.IndexFunc(Scenarios(), func(s Scenario) bool { return s.Name == name })
 	if i < 0 {
 		return fmt.Errorf("unknown scenario %q", name)
