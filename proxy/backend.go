@@ -40,10 +40,12 @@ type backend struct {
 	promptBlocks, expectedBlocks atomic.Int64
 	usagePrompt, usageCached     atomic.Int64
 	reasons                      [len(routeReasons)]atomic.Int64
-	// ttft is a moving average of the time to first token through b
-	// (float64 seconds as bits; 0 before the first answer): selection
-	// load and prefix weigh a backend's load by how slowly it answers.
-	ttft atomic.Uint64
+	// tpot is a moving average of the time between content events of b's
+	// streams (float64 seconds as bits; 0 before the first): selection
+	// load and prefix weigh a backend's load by how slowly it decodes.
+	// Not TTFT: that moves with cache hits and prompt lengths, and would
+	// herd new prefixes away from a backend just for being cold.
+	tpot atomic.Uint64
 
 	outstanding  atomic.Int64
 	healthy      atomic.Bool  // active check verdict; true until checks say otherwise
@@ -228,23 +230,24 @@ func backendTLS(c BackendTLS, host string) (*tls.Config, error) {
 	return conf, nil
 }
 
-// observeTTFT folds one answer's time to first token into b's average
-// (weight 1/8: about the last eight answers).
-func (b *backend) observeTTFT(d time.Duration) {
+// observeTPOT folds one stream's mean time between content events into
+// b's average (weight 1/8: about the last eight streams).
+func (b *backend) observeTPOT(d time.Duration) {
 	if d <= 0 {
 		return
 	}
 	for {
-		old := b.ttft.Load()
+		old := b.tpot.Load()
 		v := d.Seconds()
 		if old != 0 {
 			v = math.Float64frombits(old)*7/8 + v/8
 		}
-		if b.ttft.CompareAndSwap(old, math.Float64bits(v)) {
+		if b.tpot.CompareAndSwap(old, math.Float64bits(v)) {
 			return
 		}
 	}
 }
 
-// ttftAverage is b's moving average TTFT in seconds, 0 before any.
-func (b *backend) ttftAverage() float64 { return math.Float64frombits(b.ttft.Load()) }
+// tpotAverage is b's moving average time per output token in seconds, 0
+// before any stream.
+func (b *backend) tpotAverage() float64 { return math.Float64frombits(b.tpot.Load()) }

@@ -216,3 +216,35 @@ func BenchmarkGateway(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkGatewayRouting is the plain request with a 16 KiB system
+// prompt (about 4,000 tokens) through a pool of two backends, by each
+// selection: what hashing the prompt, scoring the backends and recording
+// the pick add to a whole request. The raw backend has no /metrics, so
+// load and prefix run on the gateway's own counts, as after a failed
+// scrape.
+//
+//	go test ./proxy -run '^$' -bench BenchmarkGatewayRouting -benchmem
+func BenchmarkGatewayRouting(b *testing.B) {
+	body := `{"model":"m","messages":[{"role":"system","content":"` + strings.Repeat("You answer for the billing desk. ", 500) +
+		`"},{"role":"user","content":"What is my balance?"}]}`
+	for _, selection := range []string{LeastOutstandingPolicy, LoadPolicy, PrefixPolicy} {
+		b.Run(selection, func(b *testing.B) {
+			second := rawBackend(b, plainResponseBytes())
+			bg := newBenchGatewayWith(b, false, func(c *Config) {
+				pc := c.Pools["p"]
+				pc.Selection = selection
+				pc.Backends = append(pc.Backends, BackendConfig{URL: second})
+				c.Pools["p"] = pc
+			}, body)
+			for range 100 {
+				bg.do(b)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				bg.do(b)
+			}
+		})
+	}
+}

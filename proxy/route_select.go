@@ -84,22 +84,22 @@ func (p *pool) pickScored(tried []*backend, now time.Time, k *affinity.Key) (*ba
 // prefix blocks it is expected to hold.
 func (p *pool) choose(sc *scratch, k *affinity.Key) (int, string, int) {
 	// loadOf is a candidate's requests per unit of weight; costOf the
-	// wait a new request there can expect, in units of the fastest
-	// backend's TTFT: its requests, the new one included, times how much
-	// slower than the fastest it answers. A backend without an answer yet
-	// counts as the fastest.
+	// wait a new request there can expect: its requests, the new one
+	// included, times how much slower than the fastest it decodes
+	// (clamped to 8). A backend without a stream yet counts as the
+	// fastest.
 	loadOf := func(c int) float64 { return sc.est[c].total / float64(p.backends[sc.idx[c]].weight) }
 	fastest := math.Inf(1)
 	for _, i := range sc.idx {
-		if t := p.backends[i].ttftAverage(); t > 0 {
+		if t := p.backends[i].tpotAverage(); t > 0 {
 			fastest = min(fastest, t)
 		}
 	}
 	costOf := func(c int) float64 {
 		b := p.backends[sc.idx[c]]
 		f := 1.0
-		if t := b.ttftAverage(); t > 0 && !math.IsInf(fastest, 1) {
-			f = t / fastest
+		if t := b.tpotAverage(); t > 0 && !math.IsInf(fastest, 1) {
+			f = min(t/fastest, 8)
 		}
 		return (sc.est[c].total + 1) * f / float64(b.weight)
 	}

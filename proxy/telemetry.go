@@ -57,8 +57,8 @@ func (x *exchange) emit() {
 			b.usagePrompt.Add(int64(x.tl.PromptTokens))
 			b.usageCached.Add(int64(x.tl.CachedTokens))
 		}
-		if x.outcome == outcomeOK && !x.tl.FirstTokenOut.IsZero() {
-			b.observeTTFT(x.tl.TTFT())
+		if tl := &x.tl; x.outcome == outcomeOK && tl.ContentEvents > 1 && tl.LastTokenIn.After(tl.FirstTokenIn) {
+			b.observeTPOT(tl.LastTokenIn.Sub(tl.FirstTokenIn) / time.Duration(tl.ContentEvents-1))
 		}
 	}
 	x.logLine()

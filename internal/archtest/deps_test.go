@@ -30,6 +30,7 @@ var rules = []struct {
 	{"verdict", "statistics and the rule: no HTTP, no HTML", append([]string{mod + "internal/svgchart", "html", "html/template"}, httpLibs...)},
 	{"diagnose", "the classifier knows no HTTP library (scraping is diagnose/collect's)", httpLibs},
 	{"quality", "the judge of an answer knows no HTTP library", httpLibs},
+	{"affinity", "the prefix index knows no HTTP library and no gateway", append([]string{mod + "proxy", mod + "tracing"}, httpLibs...)},
 	{"openai", "the wire format depends on no HTTP library and nothing of ours", append([]string{mod + "proxy", mod + "bench", mod + "tracing", mod + "mirror"}, httpLibs...)},
 	{"sim", "the simulator uses the wire format only", []string{mod + "proxy", mod + "bench", mod + "tracing", mod + "mirror", mod + "shaping", mod + "policy"}},
 	{"mirror", "the mirror is used by the gateway, never the reverse", []string{mod + "proxy", mod + "tracing", mod + "bench"}},
