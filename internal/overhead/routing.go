@@ -59,7 +59,7 @@ func routingCases() map[string]routingCase {
 		},
 		"routing-slow": {
 			name: "routing-slow", kv: 22528, rate: 12,
-			what: "unique 1,000-token prompts, 100 output tokens; open loop 12 req/s; one of the 4 sims a third as fast (" + strings.Join(slowSim, " ") + "), against the healthy fleet",
+			what:  "unique 1,000-token prompts, 100 output tokens; open loop 12 req/s; one of the 4 sims a third as fast (" + strings.Join(slowSim, " ") + "), against the healthy fleet",
 			bench: []string{"--input-tokens", "1000", "--output-tokens", "100"},
 			arms: []routingArm{{"healthy fleet, least_outstanding", "least_outstanding", false}, {"least_outstanding", "least_outstanding", true},
 				{"load", "load", true}, {"prefix", "prefix", true}},
