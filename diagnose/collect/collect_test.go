@@ -1,9 +1,10 @@
-package collect
+package collect_test
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/infergate/infergate/diagnose/collect"
 	"io"
 	"log/slog"
 	"net"
@@ -106,13 +107,13 @@ func TestPresetsNamed(t *testing.T) {
 				done <- err
 			}()
 			time.Sleep(2500 * time.Millisecond) // the batch fills
-			cfg := Config{Gateway: d.admin, Interval: 500 * time.Millisecond, Window: 5 * time.Second}
-			backends, err := Discover(ctx, cfg)
+			cfg := collect.Config{Gateway: d.admin, Interval: 500 * time.Millisecond, Window: 5 * time.Second}
+			backends, err := collect.Discover(ctx, cfg)
 			if err != nil || len(backends) != 1 {
 				t.Fatalf("discover: %v %v", backends, err)
 			}
 			cfg.Backends = backends
-			w, err := Sample(ctx, cfg)
+			w, err := collect.Sample(ctx, cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -153,14 +154,14 @@ func TestSweepFindsTheKnee(t *testing.T) {
 	d := deploy(t, "memory-bound", 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cfg := Config{Gateway: d.admin, Interval: 400 * time.Millisecond}
-	backends, err := Discover(ctx, cfg)
+	cfg := collect.Config{Gateway: d.admin, Interval: 400 * time.Millisecond}
+	backends, err := collect.Discover(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.Backends = backends
 	var progress strings.Builder
-	pts, err := Sweep(ctx, SweepConfig{Bench: benchConfig(d, 1, 4*time.Second), Levels: []float64{4, 12, 48}, Sample: cfg}, &progress)
+	pts, err := collect.Sweep(ctx, collect.SweepConfig{Bench: benchConfig(d, 1, 4*time.Second), Levels: []float64{4, 12, 48}, Sample: cfg}, &progress)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,11 +184,11 @@ func TestSweepFindsTheKnee(t *testing.T) {
 func TestSampleFailsWithNothingToRead(t *testing.T) {
 	ln := listen(t)
 	ln.Close() // a port nobody answers on
-	_, err := Sample(context.Background(), Config{Backends: []string{"http://" + ln.Addr().String()}, Interval: 50 * time.Millisecond, Window: 100 * time.Millisecond})
+	_, err := collect.Sample(context.Background(), collect.Config{Backends: []string{"http://" + ln.Addr().String()}, Interval: 50 * time.Millisecond, Window: 100 * time.Millisecond})
 	if err == nil || !strings.Contains(err.Error(), "no target could be read") {
 		t.Fatalf("err %v", err)
 	}
-	if _, err := Sample(context.Background(), Config{Backends: []string{"ftp://x"}}); err == nil {
+	if _, err := collect.Sample(context.Background(), collect.Config{Backends: []string{"ftp://x"}}); err == nil {
 		t.Fatal("an ftp URL was accepted")
 	}
 	_ = fmt.Sprint()
