@@ -6,13 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/infergate/infergate/diagnose"
 	"github.com/infergate/infergate/diagnose/collect"
-	"github.com/infergate/infergate/internal/supervise"
 	"github.com/valyala/fasthttp"
 )
 
@@ -96,15 +93,9 @@ var errNoLoadMetrics = errors.New("no load metrics of vLLM, SGLang, TGI or llama
 
 // scrapeLoad reads b's metrics once.
 func (b *backend) scrapeLoad(path string, timeout time.Duration) (*loadReading, error) {
-	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
-	b.target(req, path, "")
-	if b.auth != "" {
-		req.Header.Set("Authorization", b.auth)
-	}
-	if err := b.mc.DoTimeout(req, resp, timeout); err != nil {
+	if err := b.get(b.mc, path, timeout, resp); err != nil {
 		return nil, fmt.Errorf("scrape %s%s: %w", b.name, path, err)
 	}
 	out := b.outstanding.Load()
@@ -124,31 +115,12 @@ func (b *backend) scrapeLoad(path string, timeout time.Duration) (*loadReading, 
 		maxRunning: rd.MaxRunning, prefixQueries: rd.PrefixQueries, prefHit: rd.PrefixHits, outstanding: out}, nil
 }
 
-// loadScraper scrapes every backend of a pool on an interval.
-type loadScraper struct {
-	panics atomic.Int64
-	stop   chan struct{}
-	wg     sync.WaitGroup
-	once   sync.Once
+// startLoad scrapes every backend of p on an interval.
+func startLoad(p *pool, lc LoadConfig, log *slog.Logger) *backendLoops {
+	return startLoops(p, log, "load scrape", func(b *backend, stop <-chan struct{}, log *slog.Logger) { runLoad(b, lc, stop, log) })
 }
 
-func startLoad(p *pool, lc LoadConfig, log *slog.Logger) *loadScraper {
-	l := &loadScraper{stop: make(chan struct{})}
-	for _, b := range p.backends {
-		l.wg.Add(1)
-		go func() {
-			defer l.wg.Done()
-			blog := log.With("pool", p.name, "backend", b.name)
-			supervise.Loop(l.stop, func() { l.run(b, lc, blog) }, func(v any, stack []byte) {
-				l.panics.Add(1)
-				blog.Error("panic in a load scrape; restarting it", "panic", fmt.Sprint(v), "stack", string(stack))
-			})
-		}()
-	}
-	return l
-}
-
-func (l *loadScraper) run(b *backend, lc LoadConfig, log *slog.Logger) {
+func runLoad(b *backend, lc LoadConfig, stop <-chan struct{}, log *slog.Logger) {
 	t := time.NewTicker(lc.Interval)
 	defer t.Stop()
 	for {
@@ -172,14 +144,9 @@ func (l *loadScraper) run(b *backend, lc LoadConfig, log *slog.Logger) {
 		}
 		b.load.Store(next)
 		select {
-		case <-l.stop:
+		case <-stop:
 			return
 		case <-t.C:
 		}
 	}
-}
-
-func (l *loadScraper) close() {
-	l.once.Do(func() { close(l.stop) })
-	l.wg.Wait()
 }

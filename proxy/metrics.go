@@ -197,17 +197,20 @@ func observe(meter metric.Meter, g *Gateway) error {
 			o.ObserveInt64(mirrorDropped, ps.Lost, metric.WithAttributes(attribute.String("rule", ""), attribute.String("reason", "lost")))
 		}
 		o.ObserveInt64(mirrorInFlight, int64(g.MirrorsInFlight()))
-		var health int64
+		var health, scrapes int64
 		for _, p := range g.state.Load().pools {
 			if p.health != nil {
 				health += p.health.panics.Load()
+			}
+			if p.scraper != nil {
+				scrapes += p.scraper.panics.Load()
 			}
 		}
 		for _, w := range [...]struct {
 			where string
 			n     int64
 		}{{panicRequest, g.panicsRequest.Load()}, {panicStream, g.panicsStream.Load()}, {panicForward, g.panicsForward.Load()}, {panicMirror, g.panicsMirror.Load()},
-			{panicTelemetry, g.telem.Panics()}, {"health", health}, {"shaping", s.Panics}, {"hangup", g.watch.Panics()}} {
+			{panicTelemetry, g.telem.Panics()}, {"health", health}, {"load_scrape", scrapes}, {"shaping", s.Panics}, {"hangup", g.watch.Panics()}} {
 			o.ObserveInt64(panics, w.n, metric.WithAttributes(attribute.String("where", w.where)))
 		}
 		return nil

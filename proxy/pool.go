@@ -22,13 +22,13 @@ type pool struct {
 	name     string
 	backends []*backend
 	sel      selector
-	health   *healthChecker
+	health   *backendLoops
 	// Selection load and prefix: scored picks (route_select.go), the
 	// backends' scraped load, and for prefix the index of prefixes.
 	scored  bool
 	load    LoadConfig
 	prefix  PrefixConfig
-	scraper *loadScraper
+	scraper *backendLoops
 	index   *affinity.Index
 	rr      atomic.Uint64
 	// plainReason counts the picks of the other selections.
@@ -204,31 +204,45 @@ func (p *pool) closeExcept(kept map[*backend]bool) {
 	}
 }
 
-// healthChecker probes every backend of a pool on an interval.
-type healthChecker struct {
+// backendLoops runs one supervised loop per backend of a pool (health
+// checks, load scrapes) until closed: a loop that panics is logged,
+// counted and restarted.
+type backendLoops struct {
 	panics atomic.Int64 // recovered and restarted
 	stop   chan struct{}
 	wg     sync.WaitGroup
 	once   sync.Once
 }
 
-func startHealth(p *pool, hc HealthConfig, log *slog.Logger) *healthChecker {
-	h := &healthChecker{stop: make(chan struct{})}
+// startLoops starts run for every backend of p; what names the loop in
+// the log of a panic.
+func startLoops(p *pool, log *slog.Logger, what string, run func(b *backend, stop <-chan struct{}, log *slog.Logger)) *backendLoops {
+	l := &backendLoops{stop: make(chan struct{})}
 	for _, b := range p.backends {
-		h.wg.Add(1)
+		l.wg.Add(1)
 		go func() {
-			defer h.wg.Done()
+			defer l.wg.Done()
 			blog := log.With("pool", p.name, "backend", b.name)
-			supervise.Loop(h.stop, func() { h.run(b, hc, blog) }, func(v any, stack []byte) {
-				h.panics.Add(1)
-				blog.Error("panic in a health check; restarting it", "panic", fmt.Sprint(v), "stack", string(stack))
+			supervise.Loop(l.stop, func() { run(b, l.stop, blog) }, func(v any, stack []byte) {
+				l.panics.Add(1)
+				blog.Error("panic in a "+what+"; restarting it", "panic", fmt.Sprint(v), "stack", string(stack))
 			})
 		}()
 	}
-	return h
+	return l
 }
 
-func (h *healthChecker) run(b *backend, hc HealthConfig, log *slog.Logger) {
+func (l *backendLoops) close() {
+	l.once.Do(func() { close(l.stop) })
+	l.wg.Wait()
+}
+
+// startHealth checks every backend of p on an interval.
+func startHealth(p *pool, hc HealthConfig, log *slog.Logger) *backendLoops {
+	return startLoops(p, log, "health check", func(b *backend, stop <-chan struct{}, log *slog.Logger) { runHealth(b, hc, stop, log) })
+}
+
+func runHealth(b *backend, hc HealthConfig, stop <-chan struct{}, log *slog.Logger) {
 	t := time.NewTicker(hc.Interval)
 	defer t.Stop()
 	passes, fails := 0, 0
@@ -248,14 +262,9 @@ func (h *healthChecker) run(b *backend, hc HealthConfig, log *slog.Logger) {
 			}
 		}
 		select {
-		case <-h.stop:
+		case <-stop:
 			return
 		case <-t.C:
 		}
 	}
-}
-
-func (h *healthChecker) close() {
-	h.once.Do(func() { close(h.stop) })
-	h.wg.Wait()
 }

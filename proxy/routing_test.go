@@ -164,9 +164,22 @@ func TestPrefixAffinityHoldsUntilTheGuardTrips(t *testing.T) {
 		l := backendStates(gw)[home[0].URL].Load
 		return l.Waiting != nil && *l.Waiting == 5
 	})
-	before := home[0].chats.Load()
+	counts := func() []int64 {
+		var n []int64
+		for _, b := range bs {
+			n = append(n, b.chats.Load())
+		}
+		return n
+	}
+	was := counts()
 	post(t, gw.URL, "/v1/chat/completions", groupBody(0, 99))
-	if home[0].chats.Load() != before {
+	var spillTo *vllmBackend
+	for i, n := range counts() {
+		if n > was[i] {
+			spillTo = bs[i]
+		}
+	}
+	if spillTo == nil || spillTo == home[0] {
 		t.Fatal("a request went to a warm backend whose queue passed prefix.spill_waiting")
 	}
 	spilled := int64(0)
@@ -176,19 +189,33 @@ func TestPrefixAffinityHoldsUntilTheGuardTrips(t *testing.T) {
 	if spilled != 1 {
 		t.Fatalf("%d picks counted as prefix_spill_queue, want 1", spilled)
 	}
+	gw.syncTelemetry() // the log line is written off the request path
 	if !strings.Contains(gw.logs.String(), "route=prefix_spill_queue") {
 		t.Fatal("the request log line does not say the request spilled")
 	}
-	// The queue drains: back home.
+	// The queue drains: the group goes to a backend warm for it again,
+	// its home or the one it spilled to (both now hold its prefix; the
+	// tie goes by load), not to a cold one.
 	home[0].waiting.Store(0)
 	waitFor(t, 2*time.Second, "the queue to drain in the scrape", func() bool {
 		l := backendStates(gw)[home[0].URL].Load
 		return l.Waiting != nil && *l.Waiting == 0
 	})
-	before = home[0].chats.Load()
+	warmBefore := int64(0)
+	for _, b := range backendStates(gw) {
+		warmBefore += b.Routes[routeWarm]
+	}
+	before, spilledBefore := home[0].chats.Load(), spillTo.chats.Load()
 	post(t, gw.URL, "/v1/chat/completions", groupBody(0, 100))
-	if home[0].chats.Load() != before+1 {
-		t.Fatal("the group did not return to its warm backend once its queue drained")
+	if home[0].chats.Load()+spillTo.chats.Load() != before+spilledBefore+1 {
+		t.Fatal("once its home's queue drained, the group went to a backend that holds none of it")
+	}
+	warmAfter := int64(0)
+	for _, b := range backendStates(gw) {
+		warmAfter += b.Routes[routeWarm]
+	}
+	if warmAfter != warmBefore+1 {
+		t.Fatalf("the request after the drain was not routed prefix_warm (%d → %d)", warmBefore, warmAfter)
 	}
 }
 

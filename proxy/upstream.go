@@ -128,17 +128,22 @@ func (b *backend) target(req *fasthttp.Request, path, query string) {
 	req.Header.SetHost(b.host)
 }
 
-// probe runs one active health check: GET path must answer 2xx in time.
-func (b *backend) probe(path string, timeout time.Duration) error {
+// get sends GET path to b through hc, with b's key, into resp.
+func (b *backend) get(hc *fasthttp.HostClient, path string, timeout time.Duration, resp *fasthttp.Response) error {
 	req := fasthttp.AcquireRequest()
-	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
 	b.target(req, path, "")
 	if b.auth != "" {
 		req.Header.Set("Authorization", b.auth)
 	}
-	if err := b.hc.DoTimeout(req, resp, timeout); err != nil {
+	return hc.DoTimeout(req, resp, timeout)
+}
+
+// probe runs one active health check: GET path must answer 2xx in time.
+func (b *backend) probe(path string, timeout time.Duration) error {
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseResponse(resp)
+	if err := b.get(b.hc, path, timeout, resp); err != nil {
 		return fmt.Errorf("health %s: %w", b.name, err)
 	}
 	if c := resp.StatusCode(); c < 200 || c > 299 {
