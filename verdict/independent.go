@@ -52,16 +52,16 @@ func Rates(stage int, metric string, x, na, y, nb int, tol float64) Change {
 func bootstrapRatio(a, b []float64, rng *rand.Rand) (lo, hi float64) {
 	a, b = Thin(a, 4000), Thin(b, 4000)
 	const rounds = 1000
-	ra, rb := make([]float64, len(a)), make([]float64, len(b))
+	sa, sb := newMedians(a), newMedians(b)
 	out := make([]float64, 0, rounds)
 	for range rounds {
-		for i := range ra {
-			ra[i] = a[rng.IntN(len(a))]
+		for range a {
+			sa.draw(rng.IntN(len(a)))
 		}
-		for i := range rb {
-			rb[i] = b[rng.IntN(len(b))]
+		for range b {
+			sb.draw(rng.IntN(len(b)))
 		}
-		ma, mb := quickMedian(ra), quickMedian(rb)
+		ma, mb := sa.median(), sb.median()
 		if ma > 0 {
 			out = append(out, mb/ma-1)
 		}

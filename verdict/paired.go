@@ -35,14 +35,15 @@ func pairedBootstrap(a, b []float64, rng *rand.Rand) (lo, hi float64) {
 		a, b = Thin(a, 4000), Thin(b, 4000)
 	}
 	const rounds = 1000
-	ra, rb := make([]float64, len(a)), make([]float64, len(b))
+	sa, sb := newMedians(a), newMedians(b)
 	out := make([]float64, 0, rounds)
 	for range rounds {
-		for i := range ra {
+		for range a {
 			j := rng.IntN(len(a))
-			ra[i], rb[i] = a[j], b[j]
+			sa.draw(j)
+			sb.draw(j)
 		}
-		ma, mb := quickMedian(ra), quickMedian(rb)
+		ma, mb := sa.median(), sb.median()
 		if ma > 0 {
 			out = append(out, mb/ma-1)
 		}

@@ -156,3 +156,27 @@ func TestChangeJSONHasNoNaN(t *testing.T) {
 		t.Fatalf("%s %v", b, err)
 	}
 }
+
+// The counted resample's median is the median of the resample itself,
+// ties and duplicates included.
+func TestCountedResampleMedianIsTheResamplesMedian(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	for _, n := range []int{1, 2, 3, 10, 101, 1000} {
+		xs := make([]float64, n)
+		for i := range xs {
+			xs[i] = float64(rng.IntN(n/3 + 1)) // plenty of ties
+		}
+		m := newMedians(xs)
+		draw := make([]float64, n)
+		for range 50 {
+			for i := range draw {
+				j := rng.IntN(n)
+				m.draw(j)
+				draw[i] = xs[j]
+			}
+			if got, want := m.median(), Median(draw); got != want {
+				t.Fatalf("n=%d: counted median %v, the resample's %v", n, got, want)
+			}
+		}
+	}
+}
