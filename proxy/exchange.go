@@ -59,10 +59,10 @@ type exchange struct {
 	// else max_tokens; 0 for neither), read as the request was scanned.
 	askedOut int
 	pol      policy.Decision // what the policy made of the request
-	// key is the prompt's prefix, for a pool of selection prefix (hasKey);
-	// routeWhy is why the backend was picked.
-	key      affinity.Key
-	hasKey   bool
+	// key is the prompt's prefix, for a pool of selection prefix only
+	// (nil otherwise: the key is half a KiB, which every other request
+	// would carry for nothing); routeWhy is why the backend was picked.
+	key      *affinity.Key
 	routeWhy string
 	pair     *mirror.Flight // the mirrored pair this request is the primary of, or nil
 	held     *heldRequest   // ureq, while a mirrored copy reads its body
@@ -219,7 +219,8 @@ func (g *Gateway) serveAPI(rc *fasthttp.RequestCtx, strict bool) {
 		if prefix {
 			// What the backend caches is what it is sent: the body after
 			// the policy (the model's name is not part of the prefix).
-			x.hasKey = x.route.pool.hashPrefix(body, &env, &x.key)
+			x.key = new(affinity.Key)
+			x.route.pool.hashPrefix(body, &env, x.key)
 		}
 		if x.route.upstreamModel != "" {
 			body = openai.RewriteModel(body, env, x.route.upstreamModel)

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/infergate/infergate/affinity"
 )
 
 // Forwarding: picking a backend and trying it, moving on to another on a
@@ -25,11 +24,7 @@ func (x *exchange) forward(fill bool) error {
 	var tried [8]*backend
 	nTried := 0
 	for {
-		var key *affinity.Key
-		if x.hasKey {
-			key = &x.key
-		}
-		b, done, why, err := pool.pick(tried[:nTried], time.Now(), key)
+		b, done, why, err := pool.pick(tried[:nTried], time.Now(), x.key)
 		if err != nil {
 			return err
 		}
