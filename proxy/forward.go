@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/http"
 	"time"
-
 )
 
 // Forwarding: picking a backend and trying it, moving on to another on a
