@@ -11,9 +11,11 @@ var (
 	keyContent      = []byte(`"content"`)
 	keyText         = []byte(`"text"`)
 	keyReasoning    = []byte(`"reasoning_content"`)
-	keyToolCalls    = []byte(`"tool_calls"`)
-	keyError        = []byte(`"error"`)
-	dataPrefix      = []byte("data:")
+	// keyReasoningVLLM is vLLM's newer name for a delta's thinking.
+	keyReasoningVLLM = []byte(`"reasoning"`)
+	keyToolCalls     = []byte(`"tool_calls"`)
+	keyError         = []byte(`"error"`)
+	dataPrefix       = []byte("data:")
 )
 
 // EventData returns the payload of an event's first data line, without the
@@ -50,11 +52,12 @@ func IsDoneData(data []byte) bool { return bytes.Equal(data, doneData) }
 func HasFinishReason(data []byte) bool { return valueIsString(data, keyFinishReason, false) }
 
 // HasContent reports whether a chunk carries output: non-empty content or
-// text, reasoning content, or tool calls. The role-only first chunk that
+// text, a reasoning model's thinking (reasoning_content, or reasoning as
+// newer vLLM names it), or tool calls. The role-only first chunk that
 // vLLM and OpenAI send does not count.
 func HasContent(data []byte) bool {
-	return valueIsString(data, keyContent, true) || valueIsString(data, keyText, true) ||
-		valueIsString(data, keyReasoning, true) || bytes.Contains(data, keyToolCalls)
+	has, _, _ := contentOf(data)
+	return has
 }
 
 // IsErrorChunk reports whether a chunk is an error object a backend sent
@@ -112,15 +115,16 @@ func valueIsString(data, key []byte, nonEmpty bool) bool {
 	return false
 }
 
-// AppendContent appends to dst the text an event's data carries: the
-// decoded string values of "content", "text" and "reasoning_content"
-// (chat, legacy completion and reasoning models). It reads one choice per
+// AppendContent appends to dst the answer's text an event's data carries:
+// the decoded string values of "content" and "text" (chat and legacy
+// completion; a reasoning model's thinking is not the answer). It reads
+// one choice per
 // chunk, as streams with n=1 have. Data that is not a chunk appends
 // nothing. Bytes that are not UTF-8 read as U+FFFD, one per byte, as a
 // client's JSON decoder reads them. It does not allocate when the values
 // have no escapes.
 func AppendContent(dst, data []byte) []byte {
-	for _, key := range [...][]byte{keyContent, keyText, keyReasoning} {
+	for _, key := range [...][]byte{keyContent, keyText} {
 		dst = appendStringValues(dst, data, key)
 	}
 	return dst
@@ -203,9 +207,15 @@ func decodeUsage(b []byte) (Usage, bool) {
 		return Usage{}, false
 	}
 	var u Usage
-	u.PromptTokens = intField(b, keyPromptTokens)
-	u.CompletionTokens = intField(b, keyCompletionTokens)
+	var ok bool
+	if u.PromptTokens, ok = leadingInt(nextValue(b, keyPromptTokens)); !ok {
+		u.PromptTokens = intField(b, keyInputTokens) // the Responses API's names
+	}
+	if u.CompletionTokens, ok = leadingInt(nextValue(b, keyCompletionTokens)); !ok {
+		u.CompletionTokens = intField(b, keyOutputTokens)
+	}
 	u.TotalTokens = intField(b, keyTotalTokens)
+	u.CompletionTokensDetails.ReasoningTokens = intField(b, keyReasoningTokens)
 	if v, ok := leadingInt(nextValue(b, keyCachedTokens)); ok {
 		u.PromptTokensDetails.CachedTokens, u.HasDetails = v, true
 	}
@@ -217,6 +227,9 @@ var (
 	keyCompletionTokens = []byte(`"completion_tokens"`)
 	keyTotalTokens      = []byte(`"total_tokens"`)
 	keyCachedTokens     = []byte(`"cached_tokens"`)
+	keyInputTokens      = []byte(`"input_tokens"`)
+	keyOutputTokens     = []byte(`"output_tokens"`)
+	keyReasoningTokens  = []byte(`"reasoning_tokens"`)
 )
 
 // intField returns the non-negative integer value of key at the object's
@@ -227,10 +240,11 @@ func intField(b, key []byte) int {
 }
 
 // MaxOutput returns the top-level max_completion_tokens of the body e was
-// scanned from, else its max_tokens, or 0 when neither is a number. It
+// scanned from, else its max_tokens, else its max_output_tokens (the
+// Responses API's), or 0 when none is a number. It
 // reads the members' spans: no other pass over the body.
 func (e Envelope) MaxOutput(body []byte) int {
-	for _, f := range [...]Field{e.MaxCompletionTokens, e.MaxTokens} {
+	for _, f := range [...]Field{e.MaxCompletionTokens, e.MaxTokens, e.MaxOutputTokens} {
 		if n, ok := leadingInt(f.Of(body)); ok {
 			return n
 		}

@@ -186,7 +186,7 @@ func TestAppendContent(t *testing.T) {
 		{"role only", `{"choices":[{"delta":{"role":"assistant","content":""}}]}`, "", ""},
 		{"escapes", `{"choices":[{"delta":{"content":"a\"b\\n\u00e9"}}]}`, "a\"b\\n\u00e9", ""},
 		{"completion", `{"choices":[{"text":" x","finish_reason":"length"}]}`, " x", "length"},
-		{"reasoning", `{"choices":[{"delta":{"reasoning_content":"hm"}}]}`, "hm", ""},
+		{"reasoning is not the answer", `{"choices":[{"delta":{"reasoning_content":"hm"}}]}`, "", ""},
 		{"decoy inside a string", `{"choices":[{"delta":{"content":"say \"content\":\"no\""}}]}`, `say "content":"no"`, ""},
 		{"usage only", `{"choices":[],"usage":{"completion_tokens":3}}`, "", ""},
 		{"finish stop", `{"choices":[{"delta":{},"finish_reason": "stop"}]}`, "", "stop"},

@@ -37,6 +37,11 @@ type Envelope struct {
 	// Prompt is a completion's prompt, read for prefix routing (the
 	// policy does not act on it, so a duplicate is not flagged).
 	Prompt Field
+	// Input, Instructions, MaxOutputTokens and PreviousResponseID are the
+	// Responses API's (responses.go): its input (a string or an array of
+	// items), its system text, its output cap, and the stored response it
+	// continues.
+	Input, Instructions, MaxOutputTokens, PreviousResponseID Field
 	// Duplicate names the first of those members that the body has more
 	// than once, "" when none: parsers disagree on which copy counts, so
 	// a policy acting on it must not guess.
@@ -112,6 +117,14 @@ func ScanRequest(body []byte) (Envelope, error) {
 			env.set(&env.MaxCompletionTokens, f, "max_completion_tokens")
 		case keyIs(key, "stream_options"):
 			env.set(&env.StreamOptions, f, "stream_options")
+		case keyIs(key, "input"):
+			env.set(&env.Input, f, "input")
+		case keyIs(key, "instructions"):
+			env.set(&env.Instructions, f, "instructions")
+		case keyIs(key, "max_output_tokens"):
+			env.set(&env.MaxOutputTokens, f, "max_output_tokens")
+		case keyIs(key, "previous_response_id"):
+			env.set(&env.PreviousResponseID, f, "previous_response_id")
 		case keyIs(key, "stream"):
 			switch string(val) {
 			case "true":

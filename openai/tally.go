@@ -35,9 +35,21 @@ type Tally struct {
 	// object; ToolCalls by a chunk carrying tool calls.
 	Done, ErrorEvent, ToolCalls bool
 	// Text collects the answer's text (AppendContent) while it is shorter
-	// than TextLimit; TextLimit 0 collects none.
+	// than TextLimit; TextLimit 0 collects none. A reasoning model's
+	// thinking is not part of it.
 	Text      []byte
 	TextLimit int
+	// ReasoningEvents counts the content events that carried only a
+	// reasoning model's thinking (reasoning_content or reasoning in a
+	// chat delta, the Responses API's reasoning deltas); FirstOutput is
+	// when the first content event that was not thinking arrived: the
+	// first output token, where FirstContent is the first token of any
+	// kind.
+	ReasoningEvents int
+	FirstOutput     time.Time
+	// Responses reads the events as the Responses API's (responses.go)
+	// rather than chat or completion chunks; Reset keeps it.
+	Responses bool
 
 	// contentAt is where the content string's text began in the last
 	// chunk that carried one: a server writes every chunk of a stream with
@@ -69,8 +81,8 @@ const (
 
 // Reset empties t, keeping Text's memory and TextLimit.
 func (t *Tally) Reset() {
-	text, limit := t.Text[:0], t.TextLimit
-	*t = Tally{Text: text, TextLimit: limit}
+	text, limit, resp := t.Text[:0], t.TextLimit, t.Responses
+	*t = Tally{Text: text, TextLimit: limit, Responses: resp}
 }
 
 // Finished reports whether a finish_reason was seen.
@@ -80,6 +92,9 @@ func (t *Tally) Finished() bool { return t.Finish != "" }
 // the event's kind and whether the event carried a usage object (read
 // into t.Usage).
 func (t *Tally) Add(data []byte, at time.Time) (Kind, bool) {
+	if t.Responses {
+		return t.addResponse(data, at)
+	}
 	switch {
 	case len(data) == 0:
 		return KindOther, false
@@ -93,13 +108,13 @@ func (t *Tally) Add(data []byte, at time.Time) (Kind, bool) {
 		return KindError, false
 	case HasFinishReason(data):
 		t.Finish = FinishString(FinishReason(data))
-		if has, tool := t.contentOf(data); has {
-			t.content(data, at, tool)
+		if has, tool, reason := t.contentOf(data); has {
+			t.content(data, at, tool, reason)
 		}
 		return KindFinish, t.usage(data)
 	}
-	if has, tool := t.contentOf(data); has {
-		t.content(data, at, tool)
+	if has, tool, reason := t.contentOf(data); has {
+		t.content(data, at, tool, reason)
 		return KindContent, false
 	}
 	// A usage chunk before any finish (servers differ in the order).
@@ -109,9 +124,17 @@ func (t *Tally) Add(data []byte, at time.Time) (Kind, bool) {
 // AddBody accounts a whole non-streaming response body, arrived at: one
 // content event when it carries content.
 func (t *Tally) AddBody(body []byte, at time.Time) {
-	if has, _ := contentOf(body); has {
-		// A message may carry text and tool calls both.
-		t.content(body, at, hasToolCalls(body))
+	if t.Responses {
+		t.addResponseBody(body, at)
+		return
+	}
+	// A message may carry text and tool calls both, and thinking beside
+	// them: the thinking counts first, as it came.
+	if valueIsString(body, keyReasoning, true) || valueIsString(body, keyReasoningVLLM, true) {
+		t.reasoning(at)
+	}
+	if tool := hasToolCalls(body); tool || answered(body) {
+		t.content(body, at, tool, false)
 	}
 	if f := FinishReason(body); f != nil {
 		t.Finish = FinishString(f)
@@ -119,16 +142,49 @@ func (t *Tally) AddBody(body []byte, at time.Time) {
 	t.usage(body)
 }
 
-func (t *Tally) content(data []byte, at time.Time, tool bool) {
+func (t *Tally) content(data []byte, at time.Time, tool, reason bool) {
+	if reason {
+		t.reasoning(at)
+		return
+	}
+	t.output(at)
+	t.ToolCalls = t.ToolCalls || tool
+	if len(t.Text) < t.TextLimit {
+		t.Text = AppendContent(t.Text, data)
+	}
+}
+
+// output counts a content event that carried answer (text or a tool
+// call).
+func (t *Tally) output(at time.Time) {
+	if t.ContentEvents == 0 {
+		t.FirstContent = at
+	}
+	if t.FirstOutput.IsZero() {
+		t.FirstOutput = at
+	}
+	t.LastContent = at
+	t.ContentEvents++
+}
+
+// reasoning counts a content event that carried only thinking.
+func (t *Tally) reasoning(at time.Time) {
 	if t.ContentEvents == 0 {
 		t.FirstContent = at
 	}
 	t.LastContent = at
 	t.ContentEvents++
-	t.ToolCalls = t.ToolCalls || tool
-	if len(t.Text) < t.TextLimit {
-		t.Text = AppendContent(t.Text, data)
+	t.ReasoningEvents++
+}
+
+// ReasoningTime is how long the model thought before its first output
+// token: FirstOutput − FirstContent; zero when it did not think first or
+// gave no output.
+func (t *Tally) ReasoningTime() time.Duration {
+	if t.ReasoningEvents == 0 || t.FirstOutput.IsZero() {
+		return 0
 	}
+	return max(t.FirstOutput.Sub(t.FirstContent), 0)
 }
 
 func (t *Tally) usage(data []byte) bool {
@@ -189,9 +245,9 @@ var contentKeyQuote = []byte(`"content":"`)
 // HasContent would find (in JSON the middle quote cannot be escaped, so
 // those bytes are a key named content, whatever the depth). That costs
 // a comparison instead of a search (relay: 222 → 175 ns an event).
-func (t *Tally) contentOf(data []byte) (has, tool bool) {
+func (t *Tally) contentOf(data []byte) (has, tool, reason bool) {
 	if a := t.contentAt; a > len(contentKeyQuote) && a < len(data) && data[a] != '"' && bytes.Equal(data[a-len(contentKeyQuote):a], contentKeyQuote) {
-		return true, false
+		return true, false, false
 	}
 	if v := nextValue(data, keyContent); v != nil {
 		for ; v != nil; v = nextValue(v, keyContent) {
@@ -199,20 +255,30 @@ func (t *Tally) contentOf(data []byte) (has, tool bool) {
 				if at := len(data) - len(v) + 1; at > len(contentKeyQuote) && bytes.Equal(data[at-len(contentKeyQuote):at], contentKeyQuote) {
 					t.contentAt = at
 				}
-				return true, false
+				return true, false, false
 			}
 		}
 	}
 	return contentOf(data)
 }
 
-// contentOf is HasContent telling whether tool calls made it content.
-func contentOf(data []byte) (has, tool bool) {
-	if valueIsString(data, keyContent, true) || valueIsString(data, keyText, true) || valueIsString(data, keyReasoning, true) {
-		return true, false
+// contentOf is HasContent telling whether tool calls made it content,
+// and whether it was thinking alone (reasoning_content or reasoning, no
+// text and no tool calls).
+func contentOf(data []byte) (has, tool, reason bool) {
+	if answered(data) {
+		return true, false, false
 	}
 	if bytes.Contains(data, keyToolCalls) {
-		return true, true
+		return true, true, false
 	}
-	return false, false
+	if valueIsString(data, keyReasoning, true) || valueIsString(data, keyReasoningVLLM, true) {
+		return true, false, true
+	}
+	return false, false, false
+}
+
+// answered reports whether data carries non-empty content or text.
+func answered(data []byte) bool {
+	return valueIsString(data, keyContent, true) || valueIsString(data, keyText, true)
 }

@@ -28,7 +28,7 @@ func TestTally(t *testing.T) {
 			t.Errorf("event %d %s: kind %d, want %d", i, e.data, k, e.kind)
 		}
 	}
-	if ta.ContentEvents != 4 || string(ta.Text) != "Hellohmm!" || ta.Finish != "stop" || !ta.Done || !ta.HasUsage || ta.Usage.CompletionTokens != 4 {
+	if ta.ContentEvents != 4 || ta.ReasoningEvents != 1 || string(ta.Text) != "Hello!" || ta.Finish != "stop" || !ta.Done || !ta.HasUsage || ta.Usage.CompletionTokens != 4 {
 		t.Errorf("tally %+v, text %q", ta, ta.Text)
 	}
 	if !ta.FirstContent.Equal(t0.Add(time.Second)) || !ta.LastContent.Equal(t0.Add(6*time.Second)) {

@@ -58,6 +58,15 @@ type Usage struct {
 	// usage per request without allocating).
 	PromptTokensDetails PromptTokensDetails `json:"prompt_tokens_details,omitzero"`
 	HasDetails          bool                `json:"-"`
+	// CompletionTokensDetails says how many of the completion tokens were
+	// a reasoning model's thinking (output_tokens_details of the
+	// Responses API).
+	CompletionTokensDetails CompletionTokensDetails `json:"completion_tokens_details,omitzero"`
+}
+
+// CompletionTokensDetails is the breakdown of a usage's completion tokens.
+type CompletionTokensDetails struct {
+	ReasoningTokens int `json:"reasoning_tokens"`
 }
 
 // PromptTokensDetails is the breakdown of a usage's prompt tokens.
@@ -89,10 +98,14 @@ type ChatChoice struct {
 	Logprobs     *interface{} `json:"logprobs"`
 }
 
-// ChatMessage is the assistant message of a ChatChoice.
+// ChatMessage is the assistant message of a ChatChoice. A reasoning
+// model's thinking comes in ReasoningContent (vLLM, SGLang, DeepSeek) or
+// Reasoning (newer vLLM).
 type ChatMessage struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
+	Role             string `json:"role"`
+	Content          string `json:"content"`
+	ReasoningContent string `json:"reasoning_content,omitempty"`
+	Reasoning        string `json:"reasoning,omitempty"`
 }
 
 // CompletionResponse is a non-streaming legacy completion.
@@ -134,8 +147,10 @@ type ChunkChoice struct {
 
 // ChunkDelta is the delta of a chat ChunkChoice.
 type ChunkDelta struct {
-	Role    string `json:"role,omitempty"`
-	Content string `json:"content,omitempty"`
+	Role             string `json:"role,omitempty"`
+	Content          string `json:"content,omitempty"`
+	ReasoningContent string `json:"reasoning_content,omitempty"`
+	Reasoning        string `json:"reasoning,omitempty"`
 }
 
 // Model is one entry of GET /v1/models.

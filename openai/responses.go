@@ -1,0 +1,309 @@
+package openai
+
+import (
+	"bytes"
+	"encoding/json"
+	"time"
+)
+
+// The Responses API (POST /v1/responses), OpenAI's main API and served
+// by vLLM and SGLang. A stream is a sequence of typed events, each an
+// "event:" line naming its type and a data line holding a JSON object
+// whose "type" member says it again:
+//
+//	event: response.output_text.delta
+//	data: {"type":"response.output_text.delta","item_id":"msg_1","output_index":1,"content_index":0,"delta":"Hel","sequence_number":7}
+//
+// The answer's text comes in response.output_text.delta (and
+// response.refusal.delta), a reasoning model's thinking in
+// response.reasoning_text.delta (and response.reasoning_summary_text.delta),
+// a tool call's arguments in response.function_call_arguments.delta. The
+// stream ends with response.completed, response.incomplete or
+// response.failed, whose "response" carries the usage (input_tokens,
+// output_tokens, output_tokens_details.reasoning_tokens), and no [DONE].
+
+// ResponsesPath is the Responses API's route.
+const ResponsesPath = "/v1/responses"
+
+// EventName returns the value of an event's "event:" line, nil when it
+// has none (chat streams do not name their events).
+func EventName(ev []byte) []byte {
+	for len(ev) > 0 {
+		line := ev
+		if i := bytes.IndexByte(ev, '\n'); i >= 0 {
+			line, ev = ev[:i], ev[i+1:]
+		} else {
+			ev = nil
+		}
+		line = bytes.TrimSuffix(line, []byte("\r"))
+		if v, ok := bytes.CutPrefix(line, []byte("event:")); ok {
+			return bytes.TrimPrefix(v, []byte(" "))
+		}
+	}
+	return nil
+}
+
+var typePrefix = []byte(`{"type":"`)
+
+// ResponseEventType returns the top-level "type" of a Responses event's
+// data, raw (event types carry no escapes); nil when the data is not an
+// object with a string type. OpenAI and vLLM write the type first, which
+// is read without a scan; elsewhere in the object it is found by walking
+// the top-level members of valid JSON only, so a nested item's "type"
+// never counts.
+func ResponseEventType(data []byte) []byte {
+	if rest, ok := bytes.CutPrefix(data, typePrefix); ok {
+		if i := bytes.IndexByte(rest, '"'); i >= 0 && bytes.IndexByte(rest[:i], '\\') < 0 {
+			return rest[:i]
+		}
+		return nil
+	}
+	if !validJSON(data) {
+		return nil
+	}
+	var typ []byte
+	EachMember(data, func(key []byte, f Field) bool {
+		if !keyIs(key, "type") {
+			return true
+		}
+		if v := f.Of(data); len(v) >= 2 && v[0] == '"' && bytes.IndexByte(v, '\\') < 0 {
+			typ = v[1 : len(v)-1]
+		}
+		return false
+	})
+	return typ
+}
+
+// responseKind is what a Responses event type is to a Tally.
+type responseKind uint8
+
+const (
+	respOther responseKind = iota
+	respText
+	respReasoning
+	respTool
+	respCompleted
+	respIncomplete
+	respFailed
+)
+
+func kindOfResponseEvent(typ []byte) responseKind {
+	switch string(typ) {
+	case "response.output_text.delta", "response.refusal.delta":
+		return respText
+	case "response.reasoning_text.delta", "response.reasoning_summary_text.delta", "response.reasoning.delta":
+		return respReasoning
+	case "response.function_call_arguments.delta":
+		return respTool
+	case "response.completed":
+		return respCompleted
+	case "response.incomplete":
+		return respIncomplete
+	case "response.failed", "error":
+		return respFailed
+	}
+	return respOther
+}
+
+var keyDelta = []byte(`"delta"`)
+
+// addResponse is Add for a Responses stream's event.
+func (t *Tally) addResponse(data []byte, at time.Time) (Kind, bool) {
+	if len(data) == 0 {
+		return KindOther, false
+	}
+	if t.Finished() {
+		return KindTrailer, false
+	}
+	switch kindOfResponseEvent(ResponseEventType(data)) {
+	case respText:
+		if valueIsString(data, keyDelta, true) {
+			t.output(at)
+			if len(t.Text) < t.TextLimit {
+				t.Text = appendStringValues(t.Text, data, keyDelta)
+			}
+			return KindContent, false
+		}
+	case respReasoning:
+		if valueIsString(data, keyDelta, true) {
+			t.reasoning(at)
+			return KindContent, false
+		}
+	case respTool:
+		if valueIsString(data, keyDelta, true) {
+			t.output(at)
+			t.ToolCalls = true
+			return KindContent, false
+		}
+	case respCompleted:
+		t.Finish = "stop"
+		if t.ToolCalls || bytes.Contains(data, []byte(`"type":"function_call"`)) {
+			t.Finish = "tool_calls"
+		}
+		return KindFinish, t.usage(data)
+	case respIncomplete:
+		t.Finish = "length"
+		if bytes.Contains(data, []byte(`"reason":"content_filter"`)) {
+			t.Finish = "content_filter"
+		}
+		return KindFinish, t.usage(data)
+	case respFailed:
+		t.ErrorEvent = true
+		return KindError, t.usage(data)
+	}
+	return KindOther, false
+}
+
+// Response is a Responses API response object: the body of a
+// non-streaming call and the "response" of the stream's lifecycle events.
+type Response struct {
+	ID                 string          `json:"id"`
+	Object             string          `json:"object"`
+	CreatedAt          int64           `json:"created_at"`
+	Status             string          `json:"status"`
+	Model              string          `json:"model"`
+	Output             []ResponseItem  `json:"output"`
+	Usage              *ResponseUsage  `json:"usage"`
+	IncompleteDetails  *IncompleteInfo `json:"incomplete_details"`
+	Error              *ResponseError  `json:"error"`
+	PreviousResponseID *string         `json:"previous_response_id"`
+}
+
+// IncompleteInfo says why a response is incomplete.
+type IncompleteInfo struct {
+	Reason string `json:"reason"`
+}
+
+// ResponseError is the error of a failed response.
+type ResponseError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// ResponseItem is one output item: a message, a reasoning item or a
+// function call.
+type ResponseItem struct {
+	Type    string         `json:"type"`
+	ID      string         `json:"id"`
+	Status  string         `json:"status,omitempty"`
+	Role    string         `json:"role,omitempty"`
+	Content []ResponsePart `json:"content,omitempty"`
+	Summary []ResponsePart `json:"summary,omitempty"`
+	// A function call's name, arguments and call id.
+	Name      string `json:"name,omitempty"`
+	Arguments string `json:"arguments,omitempty"`
+	CallID    string `json:"call_id,omitempty"`
+}
+
+// ResponsePart is a part of an item's content: output_text, refusal,
+// reasoning_text or summary_text.
+type ResponsePart struct {
+	Type        string            `json:"type"`
+	Text        string            `json:"text,omitempty"`
+	Refusal     string            `json:"refusal,omitempty"`
+	Annotations []json.RawMessage `json:"annotations,omitempty"`
+}
+
+// ResponseUsage is a response's token accounting.
+type ResponseUsage struct {
+	InputTokens        int `json:"input_tokens"`
+	InputTokensDetails struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"input_tokens_details"`
+	OutputTokens        int `json:"output_tokens"`
+	OutputTokensDetails struct {
+		ReasoningTokens int `json:"reasoning_tokens"`
+	} `json:"output_tokens_details"`
+	TotalTokens int `json:"total_tokens"`
+}
+
+// OutputText is the answer's text: every output_text part (and refusal)
+// of the message items, in order.
+func (r *Response) OutputText() string {
+	var b []byte
+	for _, it := range r.Output {
+		if it.Type != "message" {
+			continue
+		}
+		for _, p := range it.Content {
+			b = append(b, p.Text...)
+			b = append(b, p.Refusal...)
+		}
+	}
+	return string(b)
+}
+
+// Finish is the chat finish_reason a response's status amounts to:
+// stop, tool_calls, length or content_filter; "" while in progress or
+// when it failed.
+func (r *Response) Finish() string {
+	switch r.Status {
+	case "completed":
+		for _, it := range r.Output {
+			if it.Type == "function_call" {
+				return "tool_calls"
+			}
+		}
+		return "stop"
+	case "incomplete":
+		if r.IncompleteDetails != nil && r.IncompleteDetails.Reason == "content_filter" {
+			return "content_filter"
+		}
+		return "length"
+	}
+	return ""
+}
+
+// addResponseBody is AddBody for a whole Responses body.
+func (t *Tally) addResponseBody(body []byte, at time.Time) {
+	var r Response
+	if json.Unmarshal(body, &r) != nil {
+		return
+	}
+	if r.Error != nil && r.Status == "failed" {
+		t.ErrorEvent = true
+	}
+	text := r.OutputText()
+	reasoned := false
+	for _, it := range r.Output {
+		switch it.Type {
+		case "reasoning":
+			reasoned = true
+		case "function_call":
+			t.ToolCalls = true
+		}
+	}
+	if reasoned {
+		t.reasoning(at)
+	}
+	if text != "" || t.ToolCalls {
+		t.output(at)
+		if len(t.Text) < t.TextLimit {
+			t.Text = append(t.Text, text...)
+		}
+	}
+	t.Finish = r.Finish()
+	t.usage(body)
+}
+
+// AppendResponsesSSEError appends the Responses API's error event, the
+// way a Responses stream that fails after its first byte is ended:
+//
+//	event: error
+//	data: {"type":"error","code":...,"message":...,"param":null}
+func AppendResponsesSSEError(dst []byte, code, msg string) []byte {
+	type errorEvent struct {
+		Type    string  `json:"type"`
+		Code    *string `json:"code"`
+		Message string  `json:"message"`
+		Param   *string `json:"param"`
+	}
+	e := errorEvent{Type: "error", Message: msg}
+	if code != "" {
+		e.Code = &code
+	}
+	b, _ := json.Marshal(e) // only strings: it cannot fail
+	dst = append(dst, "event: error\ndata: "...)
+	dst = append(dst, b...)
+	return append(dst, "\n\n"...)
+}
