@@ -3,6 +3,8 @@ package openai
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"time"
 )
 
@@ -306,4 +308,101 @@ func AppendResponsesSSEError(dst []byte, code, msg string) []byte {
 	dst = append(dst, "event: error\ndata: "...)
 	dst = append(dst, b...)
 	return append(dst, "\n\n"...)
+}
+
+// ResponsesRequest is a Responses API request body, with the vLLM
+// extensions benchmarks use (min_tokens, ignore_eos). Input is a string or
+// an array of input items, kept raw.
+type ResponsesRequest struct {
+	Model              string          `json:"model"`
+	Input              json.RawMessage `json:"input,omitempty"`
+	Instructions       *string         `json:"instructions,omitempty"`
+	Stream             bool            `json:"stream,omitempty"`
+	MaxOutputTokens    *int            `json:"max_output_tokens,omitempty"`
+	MinTokens          *int            `json:"min_tokens,omitempty"`
+	IgnoreEOS          bool            `json:"ignore_eos,omitempty"`
+	Temperature        *float64        `json:"temperature,omitempty"`
+	PreviousResponseID *string         `json:"previous_response_id,omitempty"`
+	Text               *ResponsesText  `json:"text,omitempty"`
+}
+
+// ResponsesText is a request's text options: the output format.
+type ResponsesText struct {
+	Format *ResponseFormat `json:"format,omitempty"`
+}
+
+// InputItem is one item of a Responses request's input: a message (type
+// "message" or absent, with a role and content), or a function call or
+// its output carried over from an earlier turn.
+type InputItem struct {
+	Type      string          `json:"type,omitempty"`
+	Role      string          `json:"role,omitempty"`
+	Content   json.RawMessage `json:"content,omitempty"`
+	Arguments string          `json:"arguments,omitempty"`
+	Output    json.RawMessage `json:"output,omitempty"`
+	Name      string          `json:"name,omitempty"`
+	CallID    string          `json:"call_id,omitempty"`
+}
+
+// InputMessages returns a Responses request's instructions and input as
+// the chat messages a server would template: the instructions as a system
+// message, a string input as one user message, each input item as a
+// message of its role (a function call as the assistant's, its output as
+// the tool's). Content parts keep their shape: a chat reader takes the
+// text of input_text and output_text parts alike.
+func InputMessages(instructions *string, input json.RawMessage) ([]Message, error) {
+	var msgs []Message
+	str := func(s string) json.RawMessage { b, _ := json.Marshal(s); return b }
+	if instructions != nil && *instructions != "" {
+		msgs = append(msgs, Message{Role: "system", Content: str(*instructions)})
+	}
+	if len(input) == 0 || string(input) == "null" {
+		return msgs, nil
+	}
+	var s string
+	if json.Unmarshal(input, &s) == nil {
+		return append(msgs, Message{Role: "user", Content: str(s)}), nil
+	}
+	var items []InputItem
+	if err := json.Unmarshal(input, &items); err != nil {
+		return nil, errors.New("input must be a string or an array of input items")
+	}
+	for i, it := range items {
+		switch it.Type {
+		case "", "message":
+			if it.Role == "" {
+				return nil, fmt.Errorf("input[%d]: a message needs a role", i)
+			}
+			msgs = append(msgs, Message{Role: it.Role, Content: it.Content})
+		case "function_call":
+			msgs = append(msgs, Message{Role: "assistant", Content: str(it.Name + it.Arguments)})
+		case "function_call_output":
+			out := it.Output
+			if len(out) > 0 && out[0] != '"' && out[0] != '[' {
+				out = str(string(out))
+			}
+			msgs = append(msgs, Message{Role: "tool", Content: out})
+		case "reasoning", "item_reference":
+			// Thinking from an earlier turn, or a stored item: no text
+			// a server templates.
+		default:
+			return nil, fmt.Errorf("input[%d]: unknown item type %q", i, it.Type)
+		}
+	}
+	return msgs, nil
+}
+
+// ChatRequest returns the chat request r amounts to: the same model,
+// limits and options, its input as messages (InputMessages).
+func (r *ResponsesRequest) ChatRequest() (Request, error) {
+	msgs, err := InputMessages(r.Instructions, r.Input)
+	if err != nil {
+		return Request{}, err
+	}
+	c := Request{Model: r.Model, Messages: msgs, Stream: r.Stream, MaxTokens: r.MaxOutputTokens,
+		MinTokens: r.MinTokens, IgnoreEOS: r.IgnoreEOS, Temperature: r.Temperature}
+	if r.Text != nil && r.Text.Format != nil {
+		c.ResponseFormat = r.Text.Format
+	}
+	return c, nil
 }

@@ -87,6 +87,16 @@ type OutputConfig struct {
 	MeanTokens int `yaml:"mean_tokens"`
 	// MaxModelLen is the context window, in tokens: prompt plus output.
 	MaxModelLen int `yaml:"max_model_len"`
+	// ReasoningTokens makes the simulator a reasoning model: every answer
+	// starts with this many tokens of thinking (within the request's
+	// output limit; at least one answer token follows), sent as
+	// ReasoningField deltas in a chat stream and as reasoning items in the
+	// Responses API, counted in usage's reasoning_tokens. 0: none.
+	ReasoningTokens int `yaml:"reasoning_tokens"`
+	// ReasoningField names a chat delta's thinking: "reasoning_content"
+	// (the default; DeepSeek, SGLang, vLLM before 0.10) or "reasoning"
+	// (newer vLLM).
+	ReasoningField string `yaml:"reasoning_field"`
 }
 
 // QualityConfig models a cheaper build's failure rates, each a fraction in
@@ -182,6 +192,9 @@ func (c *Config) Defaults() {
 	}
 	if c.Output.MeanTokens == 0 {
 		c.Output.MeanTokens = 128
+	}
+	if c.Output.ReasoningField == "" {
+		c.Output.ReasoningField = "reasoning_content"
 	}
 	if c.Output.MaxModelLen == 0 {
 		c.Output.MaxModelLen = 8192
@@ -283,6 +296,10 @@ func (c *Config) Validate() error {
 		return errors.New("sim: output.mean_tokens: must be at least 1")
 	case c.Output.MaxModelLen < 2:
 		return errors.New("sim: output.max_model_len: must be at least 2")
+	case c.Output.ReasoningTokens < 0:
+		return errors.New("sim: output.reasoning_tokens: must not be negative")
+	case c.Output.ReasoningField != "reasoning_content" && c.Output.ReasoningField != "reasoning":
+		return fmt.Errorf("sim: output.reasoning_field: %q is neither reasoning_content nor reasoning", c.Output.ReasoningField)
 	case c.Quality.DecodeSpeedup <= 0:
 		return errors.New("sim: quality.decode_speedup: must be positive")
 	}
@@ -361,6 +378,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	})
 	fs.IntVar(&c.Output.MeanTokens, "mean-output-tokens", c.Output.MeanTokens, "mean natural answer length (tokens)")
 	fs.IntVar(&c.Output.MaxModelLen, "max-model-len", c.Output.MaxModelLen, "context window, prompt plus output (tokens)")
+	fs.IntVar(&c.Output.ReasoningTokens, "reasoning-tokens", c.Output.ReasoningTokens, "pose as a reasoning model: this many tokens of thinking before each answer")
+	fs.StringVar(&c.Output.ReasoningField, "reasoning-field", c.Output.ReasoningField, "a chat delta's thinking field: reasoning_content or reasoning (newer vLLM)")
 	q := &c.Quality
 	fs.Float64Var(&q.DecodeSpeedup, "decode-speedup", q.DecodeSpeedup, "divides decode step costs (1 = base build)")
 	fs.Float64Var(&q.MalformedJSONRate, "malformed-json-rate", q.MalformedJSONRate, "share of json_object answers that are invalid JSON (0..1)")

@@ -30,14 +30,25 @@ func (s *Server) respondWhole(rc *fasthttp.RequestCtx, r *request) {
 	text := r.ans.text()
 	finish := r.ans.finish
 	var body []byte
-	if r.chat {
+	switch {
+	case r.responses:
+		body = r.responseBody()
+	case r.chat:
+		msg := openai.ChatMessage{Role: "assistant", Content: text}
+		if r.ans.think > 0 {
+			if s.cfg.Output.ReasoningField == "reasoning" {
+				msg.Reasoning = r.ans.thoughts()
+			} else {
+				msg.ReasoningContent = r.ans.thoughts()
+			}
+		}
 		body, _ = json.Marshal(openai.ChatResponse{ID: r.id, Object: "chat.completion", Created: r.created, Model: r.model,
-			Choices: []openai.ChatChoice{{Message: openai.ChatMessage{Role: "assistant", Content: text}, FinishReason: &finish}}})
-	} else {
+			Choices: []openai.ChatChoice{{Message: msg, FinishReason: &finish}}})
+	default:
 		body, _ = json.Marshal(openai.CompletionResponse{ID: r.id, Object: "text_completion", Created: r.created, Model: r.model,
 			Choices: []openai.CompletionChoice{{Text: text, FinishReason: &finish}}})
 	}
-	if len(body) > 0 {
+	if len(body) > 0 && !r.responses {
 		body = body[:len(body)-1]
 		body = r.appendUsage(append(body, `,"usage":`...))
 		if s.cfg.PerRequestMetrics {
@@ -62,6 +73,10 @@ func (s *Server) recordFinish(r *request) {
 // stream writes the answer as server-sent events, one event per token,
 // each flushed as it is due.
 func (s *Server) stream(w *bufio.Writer, r *request) {
+	if r.responses {
+		s.streamResponse(w, r)
+		return
+	}
 	buf := make([]byte, 0, 512)
 	sent, ok := 0, true
 	write := func(b []byte) bool {
@@ -156,6 +171,11 @@ func (r *request) appendUsage(b []byte) []byte {
 		b = strconv.AppendInt(b, int64(r.src.cachedTokens()), 10)
 		b = append(b, '}')
 	}
+	if r.ans.think > 0 {
+		b = append(b, `,"completion_tokens_details":{"reasoning_tokens":`...)
+		b = strconv.AppendInt(b, int64(r.ans.think), 10)
+		b = append(b, '}')
+	}
 	return append(b, '}')
 }
 
@@ -207,9 +227,14 @@ func (r *request) appendChunkHead(b []byte) []byte {
 
 func (r *request) appendToken(b []byte, i int) []byte {
 	b = r.appendChunkStart(b)
-	if r.chat {
+	switch {
+	case r.chat && r.ans.thinking(i):
+		b = append(b, `{"`...)
+		b = append(b, r.thinkField...)
+		b = append(b, `":"`...)
+	case r.chat:
 		b = append(b, `{"content":"`...)
-	} else {
+	default:
 		b = append(b, '"')
 	}
 	start := len(b)

@@ -111,7 +111,13 @@ func (s *Server) handle(rc *fasthttp.RequestCtx) {
 			vllmError(rc, fasthttp.StatusMethodNotAllowed, "MethodNotAllowed", "use POST")
 			return
 		}
-		s.complete(rc, path == "/v1/chat/completions")
+		s.complete(rc, path == "/v1/chat/completions", false)
+	case openai.ResponsesPath:
+		if !rc.IsPost() {
+			vllmError(rc, fasthttp.StatusMethodNotAllowed, "MethodNotAllowed", "use POST")
+			return
+		}
+		s.complete(rc, true, true)
 	case "/v1/models":
 		b, _ := json.Marshal(openai.ModelList{Object: "list", Data: []openai.Model{{ID: s.cfg.Model, Object: "model", Created: s.created, OwnedBy: "infergate-sim"}}})
 		rc.SetContentType("application/json")
@@ -177,7 +183,11 @@ func vllmError(rc *fasthttp.RequestCtx, status int, typ, msg string) {
 // request is one admitted completion request, shared by the handler and
 // its stream writer.
 type request struct {
-	chat         bool
+	chat bool
+	// responses: a Responses API request (responses.go), chat set too.
+	responses bool
+	// thinkField names a chat delta's thinking (OutputConfig.ReasoningField).
+	thinkField   string
 	model        string
 	id           string
 	created      int64
@@ -203,7 +213,7 @@ type request struct {
 // network's share of the TTFT it measured.
 const TimingHeader = "X-Sim-Timing"
 
-func (s *Server) complete(rc *fasthttp.RequestCtx, chat bool) {
+func (s *Server) complete(rc *fasthttp.RequestCtx, chat, responses bool) {
 	received := time.Now()
 	s.clock.active.Add(1)
 	streaming := false
@@ -229,7 +239,11 @@ func (s *Server) complete(rc *fasthttp.RequestCtx, chat bool) {
 		return
 	}
 	var req openai.Request
-	if !s.decode(rc, &req) {
+	if responses {
+		if !s.decodeResponses(rc, &req) {
+			return
+		}
+	} else if !s.decode(rc, &req) {
 		return
 	}
 	if chat && len(req.Messages) == 0 {
@@ -247,11 +261,14 @@ func (s *Server) complete(rc *fasthttp.RequestCtx, chat bool) {
 		return
 	}
 	r := &request{
-		chat: chat, model: s.cfg.Model, created: time.Now().Unix(), promptTokens: promptTokens, ans: ans,
+		chat: chat, responses: responses, thinkField: s.cfg.Output.ReasoningField, model: s.cfg.Model, created: time.Now().Unix(), promptTokens: promptTokens, ans: ans,
 		usage: req.StreamOptions != nil && req.StreamOptions.IncludeUsage, faults: faults, conn: rc.Conn(),
 		timing: len(rc.Request.Header.Peek(TimingHeader)) > 0, received: received,
 	}
 	r.id = fmt.Sprintf("%s-%016x", map[bool]string{true: "chatcmpl", false: "cmpl"}[chat], mix(ans.seed, s.nonce.Load()))
+	if responses {
+		r.id = fmt.Sprintf("resp_%016x", mix(ans.seed, s.nonce.Load()))
+	}
 	if s.eng != nil {
 		if !s.eng.fits(promptTokens, ans.tokens) {
 			vllmError(rc, fasthttp.StatusBadRequest, "BadRequestError", fmt.Sprintf(

@@ -111,10 +111,28 @@ type answer struct {
 	tokens int
 	finish string // "stop" or "length"
 	kind   int
+	// think is how many of the tokens, first, are a reasoning model's
+	// thinking; the answer is the rest.
+	think int
 }
 
-// token appends the text of output token i to dst.
+// thinking reports whether output token i is thinking.
+func (a *answer) thinking(i int) bool { return i < a.think }
+
+// token appends the text of output token i to dst: thinking, then the
+// answer.
 func (a *answer) token(dst []byte, i int) []byte {
+	if i < a.think {
+		if i == 0 {
+			return append(dst, "Let"...)
+		}
+		return append(append(dst, ' '), vocab[mix(a.seed^0x7417, uint64(i))%uint64(len(vocab))]...)
+	}
+	return a.answerToken(dst, i-a.think)
+}
+
+// answerToken appends the text of answer token i (after the thinking).
+func (a *answer) answerToken(dst []byte, i int) []byte {
 	switch a.kind {
 	case kindRefusal:
 		return append(dst, refusal[i%len(refusal)]...)
@@ -122,7 +140,7 @@ func (a *answer) token(dst []byte, i int) []byte {
 		if i < len(jsonOpen) {
 			return append(dst, jsonOpen[i]...)
 		}
-		if i == a.tokens-1 && a.finish == "stop" {
+		if i == a.tokens-a.think-1 && a.finish == "stop" {
 			if a.kind == kindMalformedJSON {
 				return append(dst, jsonBad...)
 			}
@@ -144,10 +162,19 @@ func (a *answer) token(dst []byte, i int) []byte {
 	return append(append(dst, ' '), vocab[h%uint64(len(vocab))]...)
 }
 
-// text returns the whole answer.
+// text returns the whole answer, without the thinking.
 func (a *answer) text() string {
 	b := make([]byte, 0, a.tokens*6)
-	for i := range a.tokens {
+	for i := a.think; i < a.tokens; i++ {
+		b = a.token(b, i)
+	}
+	return string(b)
+}
+
+// thoughts returns the thinking.
+func (a *answer) thoughts() string {
+	b := make([]byte, 0, a.think*6)
+	for i := range a.think {
 		b = a.token(b, i)
 	}
 	return string(b)
@@ -236,6 +263,18 @@ func planAnswer(cfg *Config, r *openai.Request, prompt string, promptTokens int,
 	}
 	if stops := stopStrings(r.Stop); len(stops) > 0 && !r.IgnoreEOS {
 		a.applyStop(stops, minTokens)
+	}
+	if n := cfg.Output.ReasoningTokens; n > 0 && limit > 1 {
+		// The thinking comes before the answer and counts against the
+		// output limit, as reasoning models' does; a forced length
+		// (ignore_eos) holds it, at least one answer token after.
+		if !r.IgnoreEOS && a.finish == "stop" {
+			a.tokens += n
+			if a.tokens >= limit {
+				a.tokens, a.finish = limit, "length"
+			}
+		}
+		a.think = max(min(n, a.tokens-1), 0)
 	}
 	return a, nil
 }
