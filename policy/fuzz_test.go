@@ -20,6 +20,8 @@ func FuzzApply(f *testing.F) {
 		`{"model":"m","messages":[{"role":"user","content":"weather?"},{"role":"assistant","tool_calls":[{"id":"1","type":"function","function":{"name":"w","arguments":"{}"}}]},{"role":"tool","tool_call_id":"1","content":"sunny and warm today"},{"role":"user","content":"and tomorrow, in the afternoon?"}]}`,
 		`{"model":"m","max_completion_tokens":null,"messages":[]}`,
 		`{"model":"m","messages":[{"role":"user","content":"\u00e9\ud83d\ude00 escaped \" quote and more words here"}]}`,
+		`{"model":"m","instructions":"be brief","input":[{"role":"user","content":[{"type":"input_text","text":"weather in the afternoon?"}]},{"type":"function_call","call_id":"1","name":"w","arguments":"{}"},{"type":"function_call_output","call_id":"1","output":"sunny and warm today"},{"role":"user","content":"and tomorrow, in the evening?"}],"max_output_tokens":900}`,
+		`{"model":"m","input":"a long question about the sea and its many moods, told slowly","previous_response_id":"r"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -28,14 +30,15 @@ func FuzzApply(f *testing.F) {
 		mustCompile(f, Config{Limits: Limits{MaxInputTokens: 12, Trim: TruncateMiddle, DefaultOutputTokens: 10}}),
 		mustCompile(f, Config{Limits: Limits{MaxInputTokens: 8, Trim: Reject}}),
 	}
-	changeable := map[string]bool{"messages": true, "max_tokens": true, "max_completion_tokens": true, "stream_options": true}
+	changeable := map[string]bool{"messages": true, "max_tokens": true, "max_completion_tokens": true, "stream_options": true, "input": true, "max_output_tokens": true}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		env, err := openai.ScanRequest(body)
 		if err != nil {
 			return
 		}
-		for _, p := range policies {
-			d, err := p.Apply(Request{Model: env.Model, Body: body, Env: env, Chat: true})
+		for i := range 2 * len(policies) {
+			p, responses := policies[i/2], i%2 == 1
+			d, err := p.Apply(Request{Model: env.Model, Body: body, Env: env, Chat: !responses, Responses: responses})
 			var pe *Error
 			if err != nil {
 				if !errors.As(err, &pe) || pe.Status < 400 || pe.Status > 499 {
@@ -68,8 +71,11 @@ func FuzzApply(f *testing.F) {
 				}
 				return true
 			})
-			if len(env.Messages.Of(body)) > 0 {
+			if len(env.Messages.Of(body)) > 0 && !responses {
 				checkMessagesKept(t, env.Messages.Of(body), kept["messages"])
+			}
+			if in := env.Input.Of(body); len(in) > 0 && in[0] == '[' && responses {
+				checkMessagesKept(t, in, kept["input"])
 			}
 		}
 	})

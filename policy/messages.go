@@ -26,6 +26,10 @@ type message struct {
 	contentTokens int
 	// edit is the shortened content, JSON-quoted, that replaces text.
 	edit []byte
+	// item is a Responses input item that is not a message (a function
+	// call or its output, thinking); itemCallID its call_id.
+	item       bool
+	itemCallID string
 }
 
 // maxMessages bounds the messages of a request the policy reads.
@@ -133,9 +137,44 @@ func parseMessage(arr []byte, s openai.Span, i int, c *counter) (message, error)
 		case openai.KeyIs(key, "function_call"):
 			// The legacy single call: its name and arguments.
 			m.tokens += c.json(v)
+		case openai.KeyIs(key, "type"):
+			// A Responses input item other than a message: a function
+			// call (the assistant's, tied to its output by call_id), its
+			// output (the tool's), or earlier thinking.
+			switch string(v) {
+			case `"function_call"`, `"reasoning"`:
+				m.role, haveRole = "assistant", true
+				m.item = true
+			case `"function_call_output"`:
+				m.role, haveRole = "tool", true
+				m.item = true
+			}
+		case openai.KeyIs(key, "call_id"):
+			id, e := stringValue(v)
+			if e != nil {
+				err = invalid("input[%d].call_id: must be a string", i)
+				return false
+			}
+			m.itemCallID = id
+		case openai.KeyIs(key, "arguments"), openai.KeyIs(key, "output"), openai.KeyIs(key, "summary"):
+			if v[0] == '"' {
+				t, _ := stringValue(v)
+				m.tokens += c.text(t)
+			} else {
+				m.tokens += c.json(v)
+			}
 		}
 		return true
 	})
+	if m.item {
+		// call_id ties a call to its output the way tool_calls' ids and
+		// tool_call_id do.
+		if m.role == "tool" {
+			m.callID = m.itemCallID
+		} else if m.itemCallID != "" {
+			m.calls = append(m.calls, m.itemCallID)
+		}
+	}
 	if !isObject {
 		return m, invalid("messages[%d]: must be an object with a role", i)
 	}
@@ -201,7 +240,8 @@ func contentTokens(v []byte, i int, c *counter) (int, string, error) {
 			if err != nil {
 				return false
 			}
-			if typ == "text" || typ == "" && text != "" {
+			// text (chat), input_text and output_text (the Responses API).
+			if typ == "text" || typ == "input_text" || typ == "output_text" || typ == "" && text != "" {
 				n += c.text(text)
 			} else {
 				n += nonTextPartTokens

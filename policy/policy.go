@@ -150,6 +150,10 @@ type Request struct {
 	// trimmed; only these two routes get output caps and usage; any route
 	// gets the tenant's model list.
 	Chat, Completion bool
+	// Responses is set for the Responses API's route: its input and
+	// instructions are counted and trimmed as chat messages are, its
+	// max_output_tokens capped.
+	Responses bool
 	// Count asks for the input tokens even when no limit needs them
 	// (token caps of admission).
 	Count bool
@@ -180,6 +184,11 @@ type Decision struct {
 	// StripUsage is set when the gateway asked the backend for the
 	// stream's usage chunk on its own: the relay removes it.
 	StripUsage bool
+	// UnknownHistory is set when the request continues a stored response
+	// (the Responses API's previous_response_id): the backend prepends a
+	// history the gateway never saw, so InputTokens counts only what was
+	// sent and no limit can hold the whole.
+	UnknownHistory bool
 }
 
 // Apply decides a request of a tenant Identify named: refuses a model the
@@ -201,23 +210,32 @@ func (p *Policy) Apply(r Request) (Decision, error) {
 	}
 	m := p.modelOf(r.Model)
 	lim = lim.merge(m.limits)
-	if r.Env.Duplicate != "" && (r.Chat || r.Completion) {
+	if r.Env.Duplicate != "" && (r.Chat || r.Completion || r.Responses) {
 		return d, invalidField(r.Env.Duplicate, "the member is sent more than once; parsers disagree on which copy counts, so send it once")
 	}
 
 	var ed edits
-	if r.Chat && (lim.MaxInputTokens > 0 || r.Count) {
-		if err := p.input(r, m, lim, &d, &ed); err != nil {
+	if r.Responses {
+		if v := r.Env.PreviousResponseID.Of(r.Body); v != nil && string(v) != "null" {
+			d.UnknownHistory = true
+		}
+	}
+	if (r.Chat || r.Responses) && (lim.MaxInputTokens > 0 || r.Count) {
+		input := p.input
+		if r.Responses {
+			input = p.responsesInput
+		}
+		if err := input(r, m, lim, &d, &ed); err != nil {
 			return d, err
 		}
 	}
-	if !r.Chat && !r.Completion {
+	if !r.Chat && !r.Completion && !r.Responses {
 		return d, nil
 	}
 	if err := p.output(r, lim, &d, &ed); err != nil {
 		return d, err
 	}
-	if p.usage && r.Env.Stream {
+	if p.usage && r.Env.Stream && !r.Responses { // a Responses stream always ends with its usage
 		p.askUsage(r, &d, &ed)
 	}
 	if len(ed) > 0 {
@@ -318,8 +336,9 @@ func invalidField(field, what string) error {
 	return &Error{Status: 400, Type: openai.TypeInvalidRequest, Code: "invalid_value", Message: field + ": " + what}
 }
 
-// output clamps max_tokens and max_completion_tokens to the ceiling and
-// sets a default when the request has neither.
+// output clamps max_tokens and max_completion_tokens (a Responses
+// request's max_output_tokens) to the ceiling and sets a default when the
+// request has none.
 func (p *Policy) output(r Request, lim Limits, d *Decision, ed *edits) error {
 	ceiling, def := lim.MaxOutputTokens, lim.DefaultOutputTokens
 	if def == 0 {
@@ -329,10 +348,17 @@ func (p *Policy) output(r Request, lim Limits, d *Decision, ed *edits) error {
 		def = ceiling
 	}
 	asked, seen := -1, false
-	for _, f := range [...]struct {
+	type limitField struct {
 		name  string
 		field openai.Field
-	}{{"max_completion_tokens", r.Env.MaxCompletionTokens}, {"max_tokens", r.Env.MaxTokens}} {
+	}
+	fields := []limitField{{"max_completion_tokens", r.Env.MaxCompletionTokens}, {"max_tokens", r.Env.MaxTokens}}
+	setName, set := "max_tokens", r.Env.MaxTokens
+	if r.Responses {
+		fields = []limitField{{"max_output_tokens", r.Env.MaxOutputTokens}}
+		setName, set = "max_output_tokens", r.Env.MaxOutputTokens
+	}
+	for _, f := range fields {
 		v := f.field.Of(r.Body)
 		if v == nil || string(v) == "null" {
 			continue
@@ -356,12 +382,13 @@ func (p *Policy) output(r Request, lim Limits, d *Decision, ed *edits) error {
 	case seen:
 		d.MaxTokens = asked
 	case def > 0:
-		// Neither field (or only nulls): set max_tokens, replacing a null.
+		// Neither field (or only nulls): set max_tokens (a Responses
+		// request's max_output_tokens), replacing a null.
 		v := strconv.AppendInt(nil, int64(def), 10)
-		if r.Env.MaxTokens.Present() {
-			ed.replace(r.Env.MaxTokens.Value, v)
+		if set.Present() {
+			ed.replace(set.Value, v)
 		} else {
-			ed.insert(r.Body, append([]byte(`"max_tokens":`), v...))
+			ed.insert(r.Body, append([]byte(`"`+setName+`":`), v...))
 		}
 		d.MaxTokens, d.Clamped, d.ClampedFrom = def, true, -1
 	}
@@ -413,4 +440,75 @@ func emptyObject(v []byte) bool {
 	empty := true
 	openai.EachMember(v, func([]byte, openai.Field) bool { empty = false; return false })
 	return empty
+}
+
+// responsesInput counts a Responses request's instructions and input and
+// trims the input to the limit, with the chat strategies: the input items
+// are the messages (a function call and its output one turn, as a tool
+// call and its result are), the instructions a system message always
+// kept, a string input one user message.
+func (p *Policy) responsesInput(r Request, m *modelPolicy, lim Limits, d *Decision, ed *edits) error {
+	in := r.Env.Input
+	raw := in.Of(r.Body)
+	if raw == nil || string(raw) == "null" {
+		return invalidField("input", "missing")
+	}
+	fixed := m.count.tpl.reply
+	if v := r.Env.Instructions.Of(r.Body); v != nil && v[0] == '"' {
+		s, err := openai.Unquote(v)
+		if err != nil {
+			return invalidField("instructions", err.Error())
+		}
+		fixed += m.count.text("system") + m.count.text(s) + m.count.tpl.perMessage
+	}
+	if tools := r.Env.Tools.Of(r.Body); tools != nil {
+		fixed += m.count.json(tools)
+	}
+	arr, str := raw, raw[0] == '"'
+	if str {
+		// A string input is the user's one message.
+		arr = append(append([]byte(`[{"role":"user","content":`), raw...), "}]"...)
+	} else if raw[0] != '[' {
+		return invalidField("input", "must be a string or an array of input items")
+	}
+	msgs, err := parseMessages(arr, &m.count)
+	if err != nil {
+		return err
+	}
+	total := fixed
+	for _, msg := range msgs {
+		total += msg.tokens
+	}
+	d.Tokenizer, d.Estimated = m.count.name, m.count.estimated
+	d.InputTokens = total
+	if lim.MaxInputTokens == 0 || total <= lim.MaxInputTokens {
+		return nil
+	}
+	var kept []message
+	switch lim.Trim {
+	case DropOldest:
+		kept = dropOldest(msgs, lim.MaxInputTokens-fixed)
+	case TruncateMiddle:
+		if kept, err = truncateMiddle(arr, msgs, lim.MaxInputTokens-fixed, &m.count); err != nil {
+			return err
+		}
+	}
+	if kept == nil {
+		return contextExceeded(total, lim.MaxInputTokens, lim.Trim)
+	}
+	after := fixed
+	for _, msg := range kept {
+		after += msg.tokens
+	}
+	d.TrimmedTokens, d.TrimmedMessages = total-after, len(msgs)-len(kept)
+	d.InputTokens = after
+	if str {
+		if len(kept) != 1 || kept[0].edit == nil {
+			return contextExceeded(total, lim.MaxInputTokens, lim.Trim)
+		}
+		ed.replace(in.Value, kept[0].edit) // the one message, shortened
+		return nil
+	}
+	ed.replace(in.Value, encodeMessages(arr, kept))
+	return nil
 }
