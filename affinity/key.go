@@ -142,7 +142,22 @@ func (h *Hasher) Request(body []byte, env *openai.Envelope) {
 		}
 		return
 	}
+	if in := env.Instructions.Of(body); in != nil {
+		// The Responses API's system text comes first in what a server
+		// templates.
+		if !h.Write(sepRole) || !h.Write([]byte(`"system"`)) || !h.Write(sepContent) || !h.Write(in) {
+			return
+		}
+	}
 	msgs := env.Messages.Of(body)
+	if msgs == nil {
+		msgs = env.Input.Of(body)
+	}
+	if len(msgs) > 0 && msgs[0] == '"' {
+		// A Responses string input: the user's one message.
+		_ = h.Write(sepRole) && h.Write([]byte(`"user"`)) && h.Write(sepContent) && h.Write(msgs)
+		return
+	}
 	if msgs == nil {
 		return
 	}
@@ -158,6 +173,11 @@ func (h *Hasher) Request(body []byte, env *openai.Envelope) {
 			}
 			return true
 		})
+		if role == nil && content == nil {
+			// A Responses item other than a message (a function call,
+			// its output): the whole item.
+			return h.Write(sepContent) && h.Write(msg)
+		}
 		return h.Write(sepRole) && h.Write(role) && h.Write(sepContent) && h.Write(content)
 	})
 }

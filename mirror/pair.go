@@ -58,6 +58,11 @@ type Arm struct {
 	TTFTms float64 `json:"ttft_ms,omitempty"`
 	E2Ems  float64 `json:"e2e_ms,omitempty"`
 	TPOTms float64 `json:"tpot_ms,omitempty"`
+	// TTFOms is a reasoning model's first output token (not thinking)
+	// from the send, streams only; ReasoningTokens its usage's count of
+	// thinking tokens, of OutputTokens.
+	TTFOms          float64 `json:"ttfo_ms,omitempty"`
+	ReasoningTokens int     `json:"reasoning_tokens,omitempty"`
 	// OutputTokens is the usage's count, else the content events.
 	OutputTokens int    `json:"output_tokens,omitempty"`
 	PromptTokens int    `json:"prompt_tokens,omitempty"`

@@ -99,7 +99,7 @@ func (r *Recorder) record(f *Flight) {
 		if a.Body != nil {
 			// The one account of an answer (openai.Tally), as a stream's
 			// events are counted and as bench reads a plain body.
-			t := openai.Tally{TextLimit: maxCapture}
+			t := openai.Tally{TextLimit: maxCapture, Responses: p.Path == openai.ResponsesPath}
 			t.AddBody(a.Body, time.Time{})
 			a.Text, a.ToolCalls, a.Body = t.Text[:min(len(t.Text), maxCapture)], t.ToolCalls, nil
 		}
@@ -248,14 +248,19 @@ func shingles(t []byte) map[string]bool {
 }
 
 // lastUserText is the text of a chat request's last user message (its
-// text parts joined), for the judge.
+// text parts joined), for the judge; of a Responses request, its input's.
 func lastUserText(body []byte) []byte {
 	var text []byte
 	openai.EachMember(body, func(key []byte, f openai.Field) bool {
-		if !openai.KeyIs(key, "messages") {
+		if !openai.KeyIs(key, "messages") && !openai.KeyIs(key, "input") {
 			return true
 		}
 		arr := f.Of(body)
+		if len(arr) > 0 && arr[0] == '"' { // a Responses string input
+			s, _ := openai.Unquote(arr)
+			text = append(text, s...)
+			return false
+		}
 		openai.EachElement(arr, func(sp openai.Span) bool {
 			m := arr[sp.Start:sp.End]
 			user := false

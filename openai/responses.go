@@ -406,3 +406,23 @@ func (r *ResponsesRequest) ChatRequest() (Request, error) {
 	}
 	return c, nil
 }
+
+// ResponseFinish returns the chat finish_reason a whole Responses body
+// amounts to (Response.Finish), "" when it is not a response.
+func ResponseFinish(body []byte) string {
+	var r struct {
+		Status            string          `json:"status"`
+		IncompleteDetails *IncompleteInfo `json:"incomplete_details"`
+		Output            []struct {
+			Type string `json:"type"`
+		} `json:"output"`
+	}
+	if json.Unmarshal(body, &r) != nil {
+		return ""
+	}
+	full := Response{Status: r.Status, IncompleteDetails: r.IncompleteDetails}
+	for _, it := range r.Output {
+		full.Output = append(full.Output, ResponseItem{Type: it.Type})
+	}
+	return full.Finish()
+}

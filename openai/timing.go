@@ -24,6 +24,11 @@ type Timing struct {
 	// over the stream, and its longest single read → flush.
 	Relay    float64 `json:"relay_ms,omitempty"`
 	RelayMax float64 `json:"relay_max_ms,omitempty"`
+	// TTFO is the time to the first output token, Reasoning the part of
+	// Decode a reasoning model spent thinking before it; both absent for a
+	// model that did not think.
+	TTFO      float64 `json:"ttfo_ms,omitempty"`
+	Reasoning float64 `json:"reasoning_ms,omitempty"`
 	// Backend is the backend's own split, when it reported one.
 	Backend *BackendTiming `json:"backend,omitempty"`
 }
@@ -47,7 +52,7 @@ func (t *Timing) AppendJSON(dst []byte) []byte {
 		v   float64
 	}{{`{"ttft_ms":`, t.TTFT}, {`,"queue_ms":`, t.Queue}, {`,"gateway_ms":`, t.Gateway}, {`,"connect_ms":`, t.Connect},
 		{`,"network_ms":`, t.Network}, {`,"model_ttft_ms":`, t.ModelTTFT}, {`,"decode_ms":`, t.Decode}, {`,"total_ms":`, t.Total},
-		{`,"relay_ms":`, t.Relay}, {`,"relay_max_ms":`, t.RelayMax}} {
+		{`,"relay_ms":`, t.Relay}, {`,"relay_max_ms":`, t.RelayMax}, {`,"ttfo_ms":`, t.TTFO}, {`,"reasoning_ms":`, t.Reasoning}} {
 		if i >= 8 && f.v == 0 {
 			continue // omitempty
 		}

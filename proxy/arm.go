@@ -40,6 +40,7 @@ func (x *exchange) primaryDone() {
 		armTimes(&a.Arm, tl.Sent, t, tl.Done)
 	}
 	a.OutputTokens, a.PromptTokens, a.Finish = tl.OutputTokens, tl.PromptTokens, tl.FinishReason
+	a.ReasoningTokens = tl.ReasoningTokens
 	if a.OutputTokens == 0 {
 		a.OutputTokens = tl.ContentEvents
 	}
@@ -59,6 +60,9 @@ func (x *exchange) primaryDone() {
 func armTimes(a *mirror.Arm, sent time.Time, t *openai.Tally, done time.Time) {
 	if t.ContentEvents > 0 {
 		a.TTFTms = ms(t.FirstContent.Sub(sent))
+		if t.ReasoningEvents > 0 && !t.FirstOutput.IsZero() {
+			a.TTFOms = ms(t.FirstOutput.Sub(sent))
+		}
 		a.E2Ems = ms(t.LastContent.Sub(sent))
 		if d := t.TPOT(); d > 0 {
 			a.TPOTms = ms(d)
@@ -88,7 +92,7 @@ func (o *armObserver) ReleaseReader(br *bufio.Reader) { o.b.hc.ReleaseReader(br)
 // readArm sends req to b and reads its answer in full into a, timed as
 // the primary is. It reports whether the backend did its part (for its
 // breaker): any answer but a 5xx or a failure.
-func readArm(ctx context.Context, b *backend, req *fasthttp.Request, stream bool, t Timeouts, a *mirror.Answer, maxBody int) bool {
+func readArm(ctx context.Context, b *backend, req *fasthttp.Request, stream, responses bool, t Timeouts, a *mirror.Answer, maxBody int) bool {
 	obs := &armObserver{b: b}
 	wait := time.Duration(0)
 	if stream {
@@ -105,7 +109,7 @@ func readArm(ctx context.Context, b *backend, req *fasthttp.Request, stream bool
 	body.Reset(trip.Reader, httpbody.Mode(req, resp), int64(resp.Header.ContentLength()))
 	sse := bytes.HasPrefix(resp.Header.ContentType(), eventStream) && a.Status < 300
 	fasthttp.ReleaseResponse(resp)
-	ta := openai.Tally{TextLimit: mirror.MaxCapture}
+	ta := openai.Tally{TextLimit: mirror.MaxCapture, Responses: responses}
 	var done time.Time
 	trip.DeadlineSet = true // both readers bound their reads
 	if sse {
@@ -127,6 +131,10 @@ func readArm(ctx context.Context, b *backend, req *fasthttp.Request, stream bool
 	a.OutputTokens, a.Finish, a.Text, a.ToolCalls = ta.OutputTokens(), ta.Finish, ta.Text, ta.ToolCalls
 	if ta.HasUsage {
 		a.PromptTokens = ta.Usage.PromptTokens
+		a.ReasoningTokens = ta.Usage.CompletionTokensDetails.ReasoningTokens
+	}
+	if !sse {
+		a.TTFOms = 0
 	}
 	return err == nil && a.Status < 500
 }

@@ -126,6 +126,8 @@ func commonString(b []byte) string {
 		return chatPath
 	case completionsPath:
 		return completionsPath
+	case openai.ResponsesPath:
+		return openai.ResponsesPath
 	case "/v1/embeddings":
 		return "/v1/embeddings"
 	}
@@ -150,6 +152,7 @@ func (g *Gateway) serveAPI(rc *fasthttp.RequestCtx, strict bool) {
 		}
 	}()
 	x.id = requestID(rc)
+	x.tally.Responses = x.path == openai.ResponsesPath
 	// Only a client that asks gets the timing (nothing changes for others).
 	x.timing = len(rc.Request.Header.Peek("X-Infergate-Timing")) > 0
 	rc.Response.Header.Set("X-Request-Id", x.id)

@@ -144,6 +144,9 @@ type streamer interface {
 	release(err error)
 	// reqID is the request's id, for the log.
 	reqID() string
+	// errorEvent is the SSE event that ends the stream with an error, in
+	// the stream's own form (a chat chunk's, or the Responses API's).
+	errorEvent(ce clientError) []byte
 	// clientConn is where the stream's connection is kept while its body
 	// runs.
 	clientConn() *clientConn

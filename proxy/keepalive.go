@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/infergate/infergate/openai"
 	"github.com/valyala/fasthttp"
 )
 
@@ -112,7 +111,7 @@ func (x *exchange) failStream(w *bufio.Writer, err error) {
 	x.tl.Done = time.Now()
 	ce := errorResponse(err)
 	if ce.status != 499 && w != nil {
-		_, _ = w.Write(openai.AppendSSEError(nil, ce.typ, ce.code, ce.msg))
+		_, _ = w.Write(x.errorEvent(ce))
 		_ = w.Flush()
 	}
 	if x.er != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/mirror"
+	"github.com/infergate/infergate/openai"
 	"github.com/valyala/fasthttp"
 )
 
@@ -146,7 +147,7 @@ func (g *Gateway) runArm(f *mirror.Flight, a *mirror.Answer, rule *mirror.LiveRu
 	if b.auth != "" {
 		req.Header.Set("Authorization", b.auth)
 	}
-	ok := readArm(f.Ctx, b, req, f.Meta().Stream, t, a, maxBody)
+	ok := readArm(f.Ctx, b, req, f.Meta().Stream, path == openai.ResponsesPath, t, a, maxBody)
 	b.settle(done, ok)
 	f.Done()
 }

@@ -6,7 +6,6 @@ import (
 	"runtime/debug"
 	"time"
 
-	"github.com/infergate/infergate/openai"
 	"github.com/valyala/fasthttp"
 )
 
@@ -78,7 +77,7 @@ func (g *Gateway) endAfterPanic(s streamer, cw *chunkWriter, v any) {
 	g.recovered(panicStream, v, s.reqID())
 	if cw.err == nil {
 		ce := errorResponse(errPanic)
-		_, _ = cw.Write(openai.AppendSSEError(nil, ce.typ, ce.code, ce.msg))
+		_, _ = cw.Write(s.errorEvent(ce))
 		if !cw.raw && cw.err == nil {
 			_, _ = cw.c.Write([]byte("0\r\n\r\n"))
 		}
@@ -97,6 +96,8 @@ func (x *exchange) release(err error) {
 func (x *exchange) reqID() string { return x.id }
 
 func (k *keepAliveStream) reqID() string { return k.x.id }
+
+func (k *keepAliveStream) errorEvent(ce clientError) []byte { return k.x.errorEvent(ce) }
 
 // release ends a keep-alive stream after a panic: its forwarding may still
 // run, so it is cancelled and awaited before anything is released.

@@ -32,13 +32,16 @@ func (x *exchange) identify(rc *fasthttp.RequestCtx) bool {
 // forward. It reports false when the request was refused.
 func (x *exchange) applyPolicy(rc *fasthttp.RequestCtx, body []byte, env openai.Envelope) ([]byte, bool) {
 	p := x.st.pol
-	chat, completion := x.path == chatPath, x.path == completionsPath
-	count := x.st.tokenCaps && chat
+	chat, completion, responses := x.path == chatPath, x.path == completionsPath, x.path == openai.ResponsesPath
+	count := x.st.tokenCaps && (chat || responses)
 	if !count && !p.Needs(x.tenant, x.model, x.stream) {
+		if responses && env.PreviousResponseID.Present() {
+			x.unknownHistory(rc, body, env)
+		}
 		return body, true
 	}
 	start := time.Now()
-	d, err := p.Apply(policy.Request{Tenant: x.tenant, Model: x.model, Body: body, Env: env, Chat: chat, Completion: completion, Count: count, Exact: x.exactCounter()})
+	d, err := p.Apply(policy.Request{Tenant: x.tenant, Model: x.model, Body: body, Env: env, Chat: chat, Completion: completion, Responses: responses, Count: count, Exact: x.exactCounter()})
 	x.tl.PolicyTime = time.Since(start)
 	if err != nil {
 		x.policyReject(rc, err)
@@ -48,6 +51,7 @@ func (x *exchange) applyPolicy(rc *fasthttp.RequestCtx, body []byte, env openai.
 	n := &x.tl.Policy
 	n.InputTokens, n.Estimated = d.InputTokens, d.Estimated
 	n.TrimmedTokens, n.TrimmedMessages = d.TrimmedTokens, d.TrimmedMessages
+	n.UnknownHistory = d.UnknownHistory
 	if d.Clamped {
 		n.MaxTokens, n.RequestedMaxTokens = d.MaxTokens, d.ClampedFrom
 	}
@@ -67,10 +71,27 @@ func (x *exchange) applyPolicy(rc *fasthttp.RequestCtx, body []byte, env openai.
 	if d.InputTokens > 0 {
 		h.Set("X-Infergate-Input-Tokens", strconv.Itoa(d.InputTokens))
 	}
+	if d.UnknownHistory {
+		h.Set(hdrInputHistory, "unknown")
+	}
 	if d.Body == nil {
 		return body, true
 	}
 	return d.Body, true
+}
+
+// hdrInputHistory tells a client whose request continues a stored
+// response (previous_response_id) that its input was counted without the
+// history the backend prepends: "unknown".
+const hdrInputHistory = "X-Infergate-Input-History"
+
+// unknownHistory notes a continued response the policy had no other work
+// on.
+func (x *exchange) unknownHistory(rc *fasthttp.RequestCtx, body []byte, env openai.Envelope) {
+	if v := env.PreviousResponseID.Of(body); v != nil && string(v) != "null" {
+		x.tl.Policy.UnknownHistory = true
+		rc.Response.Header.Set(hdrInputHistory, "unknown")
+	}
 }
 
 // policyReject answers a request the policy refused.

@@ -50,7 +50,7 @@ type relayOutcome struct {
 func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByte, idle time.Duration, tl *tracing.Timeline, t *openai.Tally, m relayMode) relayOutcome {
 	var out relayOutcome
 	var timed []byte
-	content := false
+	content, output := false, false
 	pending := 0
 	// One clock reading per read from the backend: the events it brought
 	// arrived together.
@@ -59,6 +59,7 @@ func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByt
 	var dl coarseDeadline // the backend's read deadline
 	defer func() {
 		tl.ContentEvents = t.ContentEvents
+		tl.ReasoningEvents = t.ReasoningEvents
 		tl.FinishReason = t.Finish
 	}()
 	for {
@@ -79,6 +80,10 @@ func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByt
 				if !content && !tl.FirstTokenIn.IsZero() {
 					content = true
 					tl.FirstTokenOut = now
+				}
+				if !output && !tl.FirstOutputIn.IsZero() {
+					output = true
+					tl.FirstOutputOut = now
 				}
 				pending = 0
 			} else {
@@ -114,6 +119,9 @@ func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByt
 			if tl.FirstTokenIn.IsZero() {
 				tl.FirstTokenIn = t.FirstContent
 			}
+			if tl.FirstOutputIn.IsZero() {
+				tl.FirstOutputIn = t.FirstOutput
+			}
 		}
 		if kind == openai.KindFinish || kind == openai.KindTrailer {
 			// vLLM's per-request metrics ride on the usage chunk,
@@ -127,6 +135,7 @@ func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByt
 		if usage {
 			tl.PromptTokens, tl.OutputTokens = t.Usage.PromptTokens, t.Usage.CompletionTokens
 			tl.CachedTokens, tl.CachedReported = t.Usage.Cached()
+			tl.ReasoningTokens = t.Usage.CompletionTokensDetails.ReasoningTokens
 			if m.stripUsage && !m.timing && openai.IsUsageOnly(data) {
 				continue
 			}

@@ -128,11 +128,14 @@ func (x *exchange) readWhole(buf []byte) ([]byte, error) {
 				if u, ok := openai.UsageOf(buf); ok {
 					x.tl.PromptTokens, x.tl.OutputTokens = u.PromptTokens, u.CompletionTokens
 					x.tl.CachedTokens, x.tl.CachedReported = u.Cached()
+					x.tl.ReasoningTokens = u.CompletionTokensDetails.ReasoningTokens
 				}
 				if st, ok := openai.ServerTimingOf(buf); ok {
 					x.tl.Server = st
 				}
-				if f := openai.FinishReason(buf); f != nil {
+				if x.tally.Responses {
+					x.tl.FinishReason = openai.ResponseFinish(buf)
+				} else if f := openai.FinishReason(buf); f != nil {
 					x.tl.FinishReason = openai.FinishString(f)
 				}
 				return buf, nil

@@ -24,6 +24,7 @@ const (
 var (
 	pathChat        = []byte(chatPath)
 	pathCompletions = []byte(completionsPath)
+	pathResponses   = []byte(openai.ResponsesPath)
 	pathModels      = []byte("/v1/models")
 	pathV1          = []byte("/v1/")
 	eventStream     = []byte("text/event-stream")
@@ -67,7 +68,7 @@ func (g *Gateway) handle(rc *fasthttp.RequestCtx) {
 		return
 	}
 	switch {
-	case bytes.Equal(path, pathChat), bytes.Equal(path, pathCompletions):
+	case bytes.Equal(path, pathChat), bytes.Equal(path, pathCompletions), bytes.Equal(path, pathResponses):
 		if !rc.IsPost() {
 			rc.Response.Header.Set("Allow", "POST")
 			writeError(rc, http.StatusMethodNotAllowed, openai.TypeInvalidRequest, "method_not_allowed", "use POST for "+string(path))

@@ -33,6 +33,16 @@ func (x *exchange) hijacked() { x.streamed = true }
 
 func (x *exchange) clientConn() *clientConn { return &x.conn }
 
+// errorEvent is the event that ends the stream after its first byte
+// when it did not end well: data: {"error":{...}} on a chat or completion
+// stream, the Responses API's own error event on one of its streams.
+func (x *exchange) errorEvent(ce clientError) []byte {
+	if x.tally.Responses {
+		return openai.AppendResponsesSSEError(nil, ce.code, ce.msg)
+	}
+	return openai.AppendSSEError(nil, ce.typ, ce.code, ce.msg)
+}
+
 func (x *exchange) relayStream(w *bufio.Writer) {
 	if h := x.g.testHook; h != nil {
 		h("stream", x.id)
@@ -86,7 +96,7 @@ func (x *exchange) endStream(w *bufio.Writer, out relayOutcome) {
 	if ce.status != 499 && !x.tally.ErrorEvent {
 		// After the first byte the status is sent; the stream's last event
 		// says what went wrong.
-		_, _ = w.Write(openai.AppendSSEError(nil, ce.typ, ce.code, ce.msg))
+		_, _ = w.Write(x.errorEvent(ce))
 		_ = w.Flush()
 	}
 	x.finishWith(ce.status, ce.outcome)

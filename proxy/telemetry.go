@@ -100,10 +100,16 @@ func (x *exchange) logLine() {
 	if x.stream {
 		attrs = append(attrs, slog.Float64("ttft_ms", ms(tl.TTFT())), slog.Int("events", tl.Events))
 	}
+	if tl.ReasoningEvents > 0 {
+		attrs = append(attrs, slog.Float64("reasoning_ms", ms(tl.Reasoning())), slog.Int("reasoning_tokens", tl.ReasoningTokens))
+		if x.stream {
+			attrs = append(attrs, slog.Float64("ttfo_ms", ms(tl.TTFO())))
+		}
+	}
 	if p := tl.Policy; p != (tracing.PolicyNote{}) {
 		attrs = append(attrs, slog.Group("policy", slog.Int("input_tokens", p.InputTokens), slog.Bool("estimated", p.Estimated),
 			slog.Int("trimmed_tokens", p.TrimmedTokens), slog.Int("trimmed_messages", p.TrimmedMessages),
-			slog.Int("max_tokens", p.MaxTokens), slog.Int("requested_max_tokens", p.RequestedMaxTokens)))
+			slog.Int("max_tokens", p.MaxTokens), slog.Int("requested_max_tokens", p.RequestedMaxTokens), slog.Bool("unknown_history", p.UnknownHistory)))
 		if tl.LengthByPolicy() {
 			attrs = append(attrs, slog.Bool("length_by_policy", true))
 		}
@@ -126,7 +132,7 @@ func (x *exchange) logEntry() {
 	tl := &x.tl
 	e := tracing.Entry{Time: tl.Received, ID: x.id, Path: x.path, Tenant: x.tenant, Model: x.model, Stream: x.stream, Status: x.status,
 		Outcome: x.outcome, InputTokens: tl.PromptTokens, OutputTokens: tl.OutputTokens, Events: tl.Events, Attempts: tl.Attempts,
-		TTFT: ms(tl.TTFT()), FinishReason: tl.FinishReason, LengthByPolicy: tl.LengthByPolicy(), Body: x.logBody}
+		TTFT: ms(tl.TTFT()), FinishReason: tl.FinishReason, LengthByPolicy: tl.LengthByPolicy(), Body: x.logBody, ReasoningTokens: tl.ReasoningTokens}
 	if tl.Policy != (tracing.PolicyNote{}) {
 		p := tl.Policy
 		e.Policy = &p

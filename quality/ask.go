@@ -20,10 +20,32 @@ type Ask struct {
 func AskOf(body []byte) Ask {
 	var a Ask
 	openai.EachMember(body, func(key []byte, f openai.Field) bool {
+		rf := f.Of(body)
+		if openai.KeyIs(key, "text") {
+			// The Responses API's text.format: {"type":"json_schema",
+			// "name":...,"schema":{...}}, the schema beside the type.
+			openai.EachMember(rf, func(k []byte, mf openai.Field) bool {
+				if !openai.KeyIs(k, "format") {
+					return true
+				}
+				format := mf.Of(rf)
+				openai.EachMember(format, func(fk []byte, ff openai.Field) bool {
+					switch {
+					case openai.KeyIs(fk, "type"):
+						t, _ := openai.Unquote(ff.Of(format))
+						a.JSON = t == "json_object" || t == "json_schema"
+					case openai.KeyIs(fk, "schema"):
+						a.Schema = bytes.Clone(ff.Of(format))
+					}
+					return true
+				})
+				return false
+			})
+			return true
+		}
 		if !openai.KeyIs(key, "response_format") {
 			return true
 		}
-		rf := f.Of(body)
 		openai.EachMember(rf, func(k []byte, mf openai.Field) bool {
 			switch {
 			case openai.KeyIs(k, "type"):

@@ -40,6 +40,10 @@ type Attribution struct {
 	Backend openai.ServerTiming
 	// Total is received → done.
 	Total time.Duration
+	// Reasoning is the part of Decode a reasoning model spent thinking,
+	// before its first output token (Timeline.Reasoning); TTFO is the
+	// time to that token (Timeline.TTFO). Neither is a part of Total.
+	Reasoning, TTFO time.Duration
 }
 
 // Attribute computes the attribution of a finished request; done stands
@@ -48,7 +52,12 @@ func (t *Timeline) Attribute(done time.Time) Attribution {
 	if !t.Done.IsZero() {
 		done = t.Done
 	}
-	a := Attribution{Total: since(t.Received, done), Queue: t.QueueWait(), Connect: t.Connect(), Relay: t.Relay, RelayMax: t.RelayMax}
+	a := Attribution{Total: since(t.Received, done), Queue: t.QueueWait(), Connect: t.Connect(), Relay: t.Relay, RelayMax: t.RelayMax,
+		Reasoning: t.Reasoning(), TTFO: t.TTFO()}
+	if a.TTFO == 0 {
+		// Not flushed yet (it leaves with the write being made).
+		a.TTFO = since(t.Received, t.FirstOutputIn)
+	}
 	first := t.FirstTokenIn
 	if first.IsZero() {
 		first = t.Headers

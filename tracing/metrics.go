@@ -167,6 +167,8 @@ const (
 	hDecode
 	hBackendQueue
 	hPrefill
+	hSrvTTFO
+	hReasoning
 	numHists
 )
 
@@ -191,6 +193,8 @@ var hists = [numHists]instrument{
 	hDecode:       {"infergate.model.decode", "s", "The backend's decode: first to last token, less the gateway's relay time.", latencyBuckets},
 	hBackendQueue: {"infergate.backend.queue", "s", "The backend's own scheduler queue, as it reports it (vLLM per-request metrics, TGI x-queue-time).", latencyBuckets},
 	hPrefill:      {"infergate.backend.prefill", "s", "The backend's own scheduling → first token, as it reports it (vLLM per-request metrics, llama.cpp timings).", latencyBuckets},
+	hSrvTTFO:      {"infergate.server.time_to_first_output_token", "s", "Reasoning models: request read to the first content event that is not thinking flushed to the client.", latencyBuckets},
+	hReasoning:    {"infergate.model.reasoning", "s", "Reasoning models: the model's thinking, first token to first output token.", latencyBuckets},
 }
 
 var (
@@ -304,6 +308,12 @@ func (m *Metrics) Record(tl *Timeline, r RequestMetrics) {
 		}
 		if tl.OutputTokens > 1 {
 			s.h[hSrvTPOT].record(hists[hSrvTPOT].bounds, span.Seconds()/float64(tl.OutputTokens-1))
+		}
+		if a.Reasoning > 0 {
+			rec(hReasoning, a.Reasoning)
+			if a.TTFO > 0 {
+				rec(hSrvTTFO, a.TTFO)
+			}
 		}
 	}
 	if b := a.Backend; b.Source != "" {

@@ -80,11 +80,14 @@ type Entry struct {
 	OutputTokens int    `json:"output_tokens,omitempty"`
 	// CachedTokens is the prompt tokens the backend found cached, when it
 	// said.
-	CachedTokens *int    `json:"cached_tokens,omitempty"`
-	Events       int     `json:"events,omitempty"`
-	Attempts     int     `json:"attempts,omitempty"`
-	TTFT         float64 `json:"ttft_ms,omitempty"`
-	FinishReason string  `json:"finish_reason,omitempty"`
+	CachedTokens *int `json:"cached_tokens,omitempty"`
+	// ReasoningTokens is the output tokens that were a reasoning model's
+	// thinking, as the backend's usage says.
+	ReasoningTokens int     `json:"reasoning_tokens,omitempty"`
+	Events          int     `json:"events,omitempty"`
+	Attempts        int     `json:"attempts,omitempty"`
+	TTFT            float64 `json:"ttft_ms,omitempty"`
+	FinishReason    string  `json:"finish_reason,omitempty"`
 	// LengthByPolicy is set when a finish_reason "length" came from the
 	// output limit the gateway's policy set, not the model's own.
 	LengthByPolicy bool `json:"length_by_policy,omitempty"`
@@ -101,6 +104,9 @@ func msOf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 func NewTiming(a Attribution, ttft time.Duration) *openai.Timing {
 	t := &openai.Timing{TTFT: msOf(ttft), Queue: msOf(a.Queue), Gateway: msOf(a.Gateway), Connect: msOf(a.Connect), Network: msOf(a.Network),
 		ModelTTFT: msOf(a.ModelTTFT), Decode: msOf(a.Decode), Total: msOf(a.Total), Relay: msOf(a.Relay), RelayMax: msOf(a.RelayMax)}
+	if a.Reasoning > 0 {
+		t.TTFO, t.Reasoning = msOf(a.TTFO), msOf(a.Reasoning)
+	}
 	if b := a.Backend; b.Source != "" {
 		opt := func(d time.Duration) *float64 {
 			if d < 0 {

@@ -20,7 +20,12 @@ type Timeline struct {
 	FirstTokenIn  time.Time // the first event carrying content arrived
 	FirstTokenOut time.Time // that event was flushed to the client
 	LastTokenIn   time.Time // the last content event arrived
-	Done          time.Time // the response was complete
+	// FirstOutputIn is when the first content event that was not a
+	// reasoning model's thinking arrived, FirstOutputOut when it was
+	// flushed to the client: the first output token, where FirstTokenIn
+	// is the first token of any kind.
+	FirstOutputIn, FirstOutputOut time.Time
+	Done                          time.Time // the response was complete
 
 	// NewConn tells whether Connected is a fresh dial rather than a pooled
 	// connection; TLSHandshake is that dial's handshake time.
@@ -45,6 +50,10 @@ type Timeline struct {
 	// (CachedReported).
 	CachedTokens   int
 	CachedReported bool
+	// ReasoningEvents counts the content events that carried only
+	// thinking; ReasoningTokens is the backend's count of them (usage's
+	// reasoning_tokens), when it reported one.
+	ReasoningEvents, ReasoningTokens int
 	// FinishReason is the backend's finish_reason, when it sent one.
 	FinishReason string
 	// PolicyTime is the time the policy took (counting, trimming), between
@@ -72,6 +81,20 @@ func since(a, b time.Time) time.Duration {
 // TTFT is the gateway-side time to first token: received to the first
 // content event flushed to the client.
 func (t *Timeline) TTFT() time.Duration { return since(t.Received, t.FirstTokenOut) }
+
+// TTFO is the gateway-side time to first output token: received to the
+// first content event that was not thinking flushed to the client. For a
+// model that does not think first it is TTFT.
+func (t *Timeline) TTFO() time.Duration { return since(t.Received, t.FirstOutputOut) }
+
+// Reasoning is how long the model thought before its first output token:
+// first token in to first output token in; zero when it did not think.
+func (t *Timeline) Reasoning() time.Duration {
+	if t.ReasoningEvents == 0 {
+		return 0
+	}
+	return max(since(t.FirstTokenIn, t.FirstOutputIn), 0)
+}
 
 // Duration is received to done.
 func (t *Timeline) Duration() time.Duration { return since(t.Received, t.Done) }
@@ -110,6 +133,10 @@ type PolicyNote struct {
 	// for, -1 when it asked for none.
 	MaxTokens          int `json:"max_tokens,omitempty"`
 	RequestedMaxTokens int `json:"requested_max_tokens,omitempty"`
+	// UnknownHistory is set when the request continues a stored response
+	// (previous_response_id): InputTokens counts only what was sent; the
+	// history the backend prepends is unknown to the gateway.
+	UnknownHistory bool `json:"unknown_history,omitempty"`
 }
 
 // LengthByPolicy reports whether a finish_reason "length" is the policy's
