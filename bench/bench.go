@@ -68,6 +68,8 @@ func (c *Config) Endpoint() (string, error) {
 	switch {
 	case strings.HasSuffix(p, "/chat/completions"):
 		c.Workload.Endpoint = "chat"
+	case strings.HasSuffix(p, "/responses"):
+		c.Workload.Endpoint = "responses"
 	case strings.HasSuffix(p, "/completions"):
 		c.Workload.Endpoint = "completions"
 	case strings.HasSuffix(p, "/v1"):
@@ -123,8 +125,8 @@ func (c *Config) Validate() error {
 	if _, err := url.Parse(c.URL); err != nil || c.URL == "" {
 		return fmt.Errorf("bench: url (--url) %q: want http(s)://host[:port][/v1[/chat/completions]]", c.URL)
 	}
-	if e := c.Workload.Endpoint; e != "chat" && e != "completions" {
-		return fmt.Errorf("bench: workload.endpoint (--endpoint) %q: want chat or completions", e)
+	if e := c.Workload.Endpoint; !validEndpoint(e) {
+		return fmt.Errorf("bench: workload.endpoint (--api) %q: want chat, completions or responses", e)
 	}
 	if c.Workload.Dataset != "" && c.Workload.Replay != "" {
 		return errors.New("bench: workload.dataset, workload.replay (--dataset, --replay): give one, not both")

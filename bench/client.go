@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/infergate/infergate/internal/httpbody"
@@ -176,6 +177,7 @@ func (c *Client) do(ctx context.Context, body []byte, stream bool, p *parser, r 
 	// only its connection, the parser and its small reader.
 	fasthttp.ReleaseResponse(resp)
 	release()
+	p.tally.Responses = strings.HasSuffix(c.path, "/responses")
 	p.read(ctx, &b, r, isSSE)
 	// Nothing may be left unread: the connection carries no other
 	// response.

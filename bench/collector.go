@@ -16,6 +16,8 @@ type row struct {
 	sent, lag                       int64 // sent: ns from the stage's begin; lag: send lag
 	ttfb, first, ttft, last, end    int64 // ns from sent; 0: did not happen
 	server                          int64 // the server's own TTFT; 0: not reported
+	ttfo                            int64 // ns from sent to the first output token; 0 when the model did not think first
+	reasoning                       int32 // usage's reasoning tokens; -1: not reported
 	out, usage, counted, prompt     int32
 	events                          int32
 	gw                              *GatewayTiming
@@ -119,6 +121,10 @@ func (c *Collector) Add(r *Result) {
 		events: int32(r.ContentEvents), ok: r.OK(), invalidJSON: r.InvalidJSON, empty: r.Empty, refusal: r.Refusal,
 		jsonAsked: r.Ask.JSON, schemaAsked: r.Ask.Schema != nil && r.OK() && !r.InvalidJSON, schemaInvalid: r.SchemaInvalid,
 		finishLength: r.Finish == "length" && !r.ClampedByGateway, lengthByPolicy: r.Finish == "length" && r.ClampedByGateway,
+		reasoning: int32(r.ReasoningTokens),
+	}
+	if r.ReasoningEvents > 0 || r.ReasoningTokens > 0 {
+		w.ttfo = int64(r.TTFO)
 	}
 	sd.seen++
 	if len(sd.rows) < maxRows {

@@ -57,7 +57,7 @@ func loadReplay(s *WorkloadSpec, out Lengths, tok *tokens.Tokenizer) (Workload, 
 		if err := json.Unmarshal(it, &e); err != nil || e.Time.IsZero() {
 			return nil, fmt.Errorf("bench: replay %s entry %d: want an object with a time", s.Replay, n+1)
 		}
-		if e.Path != "" && !strings.HasSuffix(e.Path, "/completions") {
+		if e.Path != "" && !strings.HasSuffix(e.Path, "/completions") && !strings.HasSuffix(e.Path, "/responses") {
 			continue
 		}
 		es = append(es, entry{n, e})

@@ -99,7 +99,7 @@ func (s *Summary) writeText(w io.Writer, mode string, sweep bool) {
 		fmt.Fprintf(w, "goodput (%s): %.1f%% of requests, %.2f req/s\n", strings.Join(parts, ", "), s.GoodputShare*100, s.Goodput)
 	}
 	fmt.Fprintf(w, "\n%-18s %8s %10s %10s %10s %10s %10s %10s %10s\n", "metric", "n", "mean", "min", "p50", "p90", "p95", "p99", "max")
-	order := []string{"ttft", "ttft_sched", "send_lag", "ttfb", "first_event", "tpot", "itl", "e2e", "stream_end", "speed", "output_tokens", "tokens_per_event", "server_ttft", "client_added"}
+	order := []string{"ttft", "ttfo", "reasoning", "reasoning_tokens", "ttft_sched", "send_lag", "ttfb", "first_event", "tpot", "itl", "e2e", "stream_end", "speed", "output_tokens", "tokens_per_event", "server_ttft", "client_added"}
 	for _, name := range order {
 		p := s.Metrics[name]
 		if p == nil || (mode == "closed" && (name == "ttft_sched" || name == "send_lag")) {
@@ -109,7 +109,7 @@ func (s *Summary) writeText(w io.Writer, mode string, sweep bool) {
 		switch name {
 		case "speed":
 			unit = " tok/s"
-		case "output_tokens", "tokens_per_event":
+		case "output_tokens", "tokens_per_event", "reasoning_tokens":
 			unit = ""
 		}
 		opt := func(v *float64) string {

@@ -31,6 +31,15 @@ type Result struct {
 	// the last such event; End the response's end ([DONE], usage and the
 	// body's end included).
 	TTFB, FirstEvent, TTFT, LastToken, End time.Duration
+	// TTFO is the first output token, the first content event that was
+	// not a reasoning model's thinking (reasoning_content, reasoning, the
+	// Responses API's reasoning deltas); equal to TTFT for a model that
+	// does not think first. ReasoningTokens is the usage's count of the
+	// thinking tokens (of OutputTokens), -1 without one.
+	TTFO            time.Duration
+	ReasoningTokens int
+	// ReasoningEvents counts the content events that were thinking.
+	ReasoningEvents int
 	// ServerTTFT is the server's own time to first token when it reports
 	// one (the simulator's sim_timing, asked for with X-Sim-Timing).
 	ServerTTFT time.Duration
@@ -257,7 +266,8 @@ func (p *parser) readStream(ctx context.Context, b io.Reader, r *Result) {
 		if err != nil {
 			r.End = now.Sub(r.Sent)
 			switch {
-			case err == io.EOF && t.Done:
+			case err == io.EOF && (t.Done || t.Responses && t.Finished()):
+				// A Responses stream ends at response.completed: no [DONE].
 			case err == io.EOF || errors.Is(err, openai.ErrTruncatedEvent):
 				r.fail(ctx, ErrTruncated, errors.New("stream ended without [DONE]"))
 			default:
@@ -294,6 +304,9 @@ func (p *parser) readStream(ctx context.Context, b io.Reader, r *Result) {
 		if t.ContentEvents == n {
 			continue
 		}
+		if r.TTFO == 0 && !t.FirstOutput.IsZero() {
+			r.TTFO = now.Sub(r.Sent)
+		}
 		if n == 0 {
 			r.TTFT = now.Sub(r.Sent)
 		} else {
@@ -311,9 +324,14 @@ func (p *parser) readStream(ctx context.Context, b io.Reader, r *Result) {
 func (p *parser) settle(r *Result) {
 	t := &p.tally
 	r.ContentEvents = t.ContentEvents
+	r.ReasoningEvents = t.ReasoningEvents
 	r.Finish = t.Finish
+	r.ReasoningTokens = -1
 	if t.HasUsage {
 		r.UsageTokens, r.PromptTokens = t.Usage.CompletionTokens, t.Usage.PromptTokens
+		if t.ReasoningEvents > 0 || t.Usage.CompletionTokensDetails.ReasoningTokens > 0 {
+			r.ReasoningTokens = t.Usage.CompletionTokensDetails.ReasoningTokens
+		}
 	}
 }
 
@@ -325,7 +343,11 @@ func (p *parser) readPlain(ctx context.Context, b io.Reader, r *Result) {
 		r.fail(ctx, ErrReset, err)
 		return
 	}
-	if !json.Valid(p.body) || !bytes.Contains(p.body, keyChoices) {
+	key := keyChoices
+	if p.tally.Responses {
+		key = keyOutput
+	}
+	if !json.Valid(p.body) || !bytes.Contains(p.body, key) {
 		r.fail(ctx, ErrBadBody, fmt.Errorf("not a completion: %.200s", p.body))
 		return
 	}
@@ -335,7 +357,7 @@ func (p *parser) readPlain(ctx context.Context, b io.Reader, r *Result) {
 	p.tally.AddBody(p.body, time.Now())
 	p.settle(r)
 	// Without a stream the first token arrives with the whole answer.
-	r.TTFT, r.LastToken, r.FirstEvent = r.End, r.End, r.End
+	r.TTFT, r.LastToken, r.FirstEvent, r.TTFO = r.End, r.End, r.End, r.End
 }
 
 // leadingInt reads the decimal digits at the start of b.
@@ -356,13 +378,11 @@ func leadingInt(b []byte) int64 {
 type GatewayTiming = openai.Timing
 
 // parseGatewayTiming reads the object at the start of b.
+// (The object nests the backend's split: the first value is decoded
+// whole, not cut at its first closing brace.)
 func parseGatewayTiming(b []byte) *GatewayTiming {
-	end := bytes.IndexByte(b, '}')
-	if end < 0 {
-		return nil
-	}
 	var g GatewayTiming
-	if json.Unmarshal(b[:end+1], &g) != nil {
+	if json.NewDecoder(bytes.NewReader(b)).Decode(&g) != nil {
 		return nil
 	}
 	return &g
@@ -372,6 +392,7 @@ var (
 	keyGatewayTiming = []byte(`"infergate_timing":{`)
 	keySimTTFT       = []byte(`"sim_timing":{"ttft_us":`)
 	keyChoices       = []byte(`"choices"`)
+	keyOutput        = []byte(`"output"`)
 )
 
 // judge sets the token count and the quality signals of a success.

@@ -15,7 +15,10 @@ import (
 // Formulas name how each figure of a Summary is computed; a record
 // carries them so its numbers need no outside explanation.
 var Formulas = map[string]string{
-	"ttft":                           "first SSE event whose delta carries non-empty content, reasoning_content or tool_calls − send (a role-only chunk does not count); non-streaming: the whole body",
+	"ttft":                           "first SSE event whose delta carries non-empty content, reasoning_content, reasoning or tool_calls (a Responses stream: a text, reasoning or function-call delta) − send (a role-only chunk does not count); non-streaming: the whole body",
+	"ttfo":                           "reasoning models: first content event that is not thinking (not reasoning_content, reasoning or a Responses reasoning delta) − send; only requests whose model thought first",
+	"reasoning":                      "reasoning models: ttfo − ttft, the model's thinking before its first output token",
+	"reasoning_tokens":               "usage's completion_tokens_details.reasoning_tokens (the Responses API's output_tokens_details), per request that reports it",
 	"ttft_sched":                     "ttft measured from the intended send time (open loop and replay): includes the client's own queueing",
 	"ttfb":                           "response headers − send",
 	"first_event":                    "first SSE event of any kind − send",
@@ -290,7 +293,18 @@ func (c *Collector) Summarize(n int, l LoadSpec, win Window, slos []SLO) *Summar
 			add("ttft", ms(w.ttft))
 			add("ttft_sched", ms(w.ttft+w.lag))
 		}
+		if w.ttfo > 0 && w.ttft > 0 {
+			add("ttfo", ms(w.ttfo))
+			add("reasoning", ms(w.ttfo-w.ttft))
+		}
+		if w.reasoning >= 0 {
+			add("reasoning_tokens", float64(w.reasoning))
+		}
 		if g := w.gw; g != nil && w.ttft > 0 {
+			if g.Reasoning > 0 {
+				add("gw_ttfo", g.TTFO)
+				add("gw_reasoning", g.Reasoning)
+			}
 			add("gw_ttft", g.TTFT)
 			add("client_network", max(0, ms(w.ttft)-g.TTFT))
 			add("gw_queue", g.Queue)

@@ -43,7 +43,8 @@ type Workload interface {
 // WorkloadSpec describes a workload. It is recorded with the run: two
 // runs are comparable only when their specs agree.
 type WorkloadSpec struct {
-	// Endpoint is "chat" (/v1/chat/completions) or "completions".
+	// Endpoint is "chat" (/v1/chat/completions), "completions" or
+	// "responses" (the Responses API, /v1/responses).
 	Endpoint string `json:"endpoint"`
 	Model    string `json:"model"`
 	Stream   bool   `json:"stream"`
@@ -77,16 +78,31 @@ type WorkloadSpec struct {
 
 // Path is the URL path of the spec's endpoint.
 func (s *WorkloadSpec) Path() string {
-	if s.Endpoint == "completions" {
+	switch s.Endpoint {
+	case "completions":
 		return "/v1/completions"
+	case "responses":
+		return "/v1/responses"
 	}
 	return "/v1/chat/completions"
 }
 
+// validEndpoint reports whether e names an endpoint bench sends.
+func validEndpoint(e string) bool { return e == "chat" || e == "completions" || e == "responses" }
+
+// messagesKey opens the array of a request's messages: chat's messages,
+// the Responses API's input (whose message items are written alike).
+func (s *WorkloadSpec) messagesKey() string {
+	if s.Endpoint == "responses" {
+		return `,"input":[`
+	}
+	return `,"messages":[`
+}
+
 // NewWorkload builds the workload of s, hashing any file it reads into s.
 func NewWorkload(s *WorkloadSpec, tok *tokens.Tokenizer) (Workload, error) {
-	if s.Endpoint != "chat" && s.Endpoint != "completions" {
-		return nil, fmt.Errorf("bench: endpoint %q: want chat or completions", s.Endpoint)
+	if !validEndpoint(s.Endpoint) {
+		return nil, fmt.Errorf("bench: endpoint %q: want chat, completions or responses", s.Endpoint)
 	}
 	out, err := ParseLengths(s.OutputTokens)
 	if err != nil {
@@ -122,8 +138,8 @@ func NewWorkload(s *WorkloadSpec, tok *tokens.Tokenizer) (Workload, error) {
 		return nil, errors.New("bench: --prefix-groups and --prefix-tokens go together")
 	case s.PrefixGroups > 0 && s.SharedPrefix > 0:
 		return nil, errors.New("bench: --shared-prefix and --prefix-groups are exclusive")
-	case s.PrefixGroups > 0 && s.Endpoint != "chat":
-		return nil, errors.New("bench: --prefix-groups puts each group's prefix in a system message: it needs the chat endpoint")
+	case s.PrefixGroups > 0 && s.Endpoint == "completions":
+		return nil, errors.New("bench: --prefix-groups puts each group's prefix in a system message: it needs the chat or responses endpoint")
 	}
 	model, _ := json.Marshal(s.Model)
 	return &synthetic{spec: s, in: in, out: out, words: tok.Words(), model: model}, nil
@@ -224,7 +240,8 @@ func (w *synthetic) groupPrefix(g int) []byte {
 func (s *WorkloadSpec) appendGroupBody(b, model, system, question []byte, maxTokens int) []byte {
 	b = append(b, `{"model":`...)
 	b = append(b, model...)
-	b = append(b, `,"messages":[{"role":"system","content":"`...)
+	b = append(b, s.messagesKey()...)
+	b = append(b, `{"role":"system","content":"`...)
 	b = append(b, system...)
 	b = append(b, `"},{"role":"user","content":"`...)
 	b = append(b, question...)
@@ -258,7 +275,8 @@ func (s *WorkloadSpec) appendBody(b, model, prompt []byte, maxTokens int) []byte
 		b = append(b, prompt...)
 		b = append(b, '"')
 	} else {
-		b = append(b, `,"messages":[{"role":"user","content":"`...)
+		b = append(b, s.messagesKey()...)
+		b = append(b, `{"role":"user","content":"`...)
 		b = append(b, prompt...)
 		b = append(b, `"}]`...)
 	}
@@ -268,13 +286,21 @@ func (s *WorkloadSpec) appendBody(b, model, prompt []byte, maxTokens int) []byte
 // appendOptions appends the fields every request of the spec carries and
 // closes the object.
 func (s *WorkloadSpec) appendOptions(b []byte, maxTokens int) []byte {
-	if s.Stream {
+	responses := s.Endpoint == "responses"
+	switch {
+	case s.Stream && responses: // a Responses stream always ends with its usage
+		b = append(b, `,"stream":true`...)
+	case s.Stream:
 		b = append(b, `,"stream":true,"stream_options":{"include_usage":true}`...)
-	} else {
+	default:
 		b = append(b, `,"stream":false`...)
 	}
 	if maxTokens > 0 {
-		b = append(b, `,"max_tokens":`...)
+		if responses {
+			b = append(b, `,"max_output_tokens":`...)
+		} else {
+			b = append(b, `,"max_tokens":`...)
+		}
 		b = strconv.AppendInt(b, int64(maxTokens), 10)
 		if s.ForceOutputLength {
 			b = append(b, `,"min_tokens":`...)
@@ -282,7 +308,9 @@ func (s *WorkloadSpec) appendOptions(b []byte, maxTokens int) []byte {
 			b = append(b, `,"ignore_eos":true`...)
 		}
 	}
-	if s.JSON {
+	if s.JSON && responses {
+		b = append(b, `,"text":{"format":{"type":"json_object"}}`...)
+	} else if s.JSON {
 		b = append(b, `,"response_format":{"type":"json_object"}`...)
 	}
 	return append(b, '}')
@@ -418,7 +446,7 @@ func (s *WorkloadSpec) shareGPT(conv json.RawMessage, out Lengths, rng *rand.Ran
 	if s.Endpoint == "completions" {
 		body = append(append(body, `,"prompt":`...), q...)
 	} else {
-		body = append(append(append(body, `,"messages":[{"role":"user","content":`...), q...), "}]"...)
+		body = append(append(append(append(body, s.messagesKey()...), `{"role":"user","content":`...), q...), "}]"...)
 	}
 	return Request{Body: s.appendOptions(body, maxTokens), InputTokens: tok.Count(prompt), MaxTokens: maxTokens}, true
 }
@@ -428,8 +456,9 @@ func (s *WorkloadSpec) shareGPT(conv json.RawMessage, out Lengths, rng *rand.Ran
 func (s *WorkloadSpec) openAIRequest(obj map[string]json.RawMessage, out Lengths, rng *rand.Rand) (Request, bool, error) {
 	_, hasMsgs := obj["messages"]
 	_, hasPrompt := obj["prompt"]
-	if !hasMsgs && !hasPrompt {
-		return Request{}, false, errors.New("neither messages nor prompt")
+	_, hasInput := obj["input"]
+	if !hasMsgs && !hasPrompt && !hasInput {
+		return Request{}, false, errors.New("neither messages, prompt nor input")
 	}
 	var r Request
 	if s.Model != "" {
@@ -447,7 +476,7 @@ func (s *WorkloadSpec) openAIRequest(obj map[string]json.RawMessage, out Lengths
 			obj["min_tokens"], obj["ignore_eos"] = obj["max_tokens"], json.RawMessage("true")
 		}
 	}
-	for _, k := range []string{"max_tokens", "max_completion_tokens"} {
+	for _, k := range []string{"max_tokens", "max_completion_tokens", "max_output_tokens"} {
 		if v, ok := obj[k]; ok {
 			_ = json.Unmarshal(v, &r.MaxTokens)
 		}
@@ -455,7 +484,38 @@ func (s *WorkloadSpec) openAIRequest(obj map[string]json.RawMessage, out Lengths
 	if s.JSON {
 		obj["response_format"] = json.RawMessage(`{"type":"json_object"}`)
 	}
+	if s.Endpoint == "responses" {
+		asResponse(obj)
+	}
 	var err error
 	r.Body, err = json.Marshal(obj)
 	return r, true, err
+}
+
+// asResponse rewrites a chat or completion request object as the
+// Responses API request it amounts to: messages (or a prompt) become the
+// input, max_tokens max_output_tokens, response_format text.format; a
+// Responses request stays as it is.
+func asResponse(obj map[string]json.RawMessage) {
+	if m, ok := obj["messages"]; ok {
+		obj["input"] = m
+		delete(obj, "messages")
+	}
+	if p, ok := obj["prompt"]; ok {
+		if _, has := obj["input"]; !has {
+			obj["input"] = p
+		}
+		delete(obj, "prompt")
+	}
+	for _, k := range []string{"max_completion_tokens", "max_tokens"} {
+		if v, ok := obj[k]; ok {
+			obj["max_output_tokens"] = v
+			delete(obj, k)
+		}
+	}
+	delete(obj, "stream_options")
+	if f, ok := obj["response_format"]; ok {
+		obj["text"] = json.RawMessage(`{"format":` + string(f) + `}`)
+		delete(obj, "response_format")
+	}
 }

@@ -78,7 +78,8 @@ func registerBenchFlags(fs *flag.FlagSet) *benchFlags {
 	f := &benchFlags{}
 	f.url = fs.String("url", "", "server base URL (http://host:8000, .../v1) or full endpoint (.../v1/chat/completions)")
 	f.model = fs.String("model", "", "model name (default: the first of GET /v1/models)")
-	f.endpoint = fs.String("endpoint", "", "chat or completions (default chat)")
+	f.endpoint = fs.String("api", "", "the API to send: chat, completions or responses (the Responses API) (default chat)")
+	fs.Var(aliasFlag{fs.Lookup("api")}, "endpoint", "the same as --api")
 	f.noStream = fs.Bool("no-stream", false, "send stream:false (TTFT is then the whole answer)")
 	f.input = fs.String("input-tokens", "", "prompt length in tokens: N, uniform:MIN-MAX or normal:MEAN,SD (default 256)")
 	f.output = fs.String("output-tokens", "", "max_tokens: N, uniform:MIN-MAX, normal:MEAN,SD, or none to leave it unset (default 128; with --dataset or --replay, as each request has it)")
@@ -300,3 +301,14 @@ func maxInFlight(cfg bench.Config) int {
 	}
 	return n
 }
+
+// aliasFlag is a second name for a flag: setting it sets the other.
+type aliasFlag struct{ f *flag.Flag }
+
+func (a aliasFlag) String() string {
+	if a.f == nil {
+		return ""
+	}
+	return a.f.Value.String()
+}
+func (a aliasFlag) Set(v string) error { return a.f.Value.Set(v) }

@@ -1,0 +1,59 @@
+package bench
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/infergate/infergate/sim/simtest"
+)
+
+// TestReasoningTTFO: against a sim posing as a reasoning model (10
+// tokens of thinking at 5 ms each), bench reports the time to the first
+// output token beside TTFT, 50 ms after it, and the reasoning tokens
+// apart, on the chat API (both delta names) and the Responses API,
+// streamed; and reads the Responses API whole.
+func TestReasoningTTFO(t *testing.T) {
+	for _, tc := range []struct{ api, field string }{{"chat", "reasoning_content"}, {"chat", "reasoning"}, {"responses", "reasoning_content"}} {
+		t.Run(tc.api+"/"+tc.field, func(t *testing.T) {
+			cfg := simtest.Fixed(20*time.Millisecond, 5*time.Millisecond)
+			cfg.Output.ReasoningTokens, cfg.Output.ReasoningField = 10, tc.field
+			url := simtest.Start(t, cfg).URL
+			c := baseConfig(url)
+			c.Workload.Endpoint = tc.api
+			c.Load.Requests, c.Load.WarmupRequests = 12, 0
+			rec, err := Run(context.Background(), c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := rec.Stages[0]
+			if s.OK != 12 {
+				t.Fatalf("%d of 12 ok: %v %v", s.OK, s.Errors, s.ErrorSamples)
+			}
+			m := s.Metrics
+			if m["ttfo"] == nil || m["reasoning"] == nil || m["reasoning_tokens"] == nil {
+				t.Fatalf("no ttfo/reasoning figures: %v", m)
+			}
+			if r := m["reasoning"].P50; r < 45 || r > 60 {
+				t.Errorf("reasoning p50 %.1f ms, want the sim's 10 × 5 ms", r)
+			}
+			if d := m["ttfo"].P50 - m["ttft"].P50; d < 45 || d > 60 {
+				t.Errorf("ttfo p50 %.1f − ttft p50 %.1f: want about 50 ms", m["ttfo"].P50, m["ttft"].P50)
+			}
+			if m["reasoning_tokens"].P50 != 10 || m["output_tokens"].P50 != 20 {
+				t.Errorf("reasoning tokens %.0f of %.0f output, want 10 of 20", m["reasoning_tokens"].P50, m["output_tokens"].P50)
+			}
+		})
+	}
+	url := simtest.Start(t, simtest.Fixed(0, time.Millisecond)).URL
+	c := baseConfig(url)
+	c.Workload.Endpoint, c.Workload.Stream = "responses", false
+	c.Load.Requests, c.Load.WarmupRequests = 5, 0
+	rec, err := Run(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := rec.Stages[0]; s.OK != 5 || s.Metrics["output_tokens"].P50 != 20 || s.Metrics["ttfo"] != nil {
+		t.Errorf("whole responses: %d ok, %v, %v", s.OK, s.Errors, s.ErrorSamples)
+	}
+}
