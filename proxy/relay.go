@@ -59,7 +59,6 @@ func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByt
 	var dl coarseDeadline // the backend's read deadline
 	defer func() {
 		tl.ContentEvents = t.ContentEvents
-		tl.ReasoningEvents = t.ReasoningEvents
 		tl.FinishReason = t.Finish
 	}()
 	for {
@@ -122,6 +121,7 @@ func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByt
 			if tl.FirstOutputIn.IsZero() {
 				tl.FirstOutputIn = t.FirstOutput
 			}
+			tl.ReasoningEvents = t.ReasoningEvents // the timing on the usage reads it
 		}
 		if kind == openai.KindFinish || kind == openai.KindTrailer {
 			// vLLM's per-request metrics ride on the usage chunk,
