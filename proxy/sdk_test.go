@@ -6,7 +6,11 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptrace"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -175,5 +179,98 @@ func TestResponsesFirstTokenAgrees(t *testing.T) {
 	// loopback round trip.
 	if m := diffs[len(diffs)/2]; m < -0.05 || m > 1 {
 		t.Errorf("client − gateway first token: median %.3f ms; want within 1 ms", m)
+	}
+}
+
+// nodeSDK returns the directory holding openai-node's node_modules
+// (INFERGATE_TEST_OPENAI_NODE, which .ci/run installs), skipping the test
+// without it unless INFERGATE_REQUIRE_OPENAI_NODE says it must run.
+func nodeSDK(t *testing.T) string {
+	dir := os.Getenv("INFERGATE_TEST_OPENAI_NODE")
+	_, nodeErr := exec.LookPath("node")
+	if dir == "" || nodeErr != nil {
+		if os.Getenv("INFERGATE_REQUIRE_OPENAI_NODE") != "" {
+			t.Fatalf("openai-node required: INFERGATE_TEST_OPENAI_NODE=%q, node: %v", dir, nodeErr)
+		}
+		t.Skip("no openai-node: set INFERGATE_TEST_OPENAI_NODE to a directory with node_modules/openai")
+	}
+	return dir
+}
+
+// runNode runs the Node SDK script in mode against the gateway and
+// decodes what it prints.
+func runNode(t *testing.T, dir, gwURL, mode string, out any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", filepath.Join("testdata", "sdk", "responses.cjs"), gwURL+"/v1", mode)
+	cmd.Env = append(os.Environ(), "NODE_PATH="+filepath.Join(dir, "node_modules"))
+	b, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("node %s: %v: %s", mode, err, b)
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		t.Fatalf("node %s printed %s: %v", mode, b, err)
+	}
+}
+
+// TestNodeSDKResponses: openai-node streams and calls responses through
+// the gateway against a reasoning sim, and an aborted stream has the
+// backend's request cancelled within 100 ms.
+func TestNodeSDKResponses(t *testing.T) {
+	dir := nodeSDK(t)
+	scfg := simtest.Fixed(5*time.Millisecond, time.Millisecond)
+	scfg.Output.ReasoningTokens = 4
+	s := simtest.Start(t, scfg)
+	cfg := testConfig(s.URL)
+	cfg.Models[0].UpstreamModel = "sim-model"
+	gw := startGateway(t, cfg)
+
+	var st struct {
+		Types          []string
+		Text, Thinking string
+		FinalText      string `json:"final_text"`
+		Usage          responses.ResponseUsage
+	}
+	runNode(t, dir, gw.URL, "stream", &st)
+	if len(st.Types) < 10 || st.Types[0] != "response.created" || st.Text == "" || st.Thinking == "" || st.FinalText != st.Text ||
+		st.Usage.OutputTokens != 16 || st.Usage.OutputTokensDetails.ReasoningTokens != 4 {
+		t.Errorf("stream: %+v", st)
+	}
+	var whole struct {
+		Object, Text string
+		Usage        responses.ResponseUsage
+	}
+	runNode(t, dir, gw.URL, "whole", &whole)
+	if whole.Object != "response" || whole.Text == "" || whole.Usage.InputTokens == 0 {
+		t.Errorf("whole: %+v", whole)
+	}
+
+	gone := make(chan time.Time, 1)
+	b := newTestBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := 0; ; i++ {
+			select {
+			case <-r.Context().Done():
+				gone <- time.Now()
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			w.Write([]byte("event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"x\",\"sequence_number\":" + strconv.Itoa(i) + "}\n\n"))
+			w.(http.Flusher).Flush()
+		}
+	})
+	gw2 := startGateway(t, testConfig(b.URL))
+	var ab struct {
+		AbortedAt int64 `json:"aborted_at_ms"`
+	}
+	runNode(t, dir, gw2.URL, "abort", &ab)
+	select {
+	case g := <-gone:
+		if d := g.UnixMilli() - ab.AbortedAt; d > 100 {
+			t.Errorf("the backend's request ended %d ms after openai-node aborted; want within 100 ms", d)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("the backend's request was not cancelled")
 	}
 }
