@@ -92,7 +92,7 @@ func (c *Config) Defaults() {
 	if w.Endpoint == "" {
 		w.Endpoint = "chat"
 	}
-	if w.Dataset == "" && w.Replay == "" {
+	if w.Dataset == "" && !w.Replays() {
 		if w.InputTokens == "" {
 			w.InputTokens = "256"
 		}
@@ -100,12 +100,12 @@ func (c *Config) Defaults() {
 			w.OutputTokens = "128"
 		}
 	}
-	if w.Replay != "" && w.Speedup == 0 {
+	if w.Replays() && w.Speedup == 0 {
 		w.Speedup = 1
-	} else if w.Replay == "" {
+	} else if !w.Replays() {
 		w.Speedup = 0
 	}
-	c.Load.Defaults(w.Replay != "")
+	c.Load.Defaults(w.Replays())
 	if len(c.Sweep) > 0 {
 		switch c.Load.Mode {
 		case "closed":
@@ -128,8 +128,14 @@ func (c *Config) Validate() error {
 	if e := c.Workload.Endpoint; !validEndpoint(e) {
 		return fmt.Errorf("bench: workload.endpoint (--api) %q: want chat, completions or responses", e)
 	}
-	if c.Workload.Dataset != "" && c.Workload.Replay != "" {
-		return errors.New("bench: workload.dataset, workload.replay (--dataset, --replay): give one, not both")
+	if n := btoi(c.Workload.Dataset != "") + btoi(c.Workload.Replay != "") + btoi(c.Workload.Trace != ""); n > 1 {
+		return errors.New("bench: workload.dataset, workload.replay, workload.trace (--dataset, --replay, --trace): give one")
+	}
+	if f := c.Workload.TraceFormat; f != "" && f != TraceMooncake && f != TraceAzure && f != TraceBurstGPT {
+		return fmt.Errorf("bench: workload.trace_format (--trace-format) %q: want mooncake, azure or burstgpt", f)
+	}
+	if _, _, err := ParseTraceWindow(c.Workload.TraceWindow); err != nil {
+		return fmt.Errorf("bench: workload.trace_window (--trace-window) %w", err)
 	}
 	if c.Workload.Speedup < 0 {
 		return errors.New("bench: workload.speedup (--speedup): must not be negative")
@@ -338,4 +344,11 @@ func gatewaySettings(ctx context.Context, admin, key, hash string) (map[string]s
 		}
 	}
 	return nil, fmt.Errorf("bench: --gateway-admin: %s does not know the configuration %q the gateway at the URL reports", u, hash)
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -130,6 +130,8 @@ func Differences(a, b *Conditions) []string {
 	diff("workload.seed", wa.Seed, wb.Seed)
 	diff("workload.dataset_sha256", wa.DatasetSHA256, wb.DatasetSHA256)
 	diff("workload.replay_sha256", wa.ReplaySHA256, wb.ReplaySHA256)
+	diff("workload.trace_sha256", wa.TraceSHA256, wb.TraceSHA256)
+	diff("workload.trace_window", wa.TraceWindow, wb.TraceWindow)
 	diff("workload.speedup", wa.Speedup, wb.Speedup)
 	la, lb := a.Load, b.Load
 	diff("load.mode", la.Mode, lb.Mode)

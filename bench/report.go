@@ -19,6 +19,14 @@ func (r *Record) WriteText(w io.Writer) {
 		what += ", dataset " + wl.Dataset
 	case wl.Replay != "":
 		what += fmt.Sprintf(", replay %s ×%g", wl.Replay, wl.Speedup)
+	case wl.Trace != "":
+		what += fmt.Sprintf(", %s trace %s ×%g", wl.TraceFormat, wl.Trace, wl.Speedup)
+		if wl.TraceWindow != "" {
+			what += ", window " + wl.TraceWindow
+		}
+		if wl.TraceSkipped > 0 {
+			what += fmt.Sprintf(" (%d failed rows skipped)", wl.TraceSkipped)
+		}
 	default:
 		what += fmt.Sprintf(", input %s tokens", wl.InputTokens)
 	}

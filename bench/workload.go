@@ -74,7 +74,21 @@ type WorkloadSpec struct {
 	Replay        string  `json:"replay,omitempty"`
 	ReplaySHA256  string  `json:"replay_sha256,omitempty"`
 	Speedup       float64 `json:"speedup,omitempty"`
+	// Trace is a public trace replayed on its own timestamps (trace.go):
+	// TraceFormat mooncake, azure or burstgpt (sniffed when empty),
+	// TraceWindow the FROM:TO of it sent; TraceSkipped counts the rows its
+	// format's rule left out (BurstGPT's failed requests). Speedup divides
+	// its times as a replay's.
+	Trace        string `json:"trace,omitempty"`
+	TraceFormat  string `json:"trace_format,omitempty"`
+	TraceWindow  string `json:"trace_window,omitempty"`
+	TraceSHA256  string `json:"trace_sha256,omitempty"`
+	TraceSkipped int    `json:"trace_skipped,omitempty"`
 }
+
+// Replays reports whether the workload sends on its own times (a request
+// log or a trace): the runner's replay mode.
+func (s *WorkloadSpec) Replays() bool { return s.Replay != "" || s.Trace != "" }
 
 // Path is the URL path of the spec's endpoint.
 func (s *WorkloadSpec) Path() string {
@@ -108,13 +122,22 @@ func NewWorkload(s *WorkloadSpec, tok *tokens.Tokenizer) (Workload, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bench: output tokens: %w", err)
 	}
+	sources := 0
+	for _, f := range []string{s.Dataset, s.Replay, s.Trace} {
+		if f != "" {
+			sources++
+		}
+	}
 	switch {
-	case s.Dataset != "" && s.Replay != "":
-		return nil, errors.New("bench: --dataset and --replay are exclusive")
-	case s.Dataset != "" || s.Replay != "":
+	case sources > 1:
+		return nil, errors.New("bench: --dataset, --replay and --trace are exclusive")
+	case sources == 1:
 		load := loadDataset
-		if s.Replay != "" {
+		switch {
+		case s.Replay != "":
 			load = loadReplay
+		case s.Trace != "":
+			load = loadTrace
 		}
 		w, err := load(s, out, tok)
 		if fs, ok := w.(*fixedSet); ok {

@@ -26,7 +26,9 @@ Workload: synthetic prompts of an exact length in cl100k_base tokens
 unique per request unless --shared-prefix (one prefix for all) or
 --prefix-groups G --prefix-tokens P (G tenants' system prompts); or --dataset FILE.jsonl (OpenAI
 requests or ShareGPT conversations, sampled with --seed); or --replay
-LOG.jsonl (a request log, sent at its original times / --speedup).
+LOG.jsonl (a request log, sent at its original times / --speedup); or
+--trace FILE (a public trace: Mooncake, Azure or BurstGPT, on its own
+timestamps / --trace-speedup, within --trace-window).
 
 Load: closed loop with --concurrency N users (default), or open loop with
 --rate R requests/s (--arrival poisson|constant|gamma, --burstiness,
@@ -51,6 +53,7 @@ type benchFlags struct {
 	shared, prefixGroups, prefixTokens *int
 	seed                               *uint64
 	dataset, replay                    *string
+	trace, traceFormat, traceWindow    *string
 	speedup                            *float64
 	load                               *string
 	concurrency                        *int
@@ -91,7 +94,11 @@ func registerBenchFlags(fs *flag.FlagSet) *benchFlags {
 	f.seed = fs.Uint64("seed", 1, "seed of prompts, sampling and arrivals")
 	f.dataset = fs.String("dataset", "", "JSONL of OpenAI requests or ShareGPT conversations")
 	f.replay = fs.String("replay", "", "request log (JSONL with time, and body or input_tokens/output_tokens) to replay")
-	f.speedup = fs.Float64("speedup", 0, "replay this many times faster than recorded (default 1)")
+	f.speedup = fs.Float64("speedup", 0, "replay (or --trace) this many times faster than recorded (default 1)")
+	fs.Var(aliasFlag{fs.Lookup("speedup")}, "trace-speedup", "the same as --speedup")
+	f.trace = fs.String("trace", "", "public trace to replay on its own timestamps: Mooncake JSONL, an Azure LLM inference CSV or BurstGPT's CSV")
+	f.traceFormat = fs.String("trace-format", "", "mooncake, azure or burstgpt (default: sniffed from the file)")
+	f.traceWindow = fs.String("trace-window", "", "FROM:TO of the trace to send, from its first request (e.g. 60s:120s, or seconds; either side may be empty)")
 	f.load = fs.String("load", "", "closed or open (default: open when --rate is given)")
 	f.concurrency = fs.Int("concurrency", 0, "closed loop: virtual users (default 1)")
 	f.rate = fs.Float64("rate", 0, "open loop: requests per second")
@@ -130,7 +137,8 @@ func registerBenchFlags(fs *flag.FlagSet) *benchFlags {
 func (f *benchFlags) config(set map[string]bool, stderr io.Writer) (bench.Config, error) {
 	cfg := bench.Config{URL: *f.url, Refusals: f.refusals, InsecureSkipVerify: *f.insecure}
 	cfg.Workload = bench.WorkloadSpec{Endpoint: *f.endpoint, Model: *f.model, Stream: !*f.noStream, InputTokens: *f.input, OutputTokens: *f.output,
-		SharedPrefix: *f.shared, PrefixGroups: *f.prefixGroups, PrefixTokens: *f.prefixTokens, ForceOutputLength: *f.force, JSON: *f.json, Seed: *f.seed, Dataset: *f.dataset, Replay: *f.replay, Speedup: *f.speedup}
+		SharedPrefix: *f.shared, PrefixGroups: *f.prefixGroups, PrefixTokens: *f.prefixTokens, ForceOutputLength: *f.force, JSON: *f.json, Seed: *f.seed, Dataset: *f.dataset, Replay: *f.replay, Speedup: *f.speedup,
+		Trace: *f.trace, TraceFormat: *f.traceFormat, TraceWindow: *f.traceWindow}
 	if set["output-tokens"] && *f.output == "" {
 		cfg.Workload.OutputTokens = "none" // --output-tokens "": leave max_tokens unset, as before "none"
 	}

@@ -1,0 +1,204 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/infergate/infergate/internal/tokens"
+	"github.com/infergate/infergate/sim/simtest"
+)
+
+func traceFixture(t testing.TB, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "traces", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestParseTraces(t *testing.T) {
+	tok, err := tokens.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		file, format    string
+		records, skiped int
+	}{
+		{"mooncake.jsonl", TraceMooncake, 60, 0},
+		{"azure_code_2023.csv", TraceAzure, 60, 0},
+		{"azure_conv_2024.csv", TraceAzure, 60, 0},
+		{"burstgpt.csv", TraceBurstGPT, 60, 4},
+	} {
+		raw := traceFixture(t, tc.file)
+		format, err := SniffTrace(raw)
+		if err != nil || format != tc.format {
+			t.Errorf("%s: sniffed %q (%v), want %s", tc.file, format, err, tc.format)
+			continue
+		}
+		td, err := parseTrace(raw, format)
+		if err != nil || len(td.records) != tc.records || td.skipped != tc.skiped || td.records[0].at != 0 {
+			t.Errorf("%s: %v; %d records, %d skipped", tc.file, err, len(td.records), td.skipped)
+			continue
+		}
+		for i := 1; i < len(td.records); i++ {
+			if td.records[i].at < td.records[i-1].at {
+				t.Fatalf("%s: record %d before %d", tc.file, i, i-1)
+			}
+		}
+		// Every prompt is its stated length, exactly, in tokens.
+		for _, rec := range td.records[:5] {
+			if n := tok.Count(string(tracePrompt(tok.Words(), 1, rec))); n != rec.in {
+				t.Errorf("%s line %d: prompt of %d tokens, the trace says %d", tc.file, rec.line, n, rec.in)
+			}
+		}
+	}
+	// Mooncake's shared block ids are shared text: records 0 and 6 (one
+	// conversation) begin with the same block, record 1 with another.
+	td, _ := parseTrace(traceFixture(t, "mooncake.jsonl"), TraceMooncake)
+	words := tok.Words()
+	p0, p6, p1 := tracePrompt(words, 1, td.records[0]), tracePrompt(words, 1, td.records[6]), tracePrompt(words, 1, td.records[1])
+	block := func(p []byte) []byte { return p[:len(tracePrompt(words, 1, traceRecord{in: 512, blocks: td.records[0].blocks[:1]}))] }
+	if td.records[0].blocks[0] != td.records[6].blocks[0] || !bytes.Equal(block(p0), block(p6)) || bytes.Equal(block(p0), p1[:len(block(p0))]) {
+		t.Errorf("block %d must read the same in records 0 and 6 and differ from record 1's", td.records[0].blocks[0])
+	}
+}
+
+func TestTraceErrorsNameTheLine(t *testing.T) {
+	for _, tc := range []struct{ format, body, want string }{
+		{TraceMooncake, "{\"timestamp\": 1, \"input_length\": 5, \"output_length\": 1}\n{\"timestamp\": 2, \"input_length\": 5", "line 2"},
+		{TraceMooncake, "{\"timestamp\": 1, \"input_length\": 5, \"output_length\": 1}\n\n{\"timestamp\": 2}", "line 3: want timestamp, input_length and output_length"},
+		{TraceMooncake, `{"timestamp": 1, "input_length": 0, "output_length": 1}`, "line 1: input length 0"},
+		{TraceMooncake, `{"timestamp": 1, "input_length": 600, "output_length": 1, "hash_ids": [1, 2, 3]}`, "line 1: 3 hash blocks"},
+		{TraceMooncake, `{"timestamp": -5, "input_length": 6, "output_length": 1}`, "line 1: timestamp"},
+		{TraceAzure, "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,10,2\nyesterday,10,2\n", "line 3: TIMESTAMP"},
+		{TraceAzure, "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,ten,2\n", "line 2: ContextTokens"},
+		{TraceAzure, "TIMESTAMP,Tokens\n", "line 1: the header has no \"ContextTokens\""},
+		{TraceBurstGPT, "Timestamp,Model,Request tokens,Response tokens\n1,ChatGPT,10,2\n2,ChatGPT,\"10,2\n", "line 3"},
+		{TraceBurstGPT, "Timestamp,Model,Request tokens,Response tokens\n1,ChatGPT,10,2\nsoon,ChatGPT,10,2\n", "line 3: Timestamp"},
+		{TraceBurstGPT, "Timestamp,Model,Request tokens,Response tokens\n1,ChatGPT,10,0\n", "no requests in the trace (1 rows skipped)"},
+		{"sharegpt", "x", "want mooncake, azure or burstgpt"},
+	} {
+		if _, err := parseTrace([]byte(tc.body), tc.format); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s %q: %v, want an error with %q", tc.format, tc.body, err, tc.want)
+		}
+	}
+	if _, err := SniffTrace([]byte("a,b,c\n1,2,3\n")); err == nil || !strings.Contains(err.Error(), "--trace-format") {
+		t.Errorf("an unknown CSV: %v", err)
+	}
+}
+
+// TestTraceReplayOnSchedule: each sample trace, sped up to about 100
+// requests/s, is sent on schedule: every request within 5 ms of its
+// time (bench's own send lag), none dropped, and a request longer than
+// the backend's context reported as the backend's answer to it.
+func TestTraceReplayOnSchedule(t *testing.T) {
+	url := simtest.Start(t, simtest.Fixed(2*time.Millisecond, 200*time.Microsecond)).URL
+	for _, tc := range []struct {
+		file    string
+		speedup float64
+		n, bad  int
+	}{
+		{"mooncake.jsonl", 10, 60, 1},
+		{"azure_code_2023.csv", 10, 60, 0},
+		{"azure_conv_2024.csv", 10, 60, 0},
+		{"burstgpt.csv", 120, 60, 0},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			c := baseConfig(url)
+			c.Workload.InputTokens, c.Workload.OutputTokens = "", ""
+			c.Workload.Trace, c.Workload.Speedup = filepath.Join("testdata", "traces", tc.file), tc.speedup
+			c.Load = LoadSpec{}
+			rec, err := Run(context.Background(), c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := rec.Stages[0]
+			if s.Requests != tc.n || s.Failed != tc.bad || (tc.bad > 0 && s.Errors["http_400"] != tc.bad) {
+				t.Errorf("%d requests, %d failed (%v), want %d and %d", s.Requests, s.Failed, s.Errors, tc.n, tc.bad)
+			}
+			// The race detector's instrumentation slows the scheduler's
+			// goroutines several times: under it the bound is looser, and
+			// CI runs this test without it too (.ci/run).
+			bound := 5.0
+			if raceBuild {
+				bound = 25
+			}
+			lag := s.Metrics["send_lag"]
+			if lag == nil || lag.N != int64(tc.n) || lag.Max > bound {
+				t.Errorf("send lag %+v: want every request within %.0f ms of its time", lag, bound)
+			}
+			if r := s.AchievedRate; r < 60 || r > 160 {
+				t.Errorf("achieved rate %.1f/s, want about 100", r)
+			}
+		})
+	}
+}
+
+func TestTraceWindow(t *testing.T) {
+	tok, _ := tokens.New()
+	s := &WorkloadSpec{Endpoint: "chat", Model: "m", Trace: filepath.Join("testdata", "traces", "mooncake.jsonl"), TraceWindow: "1s:3s", Speedup: 2}
+	w, err := NewWorkload(s, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	td, _ := parseTrace(traceFixture(t, "mooncake.jsonl"), TraceMooncake)
+	want := 0
+	for _, r := range td.records {
+		if r.at >= time.Second && r.at < 3*time.Second {
+			want++
+		}
+	}
+	if w.Len() != want || want == 0 || s.TraceFormat != TraceMooncake || s.TraceSHA256 == "" {
+		t.Fatalf("%d requests in the window, want %d (format %q)", w.Len(), want, s.TraceFormat)
+	}
+	if last := w.Request(w.Len() - 1).At; w.Request(0).At > 100*time.Millisecond || last > time.Second {
+		t.Errorf("window offsets %v .. %v: want from about 0 to under (3s−1s)/2", w.Request(0).At, last)
+	}
+	for _, bad := range []string{"3s:1s", "x:y", "5"} {
+		if _, _, err := ParseTraceWindow(bad); err == nil {
+			t.Errorf("window %q accepted", bad)
+		}
+	}
+}
+
+func fuzzTrace(f *testing.F, format string, seeds ...string) {
+	for _, s := range seeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		td, err := parseTrace(raw, format)
+		if err != nil {
+			if !strings.Contains(err.Error(), "line ") && !strings.Contains(err.Error(), "no requests") {
+				t.Fatalf("error without a line number: %v", err)
+			}
+			return
+		}
+		for i, r := range td.records {
+			if r.in < 1 || r.in > maxTraceTokens || r.out < 0 || r.at < 0 || i > 0 && r.at < td.records[i-1].at {
+				t.Fatalf("record %+v", r)
+			}
+			if len(r.blocks) > (r.in+mooncakeBlock-1)/mooncakeBlock {
+				t.Fatalf("record %+v: more blocks than its input", r)
+			}
+		}
+	})
+}
+
+func FuzzTraceMooncake(f *testing.F) {
+	fuzzTrace(f, TraceMooncake, string(traceFixture(f, "mooncake.jsonl")[:400]), `{"timestamp": 1e3, "input_length": 1, "output_length": 0, "hash_ids": [18446744073709551615]}`)
+}
+
+func FuzzTraceAzure(f *testing.F) {
+	fuzzTrace(f, TraceAzure, string(traceFixture(f, "azure_code_2023.csv")[:300]), "TIMESTAMP,ContextTokens,GeneratedTokens\n2024-05-10 00:00:00Z,5,1\n")
+}
+
+func FuzzTraceBurstGPT(f *testing.F) {
+	fuzzTrace(f, TraceBurstGPT, string(traceFixture(f, "burstgpt.csv")[:300]), "Timestamp,Request tokens,Response tokens\n\"1\",2,3\n")
+}
