@@ -64,7 +64,9 @@ func TestParseTraces(t *testing.T) {
 	td, _ := parseTrace(traceFixture(t, "mooncake.jsonl"), TraceMooncake)
 	words := tok.Words()
 	p0, p6, p1 := tracePrompt(words, 1, td.records[0]), tracePrompt(words, 1, td.records[6]), tracePrompt(words, 1, td.records[1])
-	block := func(p []byte) []byte { return p[:len(tracePrompt(words, 1, traceRecord{in: 512, blocks: td.records[0].blocks[:1]}))] }
+	block := func(p []byte) []byte {
+		return p[:len(tracePrompt(words, 1, traceRecord{in: 512, blocks: td.records[0].blocks[:1]}))]
+	}
 	if td.records[0].blocks[0] != td.records[6].blocks[0] || !bytes.Equal(block(p0), block(p6)) || bytes.Equal(block(p0), p1[:len(block(p0))]) {
 		t.Errorf("block %d must read the same in records 0 and 6 and differ from record 1's", td.records[0].blocks[0])
 	}
