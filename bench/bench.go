@@ -105,10 +105,20 @@ func (c *Config) Defaults() {
 	} else if !w.Replays() {
 		w.Speedup = 0
 	}
+	if c.Load.Mode == "sessions" {
+		w.Sessions = true
+		if w.Turns == 0 && w.Dataset == "" {
+			w.Turns = 3
+		}
+		if c.Load.Requests == 0 && c.Load.Duration == 0 && w.Dataset == "" {
+			// Each user holds one session.
+			c.Load.Requests = max(c.Load.Concurrency, 1) * w.Turns
+		}
+	}
 	c.Load.Defaults(w.Replays())
 	if len(c.Sweep) > 0 {
 		switch c.Load.Mode {
-		case "closed":
+		case "closed", "sessions":
 			c.Load.Concurrency = int(c.Sweep[0])
 		case "open":
 			c.Load.Rate = c.Sweep[0]
@@ -230,7 +240,7 @@ func Run(ctx context.Context, cfg Config) (*Record, error) {
 	for i, level := range levels {
 		l := cfg.Load
 		switch l.Mode {
-		case "closed":
+		case "closed", "sessions":
 			l.Concurrency = int(level)
 		case "open":
 			l.Rate = level

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"math"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -18,6 +19,8 @@ type row struct {
 	server                          int64 // the server's own TTFT; 0: not reported
 	ttfo                            int64 // ns from sent to the first output token; 0 when the model did not think first
 	reasoning                       int32 // usage's reasoning tokens; -1: not reported
+	cached                          int32 // usage's cached prompt tokens; -1: not reported
+	turn                            int16 // a session's turn, from 1; 0 outside sessions
 	out, usage, counted, prompt     int32
 	events                          int32
 	gw                              *GatewayTiming
@@ -121,7 +124,7 @@ func (c *Collector) Add(r *Result) {
 		events: int32(r.ContentEvents), ok: r.OK(), invalidJSON: r.InvalidJSON, empty: r.Empty, refusal: r.Refusal,
 		jsonAsked: r.Ask.JSON, schemaAsked: r.Ask.Schema != nil && r.OK() && !r.InvalidJSON, schemaInvalid: r.SchemaInvalid,
 		finishLength: r.Finish == "length" && !r.ClampedByGateway, lengthByPolicy: r.Finish == "length" && r.ClampedByGateway,
-		reasoning: int32(r.ReasoningTokens),
+		reasoning: int32(r.ReasoningTokens), cached: int32(r.CachedTokens), turn: int16(min(r.Turn, math.MaxInt16)),
 	}
 	if r.ReasoningEvents > 0 || r.ReasoningTokens > 0 {
 		w.ttfo = int64(r.TTFO)

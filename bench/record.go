@@ -131,10 +131,12 @@ func Differences(a, b *Conditions) []string {
 	diff("workload.dataset_sha256", wa.DatasetSHA256, wb.DatasetSHA256)
 	diff("workload.replay_sha256", wa.ReplaySHA256, wb.ReplaySHA256)
 	diff("workload.trace_sha256", wa.TraceSHA256, wb.TraceSHA256)
+	diff("workload.turns", wa.Turns, wb.Turns)
 	diff("workload.trace_window", wa.TraceWindow, wb.TraceWindow)
 	diff("workload.speedup", wa.Speedup, wb.Speedup)
 	la, lb := a.Load, b.Load
 	diff("load.mode", la.Mode, lb.Mode)
+	diff("load.think_time", la.ThinkTime, lb.ThinkTime)
 	diff("load.concurrency", la.Concurrency, lb.Concurrency)
 	diff("load.rate", la.Rate, lb.Rate)
 	diff("load.arrival", la.Arrival, lb.Arrival)

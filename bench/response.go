@@ -40,6 +40,12 @@ type Result struct {
 	ReasoningTokens int
 	// ReasoningEvents counts the content events that were thinking.
 	ReasoningEvents int
+	// Session and Turn say which session (from 0) and which of its
+	// turns (from 1) the request was; Turn 0 outside sessions.
+	Session, Turn int
+	// CachedTokens is the prompt tokens the server found cached (usage's
+	// cached_tokens), -1 when it did not say.
+	CachedTokens int
 	// ServerTTFT is the server's own time to first token when it reports
 	// one (the simulator's sim_timing, asked for with X-Sim-Timing).
 	ServerTTFT time.Duration
@@ -326,8 +332,11 @@ func (p *parser) settle(r *Result) {
 	r.ContentEvents = t.ContentEvents
 	r.ReasoningEvents = t.ReasoningEvents
 	r.Finish = t.Finish
-	r.ReasoningTokens = -1
+	r.ReasoningTokens, r.CachedTokens = -1, -1
 	if t.HasUsage {
+		if c, ok := t.Usage.Cached(); ok {
+			r.CachedTokens = c
+		}
 		r.UsageTokens, r.PromptTokens = t.Usage.CompletionTokens, t.Usage.PromptTokens
 		if t.ReasoningEvents > 0 || t.Usage.CompletionTokensDetails.ReasoningTokens > 0 {
 			r.ReasoningTokens = t.Usage.CompletionTokensDetails.ReasoningTokens

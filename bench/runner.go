@@ -44,11 +44,15 @@ type LoadSpec struct {
 	RampUp time.Duration `json:"ramp_up,omitempty"`
 	// Timeout bounds one request; default 10 minutes.
 	Timeout time.Duration `json:"timeout"`
+	// ThinkTime is a session user's pause between an answer and its next
+	// turn (mode "sessions": Concurrency users, each in a multi-turn
+	// conversation, session.go).
+	ThinkTime time.Duration `json:"think_time,omitempty"`
 }
 
 // Level is the stage's load level: its concurrency or its rate.
 func (l *LoadSpec) Level() float64 {
-	if l.Mode == "closed" {
+	if l.Mode == "closed" || l.Mode == "sessions" {
 		return float64(l.Concurrency)
 	}
 	return l.Rate
@@ -69,7 +73,7 @@ func (l *LoadSpec) Defaults(replay bool) {
 	case l.Mode == "":
 		l.Mode = "closed"
 	}
-	if l.Mode == "closed" && l.Concurrency == 0 {
+	if (l.Mode == "closed" || l.Mode == "sessions") && l.Concurrency == 0 {
 		l.Concurrency = 1
 	}
 	if l.Mode == "open" {
@@ -85,7 +89,7 @@ func (l *LoadSpec) Defaults(replay bool) {
 	if l.Arrival != "gamma" {
 		l.Burstiness = 0
 	}
-	if l.Mode != "replay" && l.Duration == 0 && l.Requests == 0 {
+	if l.Mode != "replay" && l.Mode != "sessions" && l.Duration == 0 && l.Requests == 0 {
 		l.Duration = 30 * time.Second
 	}
 	if l.Timeout == 0 {
@@ -123,15 +127,19 @@ func (l *LoadSpec) Validate() error {
 	switch {
 	case l.Mode == "closed" && l.Concurrency < 1:
 		return errors.New("bench: load.concurrency (--concurrency): a closed loop needs at least 1")
+	case l.Mode == "sessions" && l.Concurrency < 1:
+		return errors.New("bench: load.concurrency (--sessions): a session run needs at least 1 user")
 	case l.Mode == "open" && (l.Rate <= 0 || math.IsInf(l.Rate, 0) || math.IsNaN(l.Rate)):
 		return errors.New("bench: load.rate (--rate): an open loop needs a rate above 0")
 	case l.Mode == "open" && l.Arrival != "poisson" && l.Arrival != "constant" && l.Arrival != "gamma":
 		return fmt.Errorf("bench: load.arrival (--arrival) %q: want poisson, constant or gamma", l.Arrival)
 	case l.Arrival == "gamma" && l.Burstiness <= 0:
 		return errors.New("bench: load.burstiness (--burstiness): gamma arrivals need a shape above 0")
-	case l.Mode != "closed" && l.Mode != "open" && l.Mode != "replay":
-		return fmt.Errorf("bench: load.mode (--load) %q: want closed, open or replay", l.Mode)
-	case l.Mode != "replay" && l.Duration <= 0 && l.Requests <= 0:
+	case l.Mode != "closed" && l.Mode != "open" && l.Mode != "replay" && l.Mode != "sessions":
+		return fmt.Errorf("bench: load.mode (--load) %q: want closed, open, replay or sessions", l.Mode)
+	case l.ThinkTime < 0:
+		return errors.New("bench: load.think_time (--think-time): must not be negative")
+	case l.Mode != "replay" && l.Mode != "sessions" && l.Duration <= 0 && l.Requests <= 0:
 		return errors.New("bench: load.duration, load.requests (--duration, --requests): every run is bounded; give one")
 	case l.Duration < 0 || l.Requests < 0 || l.WarmupRequests < 0 || l.WarmupTime < 0 || l.MaxConcurrency < 0:
 		return errors.New("bench: load.duration, requests, warmup_*, max_concurrency: durations and counts cannot be negative")
@@ -230,6 +238,12 @@ func (rn *Runner) Run(ctx context.Context, stageNo int, l LoadSpec) (Window, err
 	switch l.Mode {
 	case "closed":
 		s.closed(ctx)
+	case "sessions":
+		sw, ok := rn.Workload.(Sessions)
+		if !ok {
+			return Window{}, errors.New("bench: load mode sessions needs a session workload (--sessions)")
+		}
+		s.sessions(ctx, sw)
 	default:
 		s.open(ctx)
 	}
@@ -373,6 +387,12 @@ func gamma(rng *rand.Rand, shape float64) float64 {
 
 // doAt sends req (request i) and delivers its result.
 func (s *stage) doAt(ctx context.Context, p *parser, i int, warm bool, intended time.Time, req Request) {
+	s.doWith(ctx, p, i, warm, intended, req, nil, false)
+}
+
+// doWith is doAt with the whole text kept when keep is set, and note
+// called on the result before it is delivered.
+func (s *stage) doWith(ctx context.Context, p *parser, i int, warm bool, intended time.Time, req Request, note func(*Result), keep bool) {
 	rn := s.rn
 	rn.inFlight.Add(1)
 	defer rn.inFlight.Add(-1)
@@ -382,7 +402,7 @@ func (s *stage) doAt(ctx context.Context, p *parser, i int, warm bool, intended 
 	// once the server has shown it does not report usage (every request
 	// asks for it), for the sampled usage check, and to check JSON.
 	// Refusal patterns see its head.
-	p.keepAll = rn.noUsage.Load() || !rn.Stream || checkUsage(i) || req.Ask.JSON
+	p.keepAll = keep || rn.noUsage.Load() || !rn.Stream || checkUsage(i) || req.Ask.JSON
 	p.keepEvents = rn.KeepEvents
 	p.flushGaps = func(g []time.Duration) {
 		if rn.Gaps != nil {
@@ -393,6 +413,9 @@ func (s *stage) doAt(ctx context.Context, p *parser, i int, warm bool, intended 
 	cancel()
 	if r.OK() && r.UsageTokens < 0 {
 		rn.noUsage.Store(true)
+	}
+	if note != nil {
+		note(r)
 	}
 	rn.Sink(r)
 }

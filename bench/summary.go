@@ -161,6 +161,9 @@ type Summary struct {
 	GoodputShare float64 `json:"goodput_share,omitempty"`
 	Goodput      float64 `json:"goodput,omitempty"`
 
+	// Turns is the figures by turn index of a session run (TTFT by turn,
+	// the context each turn sent), nil outside sessions.
+	Turns []TurnSummary `json:"turns,omitempty"`
 	// Timeline is one bucket per second of the stage.
 	Timeline []Bucket `json:"timeline,omitempty"`
 	// Samples are per-request values for comparisons (at most maxSamples
@@ -389,6 +392,7 @@ func (c *Collector) Summarize(n int, l LoadSpec, win Window, slos []SLO) *Summar
 		}
 	}
 	s.Timeline = timeline(rows, scale)
+	s.Turns = turnSummaries(rows)
 	s.Samples = map[string][]float64{}
 	for _, k := range []string{"ttft", "ttft_sched", "tpot", "e2e", "speed"} {
 		s.Samples[k] = verdict.Thin(vals[k], maxSamples)

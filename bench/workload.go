@@ -74,6 +74,12 @@ type WorkloadSpec struct {
 	Replay        string  `json:"replay,omitempty"`
 	ReplaySHA256  string  `json:"replay_sha256,omitempty"`
 	Speedup       float64 `json:"speedup,omitempty"`
+	// Sessions makes the workload multi-turn conversations (load mode
+	// sessions): Turns user turns each (synthetic: InputTokens and
+	// OutputTokens per turn; a ShareGPT dataset: its human turns, all of
+	// them when Turns is 0).
+	Sessions bool `json:"sessions,omitempty"`
+	Turns    int  `json:"turns,omitempty"`
 	// Trace is a public trace replayed on its own timestamps (trace.go):
 	// TraceFormat mooncake, azure or burstgpt (sniffed when empty),
 	// TraceWindow the FROM:TO of it sent; TraceSkipped counts the rows its
@@ -121,6 +127,16 @@ func NewWorkload(s *WorkloadSpec, tok *tokens.Tokenizer) (Workload, error) {
 	out, err := ParseLengths(s.OutputTokens)
 	if err != nil {
 		return nil, fmt.Errorf("bench: output tokens: %w", err)
+	}
+	if s.Sessions {
+		if s.Replay != "" || s.Trace != "" {
+			return nil, errors.New("bench: --sessions takes synthetic turns or a --dataset of conversations, not --replay or --trace")
+		}
+		in, err := ParseLengths(s.InputTokens)
+		if err != nil {
+			return nil, fmt.Errorf("bench: input tokens: %w", err)
+		}
+		return newSessions(s, in, out, tok)
 	}
 	sources := 0
 	for _, f := range []string{s.Dataset, s.Replay, s.Trace} {

@@ -32,7 +32,9 @@ timestamps / --trace-speedup, within --trace-window).
 
 Load: closed loop with --concurrency N users (default), or open loop with
 --rate R requests/s (--arrival poisson|constant|gamma, --burstiness,
---max-concurrency). --sweep 1,2,4,8 runs one stage per level and marks the
+--max-concurrency), or --sessions N users in multi-turn conversations
+(--turns T, --think-time D: each turn carries the conversation so far;
+figures by turn). --sweep 1,2,4,8 runs one stage per level and marks the
 knee. Every stage is bounded by --duration and/or --requests; --warmup
 (a count, or a duration such as 5s) is left out of every figure.
 
@@ -54,6 +56,8 @@ type benchFlags struct {
 	seed                               *uint64
 	dataset, replay                    *string
 	trace, traceFormat, traceWindow    *string
+	sessions, turns                    *int
+	thinkTime                          *time.Duration
 	speedup                            *float64
 	load                               *string
 	concurrency                        *int
@@ -99,7 +103,10 @@ func registerBenchFlags(fs *flag.FlagSet) *benchFlags {
 	f.trace = fs.String("trace", "", "public trace to replay on its own timestamps: Mooncake JSONL, an Azure LLM inference CSV or BurstGPT's CSV")
 	f.traceFormat = fs.String("trace-format", "", "mooncake, azure or burstgpt (default: sniffed from the file)")
 	f.traceWindow = fs.String("trace-window", "", "FROM:TO of the trace to send, from its first request (e.g. 60s:120s, or seconds; either side may be empty)")
-	f.load = fs.String("load", "", "closed or open (default: open when --rate is given)")
+	f.load = fs.String("load", "", "closed, open or sessions (default: open when --rate is given, sessions with --sessions)")
+	f.sessions = fs.Int("sessions", 0, "multi-turn sessions: this many users in conversation at once (each keeps its history, appends the answers)")
+	f.turns = fs.Int("turns", 0, "user turns per session (default 3; with a ShareGPT --dataset, its conversations' turns)")
+	f.thinkTime = fs.Duration("think-time", 0, "a session user's pause between an answer and its next turn")
 	f.concurrency = fs.Int("concurrency", 0, "closed loop: virtual users (default 1)")
 	f.rate = fs.Float64("rate", 0, "open loop: requests per second")
 	f.arrival = fs.String("arrival", "", "open loop arrivals: poisson, constant or gamma (default poisson)")
@@ -138,12 +145,18 @@ func (f *benchFlags) config(set map[string]bool, stderr io.Writer) (bench.Config
 	cfg := bench.Config{URL: *f.url, Refusals: f.refusals, InsecureSkipVerify: *f.insecure}
 	cfg.Workload = bench.WorkloadSpec{Endpoint: *f.endpoint, Model: *f.model, Stream: !*f.noStream, InputTokens: *f.input, OutputTokens: *f.output,
 		SharedPrefix: *f.shared, PrefixGroups: *f.prefixGroups, PrefixTokens: *f.prefixTokens, ForceOutputLength: *f.force, JSON: *f.json, Seed: *f.seed, Dataset: *f.dataset, Replay: *f.replay, Speedup: *f.speedup,
-		Trace: *f.trace, TraceFormat: *f.traceFormat, TraceWindow: *f.traceWindow}
+		Trace: *f.trace, TraceFormat: *f.traceFormat, TraceWindow: *f.traceWindow, Turns: *f.turns}
 	if set["output-tokens"] && *f.output == "" {
 		cfg.Workload.OutputTokens = "none" // --output-tokens "": leave max_tokens unset, as before "none"
 	}
 	cfg.Load = bench.LoadSpec{Mode: *f.load, Concurrency: *f.concurrency, Rate: *f.rate, Arrival: *f.arrival, Burstiness: *f.burstiness,
-		MaxConcurrency: *f.maxConc, Duration: *f.duration, Requests: *f.requests, RampUp: *f.rampUp, Timeout: *f.timeout}
+		MaxConcurrency: *f.maxConc, Duration: *f.duration, Requests: *f.requests, RampUp: *f.rampUp, Timeout: *f.timeout, ThinkTime: *f.thinkTime}
+	if *f.sessions > 0 {
+		if cfg.Load.Mode != "" && cfg.Load.Mode != "sessions" {
+			return cfg, fmt.Errorf("--sessions with --load %s: a session run is its own mode", cfg.Load.Mode)
+		}
+		cfg.Load.Mode, cfg.Load.Concurrency = "sessions", *f.sessions
+	}
 	if *f.sweep != "" {
 		levels, err := bench.ParseSweep(*f.sweep)
 		if err != nil {

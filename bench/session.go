@@ -1,0 +1,294 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/infergate/infergate/internal/quantile"
+	"github.com/infergate/infergate/internal/tokens"
+)
+
+// Multi-turn sessions: each simulated user keeps its conversation, sends
+// a turn, appends the model's answer (the text it got, not a script's),
+// waits its think time and sends the next turn with the whole
+// conversation so far. The load is the number of users in session at
+// once; the figures by turn show what a prefix cache and a growing
+// context do to what users see.
+
+// Turn is one user turn of a session: the user's message and the output
+// asked for.
+type Turn struct {
+	// Text is the user's message (plain text).
+	Text string
+	// InputTokens is the message's length in tokens when the workload
+	// knows it; MaxTokens the output asked for (0: none).
+	InputTokens, MaxTokens int
+}
+
+// Sessions is a workload of conversations: Session(u) is user u's turns,
+// deterministic for the seed.
+type Sessions interface {
+	Workload
+	Session(u int) []Turn
+	// Body is the request of turn t after the conversation history.
+	Body(history []Message, t Turn) []byte
+	// Count is how many distinct sessions there are (0: unbounded).
+	Count() int
+}
+
+// sessionSet is a synthetic or dataset session workload.
+type sessionSet struct {
+	spec  *WorkloadSpec
+	model []byte
+	// synthetic sessions draw their turns; a dataset's are listed.
+	syn   *synthetic
+	convs [][]Turn
+}
+
+func (w *sessionSet) Len() int { return 0 }
+
+// Request is a session's first turn, for what reads a workload by index.
+func (w *sessionSet) Request(i int) Request {
+	t := w.Session(i)[0]
+	return Request{Body: w.Body(nil, t), InputTokens: t.InputTokens, MaxTokens: t.MaxTokens, At: -1}
+}
+
+func (w *sessionSet) Count() int { return len(w.convs) }
+
+func (w *sessionSet) Session(u int) []Turn {
+	if w.convs != nil {
+		return w.convs[u%len(w.convs)]
+	}
+	rng := rand.New(rand.NewPCG(w.spec.Seed^0x5e55, uint64(u)))
+	turns := make([]Turn, w.spec.Turns)
+	for k := range turns {
+		n := w.syn.in.Sample(rng)
+		turns[k] = Turn{Text: string(w.syn.prompt(rng, n)), InputTokens: n, MaxTokens: w.syn.out.Sample(rng)}
+	}
+	return turns
+}
+
+// Message is one message of a conversation.
+type Message struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// Body is the request of a turn after the conversation history: the
+// messages (the Responses API's input) and the spec's options.
+func (w *sessionSet) Body(history []Message, t Turn) []byte {
+	msgs, _ := json.Marshal(append(slices.Clip(history), Message{Role: "user", Content: t.Text}))
+	b := append([]byte(`{"model":`), w.model...)
+	b = append(b, w.spec.messagesKey()[:len(w.spec.messagesKey())-1]...)
+	b = append(b, msgs...)
+	return w.spec.appendOptions(b, t.MaxTokens)
+}
+
+// newSessions builds the session workload of s: synthetic turns
+// (InputTokens, OutputTokens per turn) or a dataset's conversations
+// (ShareGPT: each human turn in order; the reply's counted length as its
+// max_tokens unless --output-tokens says).
+func newSessions(s *WorkloadSpec, in, out Lengths, tok *tokens.Tokenizer) (Workload, error) {
+	model, _ := json.Marshal(s.Model)
+	w := &sessionSet{spec: s, model: model}
+	if s.Dataset == "" {
+		if in.zero() {
+			return nil, fmt.Errorf("bench: sessions need --input-tokens (per turn) or a --dataset of conversations")
+		}
+		w.syn = &synthetic{spec: s, in: in, out: out, words: tok.Words(), model: model}
+		return w, nil
+	}
+	raw, sum, err := hashFile(s.Dataset)
+	if err != nil {
+		return nil, err
+	}
+	s.DatasetSHA256 = sum
+	items, err := lines(raw)
+	if err != nil {
+		return nil, fmt.Errorf("bench: dataset %s: %w", s.Dataset, err)
+	}
+	rng := rand.New(rand.NewPCG(s.Seed, 4))
+	for n, it := range items {
+		var obj struct {
+			Conversations []struct {
+				From  string `json:"from"`
+				Value string `json:"value"`
+			} `json:"conversations"`
+		}
+		if err := json.Unmarshal(it, &obj); err != nil {
+			return nil, fmt.Errorf("bench: dataset %s entry %d: not a ShareGPT conversation: %v", s.Dataset, n+1, err)
+		}
+		var turns []Turn
+		for i, c := range obj.Conversations {
+			if c.From != "human" && c.From != "user" || c.Value == "" {
+				continue
+			}
+			t := Turn{Text: c.Value, InputTokens: tok.Count(c.Value), MaxTokens: out.Sample(rng)}
+			if out.zero() && i+1 < len(obj.Conversations) && obj.Conversations[i+1].Value != "" {
+				t.MaxTokens = max(1, tok.Count(obj.Conversations[i+1].Value))
+			}
+			turns = append(turns, t)
+			if s.Turns > 0 && len(turns) == s.Turns {
+				break
+			}
+		}
+		if len(turns) > 0 {
+			w.convs = append(w.convs, turns)
+		}
+	}
+	if len(w.convs) == 0 {
+		return nil, fmt.Errorf("bench: dataset %s holds no conversation with a user turn", s.Dataset)
+	}
+	perm := rng.Perm(len(w.convs))
+	shuffled := make([][]Turn, len(perm))
+	for i, j := range perm {
+		shuffled[i] = w.convs[j]
+	}
+	w.convs = shuffled
+	return w, nil
+}
+
+// sessions runs the stage's users: Concurrency users at once, each
+// through sessions one after another until the stage's requests or time
+// are spent (the last sessions may end between turns then) or, with
+// neither bound, every conversation of a dataset was held once. A failed
+// turn ends its session.
+func (s *stage) sessions(ctx context.Context, sw Sessions) {
+	var next atomic.Int64
+	for range s.l.Concurrency {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer s.markStop()
+			p := s.rn.parser()
+			defer s.rn.parsers.Put(p)
+			for {
+				u := int(next.Add(1) - 1)
+				if c := sw.Count(); c > 0 && u >= c && s.l.Requests == 0 && s.l.Duration == 0 {
+					return
+				}
+				if !s.session(ctx, p, sw, u) {
+					return
+				}
+			}
+		}()
+	}
+}
+
+// session runs user u's session; false when the stage is over.
+func (s *stage) session(ctx context.Context, p *parser, sw Sessions, u int) bool {
+	turns := sw.Session(u)
+	var history []Message
+	for k, t := range turns {
+		now := time.Now()
+		ok, warm := s.take(ctx, int(s.local.Add(1)-1), now)
+		if !ok {
+			return false
+		}
+		req := Request{Body: sw.Body(history, t), InputTokens: t.InputTokens, MaxTokens: t.MaxTokens, At: -1}
+		i := int(s.rn.next.Add(1) - 1)
+		r := s.doTurn(ctx, p, i, warm, now, req, u, k+1)
+		if !r {
+			return true // the session ends; the user starts another
+		}
+		history = append(history, Message{Role: "user", Content: t.Text}, Message{Role: "assistant", Content: string(p.text)})
+		if k+1 < len(turns) && s.l.ThinkTime > 0 {
+			tm := time.NewTimer(s.l.ThinkTime)
+			select {
+			case <-tm.C:
+			case <-ctx.Done():
+				tm.Stop()
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// doTurn is doAt for a session's turn: the answer's whole text is kept
+// (it joins the conversation), and the result says which session and
+// turn it was. It reports whether the turn succeeded.
+func (s *stage) doTurn(ctx context.Context, p *parser, i int, warm bool, intended time.Time, req Request, session, turn int) bool {
+	ok := false
+	s.doWith(ctx, p, i, warm, intended, req, func(r *Result) {
+		r.Session, r.Turn = session, turn
+		ok = r.OK()
+	}, true)
+	return ok
+}
+
+// TurnSummary is one turn index's figures over a stage's sessions.
+type TurnSummary struct {
+	Turn int `json:"turn"`
+	// N counts the turns that succeeded, Failed those that did not.
+	N      int `json:"n"`
+	Failed int `json:"failed,omitempty"`
+	// TTFT and E2E in milliseconds.
+	TTFTP50 float64  `json:"ttft_p50_ms"`
+	TTFTP90 *float64 `json:"ttft_p90_ms,omitempty"`
+	E2EP50  float64  `json:"e2e_p50_ms"`
+	// PromptTokensP50 is the context the turn sent, as the server's usage
+	// counted it (the conversation so far and the new message);
+	// CachedShare the share of it the server found cached, when it said.
+	PromptTokensP50 float64  `json:"prompt_tokens_p50"`
+	CachedShare     *float64 `json:"cached_share,omitempty"`
+}
+
+// turnSummaries groups a stage's rows by turn index.
+func turnSummaries(rows []row) []TurnSummary {
+	by := map[int][]*row{}
+	for i := range rows {
+		if w := &rows[i]; w.turn > 0 {
+			by[int(w.turn)] = append(by[int(w.turn)], w)
+		}
+	}
+	if len(by) == 0 {
+		return nil
+	}
+	var out []TurnSummary
+	for turn := 1; turn <= len(by)+64 && len(out) < len(by); turn++ {
+		ws := by[turn]
+		if ws == nil {
+			continue
+		}
+		ts := TurnSummary{Turn: turn}
+		var ttft, e2e, prompt []float64
+		cached, cachedOf := 0.0, 0.0
+		for _, w := range ws {
+			if !w.ok {
+				ts.Failed++
+				continue
+			}
+			ts.N++
+			ttft = append(ttft, float64(w.ttft)/1e6)
+			e2e = append(e2e, float64(w.e2e())/1e6)
+			if w.prompt > 0 {
+				prompt = append(prompt, float64(w.prompt))
+				if w.cached >= 0 {
+					cached += float64(w.cached)
+					cachedOf += float64(w.prompt)
+				}
+			}
+		}
+		for _, v := range [][]float64{ttft, e2e, prompt} {
+			slices.Sort(v)
+		}
+		if len(ttft) > 0 {
+			ts.TTFTP50, ts.TTFTP90, ts.E2EP50 = quantile.Rank(ttft, 0.5), quantile.Maybe(ttft, 0.9), quantile.Rank(e2e, 0.5)
+		}
+		if len(prompt) > 0 {
+			ts.PromptTokensP50 = quantile.Rank(prompt, 0.5)
+		}
+		if cachedOf > 0 {
+			share := cached / cachedOf
+			ts.CachedShare = &share
+		}
+		out = append(out, ts)
+	}
+	return out
+}

@@ -1,0 +1,85 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/infergate/infergate/sim/simtest"
+)
+
+// TestSessions: 4 users, 3 turns each: every turn sends the conversation
+// so far (the model's own answers in it), so the prompt grows turn by
+// turn by the last turn's question and answer; with prefix caching the
+// later turns find most of their context cached; figures by turn.
+func TestSessions(t *testing.T) {
+	cfg := simtest.Fixed(10*time.Millisecond, time.Millisecond)
+	s := simtest.Start(t, cfg)
+	c := baseConfig(s.URL)
+	c.Workload.InputTokens, c.Workload.OutputTokens, c.Workload.Turns = "40", "30", 3
+	c.Load = LoadSpec{Mode: "sessions", Concurrency: 4, ThinkTime: 20 * time.Millisecond}
+	var csv strings.Builder
+	c.CSV = &csv
+	start := time.Now()
+	rec, err := Run(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := rec.Stages[0]
+	if st.Requests != 12 || st.OK != 12 || len(st.Turns) != 3 {
+		t.Fatalf("%d requests, %d ok, turns %+v (%v)", st.Requests, st.OK, st.Turns, st.Errors)
+	}
+	for i, tu := range st.Turns {
+		if tu.Turn != i+1 || tu.N != 4 || tu.TTFTP50 < 9 {
+			t.Errorf("turn %+v", tu)
+		}
+		if i > 0 {
+			// The context grows by the last question (40), the last
+			// answer (30) and the messages' framing.
+			grow := tu.PromptTokensP50 - st.Turns[i-1].PromptTokensP50
+			if grow < 70 || grow > 90 {
+				t.Errorf("turn %d's prompt %.0f tokens, %.0f more than turn %d's; want about 70 more", tu.Turn, tu.PromptTokensP50, grow, i)
+			}
+		}
+	}
+	// Three turns each, two think times between: no session is quicker.
+	if d := time.Since(start); d < 2*20*time.Millisecond+3*40*time.Millisecond {
+		t.Errorf("the run took %v: the think time was not kept", d)
+	}
+	var buf strings.Builder
+	rec.WriteText(&buf)
+	if !strings.Contains(buf.String(), "by turn") {
+		t.Errorf("report has no per-turn table:\n%s", buf.String())
+	}
+}
+
+// TestShareGPTSessions: a ShareGPT dataset's conversations are replayed
+// as sessions: each human turn in order, the last turn carrying every
+// earlier one.
+func TestShareGPTSessions(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "sharegpt.json")
+	convs := []map[string]any{
+		{"id": "a", "conversations": []map[string]string{{"from": "human", "value": "What is a KV cache?"}, {"from": "gpt", "value": "A store of attention keys and values."},
+			{"from": "human", "value": "Why does it fill up?"}, {"from": "gpt", "value": "Long contexts."}, {"from": "human", "value": "And then?"}, {"from": "gpt", "value": "Preemption."}}},
+		{"id": "b", "conversations": []map[string]string{{"from": "human", "value": "Hello."}, {"from": "gpt", "value": "Hi there, how can I help?"}}},
+	}
+	b, _ := json.Marshal(convs)
+	os.WriteFile(path, b, 0o600)
+	s := simtest.Start(t, simtest.Fixed(time.Millisecond, 200*time.Microsecond))
+	c := baseConfig(s.URL)
+	c.Workload.InputTokens, c.Workload.OutputTokens, c.Workload.Dataset = "", "", path
+	c.Load = LoadSpec{Mode: "sessions", Concurrency: 1}
+	rec, err := Run(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := rec.Stages[0]
+	if st.OK != 4 || len(st.Turns) != 3 || st.Turns[0].N != 2 || st.Turns[2].N != 1 || st.Turns[2].PromptTokensP50 <= st.Turns[0].PromptTokensP50 {
+		t.Errorf("%d ok, turns %+v", st.OK, st.Turns)
+	}
+}
