@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -318,13 +319,8 @@ func (s *stage) open(ctx context.Context) {
 			offset += s.gap(rng)
 		}
 		intended := t0.Add(offset)
-		if d := time.Until(intended); d > 0 {
-			timer.Reset(d)
-			select {
-			case <-timer.C:
-			case <-ctx.Done():
-				return
-			}
+		if !waitUntil(ctx, timer, intended) {
+			return
 		}
 		ok, warm := s.take(ctx, k, intended)
 		if !ok {
@@ -425,4 +421,30 @@ func (rn *Runner) parser() *parser {
 		return p
 	}
 	return newParser(rn.Count, rn.Quality)
+}
+
+// spinBefore is how long before a send's time the scheduler stops
+// sleeping and yields until it is due: a Go timer fires up to a
+// millisecond late (the poller's wait rounds to milliseconds), which
+// would be most of an open loop's send lag.
+const spinBefore = 1500 * time.Microsecond
+
+// waitUntil waits for at: a timer to just before it, then yielding the
+// processor until it comes. It reports false when ctx ended first.
+func waitUntil(ctx context.Context, timer *time.Timer, at time.Time) bool {
+	if d := time.Until(at) - spinBefore; d > 0 {
+		timer.Reset(d)
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			return false
+		}
+	}
+	for time.Now().Before(at) {
+		if ctx.Err() != nil {
+			return false
+		}
+		runtime.Gosched()
+	}
+	return true
 }
