@@ -51,6 +51,9 @@ type Config struct {
 	// straight to it, paired (Paired). Pairs defaults to 50.
 	DirectURL string
 	Pairs     int
+	// NoSweepStop runs every level of a sweep, past over-saturation too
+	// (OverSaturated).
+	NoSweepStop bool
 	// GatewayAdmin is the admin listener of the infergate gateway at URL
 	// (and GatewayAdminKey its server.admin_auth key): the record then
 	// carries the gateway's settings, so compare can say what changed.
@@ -260,6 +263,12 @@ func Run(ctx context.Context, cfg Config) (*Record, error) {
 			runErr = err
 			rec.Interrupted = true
 			break
+		}
+		if len(levels) > 1 && !cfg.NoSweepStop && i < len(levels)-1 {
+			if stop, why := OverSaturated(rec.Stages); stop {
+				rec.StopReason = fmt.Sprintf("%s: levels %v not run", why, levels[i+1:])
+				break
+			}
 		}
 	}
 	if cfg.DirectURL != "" && runErr == nil {

@@ -24,8 +24,11 @@ type Record struct {
 	Conditions Conditions `json:"conditions"`
 	Stages     []*Summary `json:"stages"`
 	// Knee is the index of the sweep's knee (see Knee), -1 when none.
-	Knee        int  `json:"knee"`
-	Interrupted bool `json:"interrupted,omitempty"`
+	Knee int `json:"knee"`
+	// StopReason says why a sweep stopped before its last level
+	// (OverSaturated), empty when it ran them all.
+	StopReason  string `json:"stop_reason,omitempty"`
+	Interrupted bool   `json:"interrupted,omitempty"`
 	// Paired is the gateway's added latency against its backend, with
 	// Config.DirectURL.
 	Paired   *Paired           `json:"paired,omitempty"`

@@ -178,6 +178,9 @@ func (s *Summary) writeText(w io.Writer, mode string, sweep bool) {
 }
 
 func (r *Record) writeSweep(w io.Writer) {
+	if r.StopReason != "" {
+		defer fmt.Fprintf(w, "sweep stopped: %s\n", r.StopReason)
+	}
 	fmt.Fprintf(w, "\nsweep (%s)\n%10s %12s %12s %12s %12s %10s\n", r.Conditions.Load.Mode, "level", "req/s", "tok/s", "TTFT p50", "TTFT p99", "failed")
 	for i, s := range r.Stages {
 		p50, p99 := "-", "-"

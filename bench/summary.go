@@ -199,11 +199,15 @@ type QualityCounts struct {
 // Bucket is one second of a stage: what ended in it, and the output
 // tokens produced in it.
 type Bucket struct {
-	T            float64 `json:"t"`
+	T float64 `json:"t"`
+	// Sent counts the requests sent in the second: beside Completed, the
+	// slices show a queue building (more sent than completed) or draining.
+	Sent         int     `json:"sent"`
 	Completed    int     `json:"completed"`
 	Failed       int     `json:"failed"`
 	OutputTokens float64 `json:"output_tokens"`
 	TTFTP50      float64 `json:"ttft_p50,omitempty"`
+	TTFTP90      float64 `json:"ttft_p90,omitempty"`
 }
 
 const maxSamples = 100000
@@ -445,6 +449,9 @@ func timeline(rows []row, scale float64) []Bucket {
 	}
 	for i := range rows {
 		w := &rows[i]
+		if k := int(w.sent / 1e9); k >= 0 && k < n {
+			out[k].Sent++
+		}
 		b := int((w.sent + w.end) / 1e9)
 		if !w.ok {
 			out[b].Failed++
@@ -462,6 +469,9 @@ func timeline(rows []row, scale float64) []Bucket {
 	for i, t := range ttfts {
 		if p := percentiles(t); p != nil {
 			out[i].TTFTP50 = p.P50
+			if p.P90 != nil {
+				out[i].TTFTP90 = *p.P90
+			}
 		}
 	}
 	return out
@@ -484,6 +494,59 @@ func Knee(stages []*Summary) int {
 		}
 	}
 	return -1
+}
+
+// Over-saturation: when a sweep stops raising the load. Past the knee a
+// server's throughput stops growing while its queue, and so the time to
+// first token, grows with every step of load: more steps measure only
+// the queue. The rule, stated in the record (StopReason):
+//
+//   - the last stage gained less than 5% output-token throughput over
+//     the best stage before it (throughput is flat), and
+//   - TTFT p50 rose stage over stage across the last three, the last
+//     step by at least 1.5× (it grows with the load, without bound);
+//
+// or the last stage failed more than half its requests.
+const (
+	satFlatGain = 1.05
+	satTTFTGrow = 1.5
+)
+
+// OverSaturated reports whether a sweep should stop after its last stage,
+// and why.
+func OverSaturated(stages []*Summary) (bool, string) {
+	n := len(stages)
+	if n == 0 {
+		return false, ""
+	}
+	c := stages[n-1]
+	if c.Requests > 0 && float64(c.Failed) > 0.5*float64(c.Requests) {
+		return true, fmt.Sprintf("stage %d (level %g) failed %d of %d requests", c.Stage, c.Level, c.Failed, c.Requests)
+	}
+	if n < 3 {
+		return false, ""
+	}
+	peakBefore := func(i int) float64 {
+		p := 0.0
+		for _, s := range stages[:i] {
+			p = max(p, s.OutputTokenThroughput)
+		}
+		return p
+	}
+	flat := c.OutputTokenThroughput < satFlatGain*peakBefore(n-1)
+	ttft := func(s *Summary) float64 {
+		if p := s.Metrics["ttft"]; p != nil {
+			return p.P50
+		}
+		return 0
+	}
+	a, b := stages[n-3], stages[n-2]
+	grows := ttft(a) > 0 && ttft(a) < ttft(b) && ttft(c) >= satTTFTGrow*ttft(b)
+	if !flat || !grows {
+		return false, ""
+	}
+	return true, fmt.Sprintf("over-saturated at stage %d (level %g): output throughput flat (%.0f tok/s, under %.0f%% above the best before it, %.0f) while TTFT p50 grew %.0f → %.0f → %.0f ms",
+		c.Stage, c.Level, c.OutputTokenThroughput, (satFlatGain-1)*100, peakBefore(n-1), ttft(a), ttft(b), ttft(c))
 }
 
 // ParseSweep reads "1,2,4,8".

@@ -57,6 +57,7 @@ type benchFlags struct {
 	dataset, replay                    *string
 	trace, traceFormat, traceWindow    *string
 	sessions, turns                    *int
+	noSweepStop                        *bool
 	thinkTime                          *time.Duration
 	speedup                            *float64
 	load                               *string
@@ -112,7 +113,8 @@ func registerBenchFlags(fs *flag.FlagSet) *benchFlags {
 	f.arrival = fs.String("arrival", "", "open loop arrivals: poisson, constant or gamma (default poisson)")
 	f.burstiness = fs.Float64("burstiness", 0, "gamma arrivals: shape (<1 burstier, >1 more regular; default 1)")
 	f.maxConc = fs.Int("max-concurrency", 0, "open loop: cap on requests in flight (0: none)")
-	f.sweep = fs.String("sweep", "", "levels, one stage each: concurrencies (closed) or rates (open), e.g. 1,2,4,8,16")
+	f.sweep = fs.String("sweep", "", "levels, one stage each: concurrencies (closed) or rates (open), e.g. 1,2,4,8,16; it stops itself once over-saturated (throughput flat, TTFT growing)")
+	f.noSweepStop = fs.Bool("no-sweep-stop", false, "run every --sweep level, past over-saturation too")
 	f.duration = fs.Duration("duration", 0, "measured time per stage (default 30s when --requests is not given)")
 	f.requests = fs.Int("requests", 0, "measured requests per stage")
 	f.warmup = fs.String("warmup", "auto", "warm-up per stage, left out: a request count, a duration (5s), or auto (closed: one per user; open: 2s)")
@@ -165,6 +167,7 @@ func (f *benchFlags) config(set map[string]bool, stderr io.Writer) (bench.Config
 		cfg.Sweep = levels
 	}
 	cfg.DirectURL, cfg.Pairs = *f.directURL, *f.pairs
+	cfg.NoSweepStop = *f.noSweepStop
 	cfg.GatewayAdmin, cfg.GatewayAdminKey = withScheme(*f.gwAdmin), *f.gwAdminKey
 	// The warm-up flag's "auto" depends on the mode the defaults decide.
 	cfg.Defaults()
