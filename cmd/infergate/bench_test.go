@@ -218,3 +218,23 @@ func TestBenchPairedAgainstTheBackend(t *testing.T) {
 		t.Errorf("added TTFT p50 %.3f ms", p.TTFT.P50)
 	}
 }
+
+// The new traffic from the command line, as real processes: a reasoning
+// sim, the Responses API in two-turn sessions (TTFO and figures by
+// turn), and a public trace replayed on its timestamps.
+func TestBenchResponsesSessionsAndTrace(t *testing.T) {
+	url := start(t, "sim", "--listen", "127.0.0.1:0", "--ttft", "10ms", "--itl", "1ms", "--reasoning-tokens", "5", "--reasoning-field", "reasoning").url(t)
+	code, out := exitCode(t, "bench", "--url", url, "--api", "responses", "--sessions", "2", "--turns", "2", "--think-time", "10ms",
+		"--input-tokens", "16", "--output-tokens", "12", "--force-output-length", "--warmup", "0")
+	if code != 0 || !strings.Contains(out, "requests 4: 4 ok") || !strings.Contains(out, "by turn") || !strings.Contains(out, "ttfo ms") || !strings.Contains(out, "reasoning_tokens") {
+		t.Fatalf("sessions: exit %d\n%s", code, out)
+	}
+	trace := filepath.Join("..", "..", "bench", "testdata", "traces", "burstgpt.csv")
+	code, out = exitCode(t, "bench", "--url", url, "--trace", trace, "--trace-speedup", "200", "--trace-window", "0:30", "--output-tokens", "4")
+	if code != 0 || !strings.Contains(out, "burstgpt trace") || !strings.Contains(out, "failed rows skipped") || !strings.Contains(out, "send_lag") {
+		t.Fatalf("trace: exit %d\n%s", code, out)
+	}
+	if code, out := exitCode(t, "bench", "--url", url, "--trace", trace, "--trace-format", "sharegpt"); code == 0 || !strings.Contains(out, "--trace-format") {
+		t.Errorf("a bad --trace-format: exit %d\n%s", code, out)
+	}
+}
