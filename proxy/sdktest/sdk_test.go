@@ -1,10 +1,17 @@
-package proxy
+// Package sdktest holds the gateway's tests with the official SDKs
+// (openai-go, openai-node) as its clients, in a test binary of its own:
+// the SDKs' packages stay out of the proxy package's tests and
+// benchmarks.
+package sdktest
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/http/httptrace"
 	"os"
 	"os/exec"
@@ -16,6 +23,7 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/openai"
+	"github.com/infergate/infergate/proxy"
 	"github.com/infergate/infergate/sim/simtest"
 	openaigo "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -37,9 +45,7 @@ func TestGoSDKResponses(t *testing.T) {
 	scfg := simtest.Fixed(5*time.Millisecond, time.Millisecond)
 	scfg.Output.ReasoningTokens = 4
 	s := simtest.Start(t, scfg)
-	cfg := testConfig(s.URL)
-	cfg.Models[0].UpstreamModel = "sim-model"
-	gw := startGateway(t, cfg)
+	gw := startGateway(t, s.URL, "sim-model")
 	client := sdkClient(gw.URL)
 	ctx := context.Background()
 	params := responses.ResponseNewParams{Model: "m", Input: responses.ResponseNewParamsInputUnion{OfString: openaigo.String("Why cache?")},
@@ -89,7 +95,7 @@ func TestGoSDKResponses(t *testing.T) {
 // mid-answer has the backend's request cancelled within 100 ms.
 func TestGoSDKResponsesAbort(t *testing.T) {
 	gone := make(chan time.Time, 1)
-	b := newTestBackend(t, func(w http.ResponseWriter, r *http.Request) {
+	b := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		for i := 0; ; i++ {
 			select {
@@ -102,8 +108,9 @@ func TestGoSDKResponsesAbort(t *testing.T) {
 			w.Write([]byte("event: response.output_text.delta\ndata: " + string(d) + "\n\n"))
 			w.(http.Flusher).Flush()
 		}
-	})
-	gw := startGateway(t, testConfig(b.URL))
+	}))
+	t.Cleanup(b.Close)
+	gw := startGateway(t, b.URL, "")
 	client := sdkClient(gw.URL)
 	ctx, cancel := context.WithCancel(context.Background())
 	stream := client.Responses.NewStreaming(ctx, responses.ResponseNewParams{Model: "m", Input: responses.ResponseNewParamsInputUnion{OfString: openaigo.String("go on")}})
@@ -128,9 +135,7 @@ func TestGoSDKResponsesAbort(t *testing.T) {
 // delta read) within 1 ms, medians of seven.
 func TestResponsesFirstTokenAgrees(t *testing.T) {
 	s := simtest.Start(t, simtest.Fixed(30*time.Millisecond, time.Millisecond))
-	cfg := testConfig(s.URL)
-	cfg.Models[0].UpstreamModel = "sim-model"
-	gw := startGateway(t, cfg)
+	gw := startGateway(t, s.URL, "sim-model")
 	body := `{"model":"m","stream":true,"input":"hi","max_output_tokens":4}`
 	var diffs []float64
 	for range 7 {
@@ -203,7 +208,7 @@ func runNode(t *testing.T, dir, gwURL, mode string, out any) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", filepath.Join("testdata", "sdk", "responses.cjs"), gwURL+"/v1", mode)
+	cmd := exec.CommandContext(ctx, "node", filepath.Join("testdata", "responses.cjs"), gwURL+"/v1", mode)
 	cmd.Env = append(os.Environ(), "NODE_PATH="+filepath.Join(dir, "node_modules"))
 	b, err := cmd.Output()
 	if err != nil {
@@ -222,9 +227,7 @@ func TestNodeSDKResponses(t *testing.T) {
 	scfg := simtest.Fixed(5*time.Millisecond, time.Millisecond)
 	scfg.Output.ReasoningTokens = 4
 	s := simtest.Start(t, scfg)
-	cfg := testConfig(s.URL)
-	cfg.Models[0].UpstreamModel = "sim-model"
-	gw := startGateway(t, cfg)
+	gw := startGateway(t, s.URL, "sim-model")
 
 	var st struct {
 		Types          []string
@@ -247,7 +250,7 @@ func TestNodeSDKResponses(t *testing.T) {
 	}
 
 	gone := make(chan time.Time, 1)
-	b := newTestBackend(t, func(w http.ResponseWriter, r *http.Request) {
+	b := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		for i := 0; ; i++ {
 			select {
@@ -259,8 +262,9 @@ func TestNodeSDKResponses(t *testing.T) {
 			w.Write([]byte("event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"x\",\"sequence_number\":" + strconv.Itoa(i) + "}\n\n"))
 			w.(http.Flusher).Flush()
 		}
-	})
-	gw2 := startGateway(t, testConfig(b.URL))
+	}))
+	t.Cleanup(b.Close)
+	gw2 := startGateway(t, b.URL, "")
 	var ab struct {
 		AbortedAt int64 `json:"aborted_at_ms"`
 	}
@@ -273,4 +277,33 @@ func TestNodeSDKResponses(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("the backend's request was not cancelled")
 	}
+}
+
+// gateway is a gateway serving model "m" from one backend (as upstream
+// model, when set) on a loopback port until the test ends.
+type gateway struct{ URL string }
+
+func startGateway(t *testing.T, backend, upstream string) gateway {
+	t.Helper()
+	cfg := proxy.Config{
+		Server:   proxy.ServerConfig{Listen: "127.0.0.1:0", DrainTimeout: 5 * time.Second},
+		Timeouts: proxy.Timeouts{Connect: time.Second, FirstByte: 5 * time.Second, Idle: 5 * time.Second, Total: 30 * time.Second},
+		Pools:    map[string]proxy.PoolConfig{"p": {Backends: []proxy.BackendConfig{{URL: backend}}}},
+		Models:   []proxy.ModelConfig{{Name: "m", Pool: "p", UpstreamModel: upstream}},
+	}
+	g, err := proxy.New(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go g.Serve(ln)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		g.Shutdown(ctx)
+	})
+	return gateway{URL: "http://" + ln.Addr().String()}
 }
