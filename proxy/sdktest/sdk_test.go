@@ -307,3 +307,38 @@ func startGateway(t *testing.T, backend, upstream string) gateway {
 	})
 	return gateway{URL: "http://" + ln.Addr().String()}
 }
+
+// TestGoSDKChatReasoning: the chat API through the gateway with openai-go,
+// against a reasoning sim: the SDK's accumulated message is the answer,
+// its usage counts the thinking apart, and the thinking arrives first
+// under the delta field vLLM names reasoning_content (the SDK keeps it
+// in the chunk's raw JSON).
+func TestGoSDKChatReasoning(t *testing.T) {
+	scfg := simtest.Fixed(5*time.Millisecond, time.Millisecond)
+	scfg.Output.ReasoningTokens = 3
+	s := simtest.Start(t, scfg)
+	gw := startGateway(t, s.URL, "sim-model")
+	client := sdkClient(gw.URL)
+	params := openaigo.ChatCompletionNewParams{Model: "m", Messages: []openaigo.ChatCompletionMessageParamUnion{openaigo.UserMessage("Why cache?")},
+		MaxTokens: openaigo.Int(10), StreamOptions: openaigo.ChatCompletionStreamOptionsParam{IncludeUsage: openaigo.Bool(true)}}
+	stream := client.Chat.Completions.NewStreaming(context.Background(), params, option.WithJSONSet("ignore_eos", true))
+	var acc openaigo.ChatCompletionAccumulator
+	thinking, sawAnswer, order := 0, false, true
+	for stream.Next() {
+		c := stream.Current()
+		acc.AddChunk(c)
+		if strings.Contains(c.RawJSON(), `"reasoning_content":"`) {
+			thinking++
+			order = order && !sawAnswer
+		}
+		if len(c.Choices) > 0 && c.Choices[0].Delta.Content != "" {
+			sawAnswer = true
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if thinking != 3 || !order || acc.Choices[0].Message.Content == "" || acc.Usage.CompletionTokens != 10 || acc.Usage.CompletionTokensDetails.ReasoningTokens != 3 {
+		t.Errorf("thinking chunks %d (first: %v), answer %q, usage %+v", thinking, order, acc.Choices[0].Message.Content, acc.Usage)
+	}
+}
