@@ -32,6 +32,15 @@ func (r *Record) WriteHTML(w io.Writer) error {
 	if c.Load.Mode == "open" {
 		load = fmt.Sprintf("open, %g requests/s (%s)", c.Load.Rate, c.Load.Arrival)
 	}
+	switch c.Load.Mode {
+	case "sessions":
+		load = fmt.Sprintf("sessions: %d users at once, %d turns, think time %v", c.Load.Concurrency, c.Workload.Turns, c.Load.ThinkTime)
+	case "replay":
+		load = fmt.Sprintf("replay ×%g", c.Workload.Speedup)
+		if c.Workload.Trace != "" {
+			load = fmt.Sprintf("%s trace %s ×%g %s", c.Workload.TraceFormat, c.Workload.Trace, c.Workload.Speedup, c.Workload.TraceWindow)
+		}
+	}
 	row("load", load)
 	if c.GatewayConfigHash != "" {
 		row("gateway config hash", c.GatewayConfigHash)
@@ -58,6 +67,29 @@ func (r *Record) WriteHTML(w io.Writer) error {
 	fmt.Fprintf(bw, "</table>\n")
 	if r.Knee >= 0 && r.Knee < len(r.Stages) {
 		fmt.Fprintf(bw, "<p>knee: stage %d, level %g (the first stage at 90%% of the sweep's peak throughput)</p>\n", r.Knee, r.Stages[r.Knee].Level)
+	}
+	if r.StopReason != "" {
+		fmt.Fprintf(bw, "<p>sweep stopped: %s</p>\n", html.EscapeString(r.StopReason))
+	}
+	for _, s := range r.Stages {
+		if m, rs := s.Metrics["ttfo"], s.Metrics["reasoning"]; m != nil && rs != nil {
+			fmt.Fprintf(bw, "<p>stage %d, a reasoning model: time to first output token p50 %.1f ms, of it thinking p50 %.1f ms (TTFT counts the first token of any kind)</p>\n", s.Stage, m.P50, rs.P50)
+		}
+		if len(s.Turns) == 0 {
+			continue
+		}
+		fmt.Fprintf(bw, "<h3>Stage %d by turn</h3>\n<table class=\"num\">\n<tr><th>turn</th><th>n</th><th>failed</th><th>TTFT p50 ms</th><th>TTFT p90 ms</th><th>e2e p50 ms</th><th>prompt tokens p50</th><th>cached</th></tr>\n", s.Stage)
+		for _, t := range s.Turns {
+			p90, cached := "-", "-"
+			if t.TTFTP90 != nil {
+				p90 = fmt.Sprintf("%.1f", *t.TTFTP90)
+			}
+			if t.CachedShare != nil {
+				cached = fmt.Sprintf("%.0f%%", *t.CachedShare*100)
+			}
+			fmt.Fprintf(bw, "<tr><td>%d</td><td>%d</td><td>%d</td><td>%.1f</td><td>%s</td><td>%.1f</td><td>%.0f</td><td>%s</td></tr>\n", t.Turn, t.N, t.Failed, t.TTFTP50, p90, t.E2EP50, t.PromptTokensP50, cached)
+		}
+		fmt.Fprintf(bw, "</table>\n")
 	}
 	fmt.Fprintf(bw, "<h2>Charts</h2>\n")
 	for _, m := range []struct{ key, title string }{{"ttft", "TTFT"}, {"tpot", "TPOT"}, {"e2e", "end-to-end latency"}} {
