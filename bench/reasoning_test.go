@@ -56,4 +56,14 @@ func TestReasoningTTFO(t *testing.T) {
 	if s := rec.Stages[0]; s.OK != 5 || s.Metrics["output_tokens"].P50 != 20 || s.Metrics["ttfo"] != nil {
 		t.Errorf("whole responses: %d ok, %v, %v", s.OK, s.Errors, s.ErrorSamples)
 	}
+	// --json on the Responses API asks through text.format and judges the
+	// answers: the sim answers JSON when asked.
+	c.Workload.JSON, c.Workload.Stream, c.Workload.ForceOutputLength, c.Workload.OutputTokens = true, true, false, "200"
+	rec, err = Run(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q := rec.Stages[0].Quality; rec.Stages[0].OK != 5 || q.JSONAsked != 5 || q.InvalidJSON != 0 {
+		t.Errorf("responses --json: %d ok, quality %+v", rec.Stages[0].OK, q)
+	}
 }

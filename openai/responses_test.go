@@ -167,7 +167,9 @@ func FuzzResponsesEvent(f *testing.F) {
 			Type  string `json:"type"`
 			Delta any    `json:"delta"`
 		}
-		if k != KindContent || json.Unmarshal(data, &v) != nil {
+		// (A duplicated "type" member reads as its first copy here, its
+		// last in encoding/json: no comparison then.)
+		if k != KindContent || json.Unmarshal(data, &v) != nil || strings.Count(string(data), `"type"`) != 1 {
 			return
 		}
 		if !strings.HasSuffix(v.Type, ".delta") {

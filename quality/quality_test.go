@@ -58,6 +58,10 @@ func TestAskOf(t *testing.T) {
 		{"json_schema", `{"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object"}}}}`, true, `{"type":"object"}`},
 		{"text", `{"response_format":{"type":"text"}}`, false, ""},
 		{"not JSON", `{"response_format":`, false, ""},
+		// The Responses API's text.format: the schema beside the type.
+		{"responses json_schema", `{"text":{"format":{"type":"json_schema","name":"x","schema":{"type":"object"},"strict":true}}}`, true, `{"type":"object"}`},
+		{"responses json_object", `{"input":"hi","text":{"format":{"type":"json_object"}}}`, true, ""},
+		{"responses text", `{"text":{"format":{"type":"text"},"verbosity":"low"}}`, false, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := AskOf([]byte(tc.body))
