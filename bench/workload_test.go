@@ -264,15 +264,20 @@ func FuzzReadStream(f *testing.F) {
 	f.Add([]byte(roleChunk + chunk("a") + finalChunk + usageChunk + doneChunk))
 	f.Add([]byte("data: {\"error\":{}}\n\ndata: [DONE]\n\n"))
 	f.Add([]byte("data: {\"choices\":[{\"delta\":{\"content\":\"\\u00\"}}]}\n\n"))
+	f.Add([]byte("event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"a\"}\n\nevent: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"status\":\"completed\",\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}}\n\n"))
 	f.Fuzz(func(t *testing.T, stream []byte) {
-		p := newParser(nil, mustJudge(t))
-		r := &Result{Sent: time.Now(), Status: 200}
-		p.keepAll = true
-		p.read(context.Background(), bytes.NewReader(stream), r, true)
-		if r.OK() && r.OutputTokens < 0 {
-			t.Fatalf("ok with %d tokens", r.OutputTokens)
+		// As chat and completion chunks, and as the Responses API's events.
+		for _, responses := range []bool{false, true} {
+			p := newParser(nil, mustJudge(t))
+			p.tally.Responses = responses
+			r := &Result{Sent: time.Now(), Status: 200}
+			p.keepAll = true
+			p.read(context.Background(), bytes.NewReader(stream), r, true)
+			if r.OK() && (r.OutputTokens < 0 || r.TTFO < 0 || r.TTFO > 0 && r.TTFO < r.TTFT) {
+				t.Fatalf("ok with %d tokens, ttft %v, ttfo %v", r.OutputTokens, r.TTFT, r.TTFO)
+			}
+			p.read(context.Background(), bytes.NewReader(stream), &Result{Sent: time.Now(), Status: 200}, false)
 		}
-		p.read(context.Background(), bytes.NewReader(stream), &Result{Sent: time.Now(), Status: 200}, false)
 	})
 }
 
