@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -480,6 +481,24 @@ func (p *Policy) responsesInput(r Request, m *modelPolicy, lim Limits, d *Decisi
 		total += msg.tokens
 	}
 	d.Tokenizer, d.Estimated = m.count.name, m.count.estimated
+	if m.count.backend && r.Exact != nil {
+		// The backend's /tokenize takes chat messages: the instructions
+		// and input as the messages they amount to.
+		var instr *string
+		if v := r.Env.Instructions.Of(r.Body); v != nil && v[0] == '"' {
+			if s, err := openai.Unquote(v); err == nil {
+				instr = &s
+			}
+		}
+		if chat, err := openai.InputMessages(instr, raw); err == nil {
+			if b, err := json.Marshal(chat); err == nil {
+				if n, err := r.Exact(b); err == nil && n > 0 {
+					scale(msgs, n-fixed)
+					total, d.Estimated = n, false
+				}
+			}
+		}
+	}
 	d.InputTokens = total
 	if lim.MaxInputTokens == 0 || total <= lim.MaxInputTokens {
 		return nil

@@ -89,3 +89,18 @@ func must(b []byte, err error) []byte {
 	}
 	return b
 }
+
+// TestResponsesExactCount: with tokenizer "backend", a Responses
+// request's instructions and input reach the backend's count as the chat
+// messages they amount to, and its count is the decision's.
+func TestResponsesExactCount(t *testing.T) {
+	p := mustCompile(t, Config{Tokenizer: TokenizerBackend})
+	body := []byte(`{"model":"m","instructions":"Be terse.","input":[{"role":"user","content":[{"type":"input_text","text":"hello"}]}]}`)
+	env, _ := openai.ScanRequest(body)
+	var sent []byte
+	d, err := p.Apply(Request{Model: "m", Body: body, Env: env, Responses: true, Count: true, Exact: func(m []byte) (int, error) { sent = m; return 42, nil }})
+	var msgs []map[string]any
+	if err != nil || d.InputTokens != 42 || d.Estimated || json.Unmarshal(sent, &msgs) != nil || len(msgs) != 2 || msgs[0]["role"] != "system" || msgs[0]["content"] != "Be terse." {
+		t.Errorf("decision %+v (%v); the backend was asked to count %s", d, err, sent)
+	}
+}
