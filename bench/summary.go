@@ -401,6 +401,9 @@ func (c *Collector) Summarize(n int, l LoadSpec, win Window, slos []SLO) *Summar
 	for _, k := range []string{"ttft", "ttft_sched", "tpot", "e2e", "speed"} {
 		s.Samples[k] = verdict.Thin(vals[k], maxSamples)
 	}
+	if v := vals["ttfo"]; len(v) > 0 { // a reasoning model's, for a later comparison
+		s.Samples["ttfo"] = verdict.Thin(v, maxSamples)
+	}
 	s.PerRequest = map[string][]float64{}
 	for k, v := range perReq {
 		s.PerRequest[k] = verdict.Thin(v, maxSamples) // the same indices in every column
