@@ -39,6 +39,9 @@ type Client struct {
 	path    string
 	headers [][2]string
 	connect time.Duration
+	// responses: the endpoint is the Responses API's (its answers are
+	// read as its events and bodies).
+	responses bool
 }
 
 // ClientOptions configure a Client. The zero value works.
@@ -81,7 +84,8 @@ func NewClient(endpoint string, o ClientOptions) (*Client, error) {
 	if u.RawQuery != "" {
 		path += "?" + u.RawQuery
 	}
-	c := &Client{host: u.Host, path: path, headers: o.Headers, connect: o.ConnectTimeout}
+	c := &Client{host: u.Host, path: path, headers: o.Headers, connect: o.ConnectTimeout,
+		responses: strings.HasSuffix(strings.TrimRight(u.Path, "/"), "/responses")}
 	c.hc = &fasthttp.HostClient{
 		Addr:                          addr,
 		Dial:                          dial(o.ConnectTimeout, tlsConf),
@@ -177,7 +181,7 @@ func (c *Client) do(ctx context.Context, body []byte, stream bool, p *parser, r 
 	// only its connection, the parser and its small reader.
 	fasthttp.ReleaseResponse(resp)
 	release()
-	p.tally.Responses = strings.HasSuffix(c.path, "/responses")
+	p.tally.Responses = c.responses
 	p.read(ctx, &b, r, isSSE)
 	// Nothing may be left unread: the connection carries no other
 	// response.

@@ -360,7 +360,7 @@ func loadTrace(s *WorkloadSpec, out Lengths, tok *tokens.Tokenizer) (Workload, e
 		if rec.at < from || (to > 0 && rec.at >= to) {
 			continue
 		}
-		maxTokens := rec.out
+		maxTokens := max(rec.out, 1) // a trace's 0 would leave the length to the server
 		if !out.zero() {
 			maxTokens = out.Sample(rng)
 		}
