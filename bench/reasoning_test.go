@@ -67,3 +67,18 @@ func TestReasoningTTFO(t *testing.T) {
 		t.Errorf("responses --json: %d ok, quality %+v", rec.Stages[0].OK, q)
 	}
 }
+
+func TestClientKnowsTheResponsesEndpoint(t *testing.T) {
+	for url, want := range map[string]bool{
+		"http://127.0.0.1:1/v1/responses": true, "http://127.0.0.1:1/v1/responses/?x=1": true,
+		"http://127.0.0.1:1/v1/chat/completions?responses": false, "http://127.0.0.1:1/v1/completions": false,
+	} {
+		c, err := NewClient(url, ClientOptions{})
+		if err != nil || c.responses != want {
+			t.Errorf("%s: responses %v (%v), want %v", url, c != nil && c.responses, err, want)
+		}
+		if c != nil {
+			c.Close()
+		}
+	}
+}
