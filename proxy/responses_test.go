@@ -79,6 +79,8 @@ func TestResponsesThroughTheGateway(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &r); status != 200 || err != nil || r.Object != "response" || r.OutputText() == "" {
 		t.Errorf("whole: %d %s", status, body)
 	}
+	// Its thinking (7 of its 8 tokens) is counted in its log line too.
+	waitFor(t, 2*time.Second, "the whole request's log line", func() bool { return strings.Contains(gw.logs.String(), "reasoning_tokens=7") })
 	// Strict: a body without a model, or a GET, is the gateway's 4xx.
 	if status, _, body := post(t, gw.URL, "/v1/responses", `{"input":"hi"}`); status != 400 || !strings.Contains(body, "model") {
 		t.Errorf("no model: %d %s", status, body)

@@ -100,11 +100,11 @@ func (x *exchange) logLine() {
 	if x.stream {
 		attrs = append(attrs, slog.Float64("ttft_ms", ms(tl.TTFT())), slog.Int("events", tl.Events))
 	}
-	if tl.ReasoningEvents > 0 {
-		attrs = append(attrs, slog.Float64("reasoning_ms", ms(tl.Reasoning())), slog.Int("reasoning_tokens", tl.ReasoningTokens))
-		if x.stream {
-			attrs = append(attrs, slog.Float64("ttfo_ms", ms(tl.TTFO())))
-		}
+	if tl.ReasoningTokens > 0 {
+		attrs = append(attrs, slog.Int("reasoning_tokens", tl.ReasoningTokens))
+	}
+	if tl.ReasoningEvents > 0 { // a stream's thinking, timed
+		attrs = append(attrs, slog.Float64("reasoning_ms", ms(tl.Reasoning())), slog.Float64("ttfo_ms", ms(tl.TTFO())))
 	}
 	if p := tl.Policy; p != (tracing.PolicyNote{}) {
 		attrs = append(attrs, slog.Group("policy", slog.Int("input_tokens", p.InputTokens), slog.Bool("estimated", p.Estimated),
