@@ -159,12 +159,17 @@ func newSessions(s *WorkloadSpec, in, out Lengths, tok *tokens.Tokenizer) (Workl
 // neither bound, every conversation of a dataset was held once. A failed
 // turn ends its session.
 func (s *stage) sessions(ctx context.Context, sw Sessions) {
-	var next atomic.Int64
+	var next, users atomic.Int64
+	users.Store(int64(s.l.Concurrency))
 	for range s.l.Concurrency {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			defer s.markStop()
+			defer func() {
+				if users.Add(-1) == 0 {
+					s.markStop() // sending stopped when the last user did
+				}
+			}()
 			p := s.rn.parser()
 			defer s.rn.parsers.Put(p)
 			for {
