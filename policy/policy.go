@@ -259,44 +259,59 @@ func (p *Policy) input(r Request, m *modelPolicy, lim Limits, d *Decision, ed *e
 	if !r.Count && len(arr)+len(r.Env.Tools.Of(r.Body))+m.count.tpl.reply <= lim.MaxInputTokens {
 		return nil
 	}
-	msgs, err := parseMessages(arr, &m.count)
-	if err != nil {
-		return err
-	}
 	fixed := m.count.tpl.reply
 	if tools := r.Env.Tools.Of(r.Body); tools != nil {
 		fixed += m.count.json(tools)
+	}
+	var exact func() (int, error)
+	if m.count.backend && r.Exact != nil {
+		exact = func() (int, error) { return r.Exact(arr) }
+	}
+	kept, err := countAndTrim(arr, fixed, exact, m, lim, d)
+	if err != nil || kept == nil {
+		return err
+	}
+	ed.replace(mf.Value, encodeMessages(arr, kept))
+	return nil
+}
+
+// countAndTrim counts the messages of arr, with fixed tokens beside them
+// (tools, the reply's priming, instructions), into d: estimated, or the
+// backend's count when exact gives one (the per-message counts scaled to
+// it, so trimming divides it in their proportions). Over the limit, it
+// trims them by its strategy and returns the messages kept; nil when they
+// fit. A request that cannot be trimmed to fit is refused.
+func countAndTrim(arr []byte, fixed int, exact func() (int, error), m *modelPolicy, lim Limits, d *Decision) ([]message, error) {
+	msgs, err := parseMessages(arr, &m.count)
+	if err != nil {
+		return nil, err
 	}
 	total := fixed
 	for _, msg := range msgs {
 		total += msg.tokens
 	}
 	d.Tokenizer, d.Estimated = m.count.name, m.count.estimated
-	if m.count.backend && r.Exact != nil {
-		if n, err := r.Exact(arr); err == nil && n > 0 {
-			// The per-message counts are scaled to the exact total, so
-			// trimming divides it in their proportions.
+	if exact != nil {
+		if n, err := exact(); err == nil && n > 0 {
 			scale(msgs, n-fixed)
 			total, d.Estimated = n, false
 		}
 	}
 	d.InputTokens = total
 	if lim.MaxInputTokens == 0 || total <= lim.MaxInputTokens {
-		return nil
+		return nil, nil
 	}
 	var kept []message
 	switch lim.Trim {
 	case DropOldest:
 		kept = dropOldest(msgs, lim.MaxInputTokens-fixed)
 	case TruncateMiddle:
-		var err error
-		kept, err = truncateMiddle(arr, msgs, lim.MaxInputTokens-fixed, &m.count)
-		if err != nil {
-			return err
+		if kept, err = truncateMiddle(arr, msgs, lim.MaxInputTokens-fixed, &m.count); err != nil {
+			return nil, err
 		}
 	}
 	if kept == nil {
-		return contextExceeded(total, lim.MaxInputTokens, lim.Trim)
+		return nil, contextExceeded(total, lim.MaxInputTokens, lim.Trim)
 	}
 	after := fixed
 	for _, msg := range kept {
@@ -304,8 +319,7 @@ func (p *Policy) input(r Request, m *modelPolicy, lim Limits, d *Decision, ed *e
 	}
 	d.TrimmedTokens, d.TrimmedMessages = total-after, len(msgs)-len(kept)
 	d.InputTokens = after
-	ed.replace(mf.Value, encodeMessages(arr, kept))
-	return nil
+	return kept, nil
 }
 
 // scale makes the messages' counts sum to total, in their proportions.
@@ -455,11 +469,13 @@ func (p *Policy) responsesInput(r Request, m *modelPolicy, lim Limits, d *Decisi
 		return invalidField("input", "missing")
 	}
 	fixed := m.count.tpl.reply
+	var instructions *string
 	if v := r.Env.Instructions.Of(r.Body); v != nil && v[0] == '"' {
 		s, err := openai.Unquote(v)
 		if err != nil {
 			return invalidField("instructions", err.Error())
 		}
+		instructions = &s
 		fixed += m.count.text("system") + m.count.text(s) + m.count.tpl.perMessage
 	}
 	if tools := r.Env.Tools.Of(r.Body); tools != nil {
@@ -472,58 +488,29 @@ func (p *Policy) responsesInput(r Request, m *modelPolicy, lim Limits, d *Decisi
 	} else if raw[0] != '[' {
 		return invalidField("input", "must be a string or an array of input items")
 	}
-	msgs, err := parseMessages(arr, &m.count)
-	if err != nil {
-		return err
-	}
-	total := fixed
-	for _, msg := range msgs {
-		total += msg.tokens
-	}
-	d.Tokenizer, d.Estimated = m.count.name, m.count.estimated
+	var exact func() (int, error)
 	if m.count.backend && r.Exact != nil {
 		// The backend's /tokenize takes chat messages: the instructions
 		// and input as the messages they amount to.
-		var instr *string
-		if v := r.Env.Instructions.Of(r.Body); v != nil && v[0] == '"' {
-			if s, err := openai.Unquote(v); err == nil {
-				instr = &s
+		exact = func() (int, error) {
+			chat, err := openai.InputMessages(instructions, raw)
+			if err != nil {
+				return 0, err
 			}
-		}
-		if chat, err := openai.InputMessages(instr, raw); err == nil {
-			if b, err := json.Marshal(chat); err == nil {
-				if n, err := r.Exact(b); err == nil && n > 0 {
-					scale(msgs, n-fixed)
-					total, d.Estimated = n, false
-				}
+			b, err := json.Marshal(chat)
+			if err != nil {
+				return 0, err
 			}
+			return r.Exact(b)
 		}
 	}
-	d.InputTokens = total
-	if lim.MaxInputTokens == 0 || total <= lim.MaxInputTokens {
-		return nil
+	kept, err := countAndTrim(arr, fixed, exact, m, lim, d)
+	if err != nil || kept == nil {
+		return err
 	}
-	var kept []message
-	switch lim.Trim {
-	case DropOldest:
-		kept = dropOldest(msgs, lim.MaxInputTokens-fixed)
-	case TruncateMiddle:
-		if kept, err = truncateMiddle(arr, msgs, lim.MaxInputTokens-fixed, &m.count); err != nil {
-			return err
-		}
-	}
-	if kept == nil {
-		return contextExceeded(total, lim.MaxInputTokens, lim.Trim)
-	}
-	after := fixed
-	for _, msg := range kept {
-		after += msg.tokens
-	}
-	d.TrimmedTokens, d.TrimmedMessages = total-after, len(msgs)-len(kept)
-	d.InputTokens = after
 	if str {
 		if len(kept) != 1 || kept[0].edit == nil {
-			return contextExceeded(total, lim.MaxInputTokens, lim.Trim)
+			return contextExceeded(d.InputTokens+d.TrimmedTokens, lim.MaxInputTokens, lim.Trim)
 		}
 		ed.replace(in.Value, kept[0].edit) // the one message, shortened
 		return nil
