@@ -21,7 +21,12 @@ var (
 // EventData returns the payload of an event's first data line, without the
 // "data:" prefix, one optional space and the line ending; nil when the event
 // has no data line (a comment or a bare event name).
-func EventData(ev []byte) []byte {
+func EventData(ev []byte) []byte { return fieldValue(ev, dataPrefix) }
+
+// fieldValue returns the value of an event's first line of the field
+// named by prefix (its name and colon): the rest of the line without one
+// optional leading space and the line ending; nil when there is none.
+func fieldValue(ev, prefix []byte) []byte {
 	for len(ev) > 0 {
 		line := ev
 		if i := bytes.IndexByte(ev, '\n'); i >= 0 {
@@ -30,8 +35,8 @@ func EventData(ev []byte) []byte {
 			ev = nil
 		}
 		line = bytes.TrimSuffix(line, []byte("\r"))
-		if bytes.HasPrefix(line, dataPrefix) {
-			d := line[len(dataPrefix):]
+		if bytes.HasPrefix(line, prefix) {
+			d := line[len(prefix):]
 			if len(d) > 0 && d[0] == ' ' {
 				d = d[1:]
 			}

@@ -29,21 +29,9 @@ const ResponsesPath = "/v1/responses"
 
 // EventName returns the value of an event's "event:" line, nil when it
 // has none (chat streams do not name their events).
-func EventName(ev []byte) []byte {
-	for len(ev) > 0 {
-		line := ev
-		if i := bytes.IndexByte(ev, '\n'); i >= 0 {
-			line, ev = ev[:i], ev[i+1:]
-		} else {
-			ev = nil
-		}
-		line = bytes.TrimSuffix(line, []byte("\r"))
-		if v, ok := bytes.CutPrefix(line, []byte("event:")); ok {
-			return bytes.TrimPrefix(v, []byte(" "))
-		}
-	}
-	return nil
-}
+func EventName(ev []byte) []byte { return fieldValue(ev, eventPrefix) }
+
+var eventPrefix = []byte("event:")
 
 var typePrefix = []byte(`{"type":"`)
 
