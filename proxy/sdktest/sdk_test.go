@@ -94,22 +94,7 @@ func TestGoSDKResponses(t *testing.T) {
 // TestGoSDKResponsesAbort: a client that cancels a Responses stream
 // mid-answer has the backend's request cancelled within 100 ms.
 func TestGoSDKResponsesAbort(t *testing.T) {
-	gone := make(chan time.Time, 1)
-	b := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		for i := 0; ; i++ {
-			select {
-			case <-r.Context().Done():
-				gone <- time.Now()
-				return
-			case <-time.After(10 * time.Millisecond):
-			}
-			d, _ := json.Marshal(map[string]any{"type": "response.output_text.delta", "delta": "x", "sequence_number": i})
-			w.Write([]byte("event: response.output_text.delta\ndata: " + string(d) + "\n\n"))
-			w.(http.Flusher).Flush()
-		}
-	}))
-	t.Cleanup(b.Close)
+	b, gone := endlessBackend(t)
 	gw := startGateway(t, b.URL, "")
 	client := sdkClient(gw.URL)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -249,21 +234,7 @@ func TestNodeSDKResponses(t *testing.T) {
 		t.Errorf("whole: %+v", whole)
 	}
 
-	gone := make(chan time.Time, 1)
-	b := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		for i := 0; ; i++ {
-			select {
-			case <-r.Context().Done():
-				gone <- time.Now()
-				return
-			case <-time.After(10 * time.Millisecond):
-			}
-			w.Write([]byte("event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"x\",\"sequence_number\":" + strconv.Itoa(i) + "}\n\n"))
-			w.(http.Flusher).Flush()
-		}
-	}))
-	t.Cleanup(b.Close)
+	b, gone := endlessBackend(t)
 	gw2 := startGateway(t, b.URL, "")
 	var ab struct {
 		AbortedAt int64 `json:"aborted_at_ms"`
@@ -341,4 +312,25 @@ func TestGoSDKChatReasoning(t *testing.T) {
 	if thinking != 3 || !order || acc.Choices[0].Message.Content == "" || acc.Usage.CompletionTokens != 10 || acc.Usage.CompletionTokensDetails.ReasoningTokens != 3 {
 		t.Errorf("thinking chunks %d (first: %v), answer %q, usage %+v", thinking, order, acc.Choices[0].Message.Content, acc.Usage)
 	}
+}
+
+// endlessBackend streams Responses text deltas every 10 ms until its
+// client leaves, and says on gone when it noticed.
+func endlessBackend(t *testing.T) (*httptest.Server, <-chan time.Time) {
+	gone := make(chan time.Time, 1)
+	b := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := 0; ; i++ {
+			select {
+			case <-r.Context().Done():
+				gone <- time.Now()
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			w.Write([]byte("event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"x\",\"sequence_number\":" + strconv.Itoa(i) + "}\n\n"))
+			w.(http.Flusher).Flush()
+		}
+	}))
+	t.Cleanup(b.Close)
+	return b, gone
 }
