@@ -103,14 +103,9 @@ func newSessions(s *WorkloadSpec, in, out Lengths, tok *tokens.Tokenizer) (Workl
 		w.syn = &synthetic{spec: s, in: in, out: out, words: tok.Words(), model: model}
 		return w, nil
 	}
-	raw, sum, err := hashFile(s.Dataset)
+	items, err := s.datasetItems()
 	if err != nil {
 		return nil, err
-	}
-	s.DatasetSHA256 = sum
-	items, err := lines(raw)
-	if err != nil {
-		return nil, fmt.Errorf("bench: dataset %s: %w", s.Dataset, err)
 	}
 	rng := rand.New(rand.NewPCG(s.Seed, 4))
 	for n, it := range items {

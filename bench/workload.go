@@ -413,10 +413,8 @@ func lines(raw []byte) ([]json.RawMessage, error) {
 	return out, sc.Err()
 }
 
-// loadDataset reads one OpenAI request per line (messages or prompt), or
-// ShareGPT conversations (the first human turn is the prompt; the first
-// reply's length, counted, is max_tokens unless --output-tokens is set).
-func loadDataset(s *WorkloadSpec, out Lengths, tok *tokens.Tokenizer) (Workload, error) {
+// datasetItems reads s.Dataset's objects (lines), recording its hash.
+func (s *WorkloadSpec) datasetItems() ([]json.RawMessage, error) {
 	raw, sum, err := hashFile(s.Dataset)
 	if err != nil {
 		return nil, err
@@ -425,6 +423,17 @@ func loadDataset(s *WorkloadSpec, out Lengths, tok *tokens.Tokenizer) (Workload,
 	items, err := lines(raw)
 	if err != nil {
 		return nil, fmt.Errorf("bench: dataset %s: %w", s.Dataset, err)
+	}
+	return items, nil
+}
+
+// loadDataset reads one OpenAI request per line (messages or prompt), or
+// ShareGPT conversations (the first human turn is the prompt; the first
+// reply's length, counted, is max_tokens unless --output-tokens is set).
+func loadDataset(s *WorkloadSpec, out Lengths, tok *tokens.Tokenizer) (Workload, error) {
+	items, err := s.datasetItems()
+	if err != nil {
+		return nil, err
 	}
 	rng := rand.New(rand.NewPCG(s.Seed, 1))
 	w := &fixedSet{}
