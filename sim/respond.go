@@ -103,18 +103,8 @@ func (s *Server) stream(w *bufio.Writer, r *request) {
 					return
 				}
 			}
-			if f := r.faults.ResetAfter; f > 0 && sent >= f {
-				// Let what was sent reach the client first: an RST makes
-				// the peer's kernel drop data it has not yet read.
-				time.Sleep(10 * time.Millisecond)
-				reset(r.conn)
-				r.src.abort()
+			if !r.tokenFaults(sent) {
 				return
-			}
-			if f := r.faults.StallAfter; f > 0 && sent == f {
-				if !r.src.sleep(r.faults.StallFor) {
-					return
-				}
 			}
 			buf = r.appendToken(buf[:0], sent)
 			if !write(buf) {
@@ -154,6 +144,24 @@ func (s *Server) stream(w *bufio.Writer, r *request) {
 	}
 	buf = append(buf, "data: [DONE]\n\n"...)
 	write(buf)
+}
+
+// tokenFaults injects the faults due before output token sent: a reset
+// (the connection closed with an RST) or a stall. It reports false when
+// the stream must end.
+func (r *request) tokenFaults(sent int) bool {
+	if f := r.faults.ResetAfter; f > 0 && sent >= f {
+		// Let what was sent reach the client first: an RST makes the
+		// peer's kernel drop data it has not yet read.
+		time.Sleep(10 * time.Millisecond)
+		reset(r.conn)
+		r.src.abort()
+		return false
+	}
+	if f := r.faults.StallAfter; f > 0 && sent == f {
+		return r.src.sleep(r.faults.StallFor)
+	}
+	return true
 }
 
 // appendUsage appends the usage object; with prefix caching it says how

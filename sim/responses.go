@@ -155,16 +155,8 @@ func (s *Server) streamResponse(w *bufio.Writer, r *request) {
 			return // aborted or shutting down: end without response.completed
 		}
 		for ; sent < n; sent++ {
-			if f := r.faults.ResetAfter; f > 0 && sent >= f {
-				time.Sleep(10 * time.Millisecond)
-				reset(r.conn)
-				r.src.abort()
+			if !r.tokenFaults(sent) {
 				return
-			}
-			if f := r.faults.StallAfter; f > 0 && sent == f {
-				if !r.src.sleep(r.faults.StallFor) {
-					return
-				}
 			}
 			var good bool
 			switch {
