@@ -80,13 +80,7 @@ func (r *Record) WriteHTML(w io.Writer) error {
 		}
 		fmt.Fprintf(bw, "<h3>Stage %d by turn</h3>\n<table class=\"num\">\n<tr><th>turn</th><th>n</th><th>failed</th><th>TTFT p50 ms</th><th>TTFT p90 ms</th><th>e2e p50 ms</th><th>prompt tokens p50</th><th>cached</th></tr>\n", s.Stage)
 		for _, t := range s.Turns {
-			p90, cached := "-", "-"
-			if t.TTFTP90 != nil {
-				p90 = fmt.Sprintf("%.1f", *t.TTFTP90)
-			}
-			if t.CachedShare != nil {
-				cached = fmt.Sprintf("%.0f%%", *t.CachedShare*100)
-			}
+			p90, cached := t.optional("%.1f")
 			fmt.Fprintf(bw, "<tr><td>%d</td><td>%d</td><td>%d</td><td>%.1f</td><td>%s</td><td>%.1f</td><td>%.0f</td><td>%s</td></tr>\n", t.Turn, t.N, t.Failed, t.TTFTP50, p90, t.E2EP50, t.PromptTokensP50, cached)
 		}
 		fmt.Fprintf(bw, "</table>\n")

@@ -136,13 +136,7 @@ func (s *Summary) writeText(w io.Writer, mode string, sweep bool) {
 	if len(s.Turns) > 0 {
 		fmt.Fprintf(w, "\nby turn (the context grows by each answer):\n%-6s %6s %8s %12s %12s %12s %14s %8s\n", "turn", "n", "failed", "ttft p50 ms", "ttft p90 ms", "e2e p50 ms", "prompt tokens", "cached")
 		for _, t := range s.Turns {
-			p90, cached := "-", "-"
-			if t.TTFTP90 != nil {
-				p90 = fmt.Sprintf("%.2f", *t.TTFTP90)
-			}
-			if t.CachedShare != nil {
-				cached = fmt.Sprintf("%.0f%%", *t.CachedShare*100)
-			}
+			p90, cached := t.optional("%.2f")
 			fmt.Fprintf(w, "%-6d %6d %8d %12.2f %12s %12.2f %14.0f %8s\n", t.Turn, t.N, t.Failed, t.TTFTP50, p90, t.E2EP50, t.PromptTokensP50, cached)
 		}
 	}

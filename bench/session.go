@@ -239,6 +239,19 @@ type TurnSummary struct {
 	CachedShare     *float64 `json:"cached_share,omitempty"`
 }
 
+// optional returns the p90 (in the table's number format) and the cached
+// share as a table shows them: "-" when not there.
+func (t TurnSummary) optional(format string) (p90, cached string) {
+	p90, cached = "-", "-"
+	if t.TTFTP90 != nil {
+		p90 = fmt.Sprintf(format, *t.TTFTP90)
+	}
+	if t.CachedShare != nil {
+		cached = fmt.Sprintf("%.0f%%", *t.CachedShare*100)
+	}
+	return p90, cached
+}
+
 // turnSummaries groups a stage's rows by turn index.
 func turnSummaries(rows []row) []TurnSummary {
 	by := map[int][]*row{}
