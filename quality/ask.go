@@ -15,57 +15,54 @@ type Ask struct {
 	Schema []byte
 }
 
-// AskOf reads a chat or completion request body's response_format, in
-// one pass over the body.
+// AskOf reads a request body's response_format (chat and completions)
+// or text.format (the Responses API), in one pass over the body.
 func AskOf(body []byte) Ask {
 	var a Ask
 	openai.EachMember(body, func(key []byte, f openai.Field) bool {
-		rf := f.Of(body)
-		if openai.KeyIs(key, "text") {
-			// The Responses API's text.format: {"type":"json_schema",
-			// "name":...,"schema":{...}}, the schema beside the type.
-			openai.EachMember(rf, func(k []byte, mf openai.Field) bool {
+		v := f.Of(body)
+		switch {
+		case openai.KeyIs(key, "response_format"):
+			a.format(v, true)
+			return false
+		case openai.KeyIs(key, "text"):
+			openai.EachMember(v, func(k []byte, mf openai.Field) bool {
 				if !openai.KeyIs(k, "format") {
 					return true
 				}
-				format := mf.Of(rf)
-				openai.EachMember(format, func(fk []byte, ff openai.Field) bool {
-					switch {
-					case openai.KeyIs(fk, "type"):
-						t, _ := openai.Unquote(ff.Of(format))
-						a.JSON = t == "json_object" || t == "json_schema"
-					case openai.KeyIs(fk, "schema"):
-						a.Schema = bytes.Clone(ff.Of(format))
-					}
-					return true
-				})
+				a.format(mf.Of(v), false)
 				return false
 			})
-			return true
 		}
-		if !openai.KeyIs(key, "response_format") {
-			return true
-		}
-		openai.EachMember(rf, func(k []byte, mf openai.Field) bool {
-			switch {
-			case openai.KeyIs(k, "type"):
-				t, _ := openai.Unquote(mf.Of(rf))
-				a.JSON = t == "json_object" || t == "json_schema"
-			case openai.KeyIs(k, "json_schema"):
-				js := mf.Of(rf)
-				openai.EachMember(js, func(sk []byte, sf openai.Field) bool {
-					if openai.KeyIs(sk, "schema") {
-						a.Schema = bytes.Clone(sf.Of(js))
-					}
-					return true
-				})
-			}
-			return true
-		})
-		return false
+		return true
 	})
 	if !a.JSON {
 		a.Schema = nil
 	}
 	return a
+}
+
+// format reads a format object: its type, and its schema, which
+// response_format nests in json_schema ({"type":"json_schema",
+// "json_schema":{"name":...,"schema":{...}}}) and text.format holds beside
+// the type ({"type":"json_schema","name":...,"schema":{...}}).
+func (a *Ask) format(obj []byte, nested bool) {
+	openai.EachMember(obj, func(k []byte, f openai.Field) bool {
+		v := f.Of(obj)
+		switch {
+		case openai.KeyIs(k, "type"):
+			t, _ := openai.Unquote(v)
+			a.JSON = t == "json_object" || t == "json_schema"
+		case nested && openai.KeyIs(k, "json_schema"):
+			openai.EachMember(v, func(sk []byte, sf openai.Field) bool {
+				if openai.KeyIs(sk, "schema") {
+					a.Schema = bytes.Clone(sf.Of(v))
+				}
+				return true
+			})
+		case !nested && openai.KeyIs(k, "schema"):
+			a.Schema = bytes.Clone(v)
+		}
+		return true
+	})
 }
