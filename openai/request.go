@@ -48,6 +48,14 @@ type Envelope struct {
 	Duplicate string
 }
 
+// ContinuesResponse reports whether the Responses request body e was
+// scanned from continues a stored response (previous_response_id set, not
+// null): the server prepends a history the body does not hold.
+func (e Envelope) ContinuesResponse(body []byte) bool {
+	v := e.PreviousResponseID.Of(body)
+	return v != nil && string(v) != "null"
+}
+
 // Span is a range of a body: b[Start:End].
 type Span struct{ Start, End int }
 

@@ -216,11 +216,7 @@ func (p *Policy) Apply(r Request) (Decision, error) {
 	}
 
 	var ed edits
-	if r.Responses {
-		if v := r.Env.PreviousResponseID.Of(r.Body); v != nil && string(v) != "null" {
-			d.UnknownHistory = true
-		}
-	}
+	d.UnknownHistory = r.Responses && r.Env.ContinuesResponse(r.Body)
 	if (r.Chat || r.Responses) && (lim.MaxInputTokens > 0 || r.Count) {
 		input := p.input
 		if r.Responses {

@@ -35,8 +35,10 @@ func (x *exchange) applyPolicy(rc *fasthttp.RequestCtx, body []byte, env openai.
 	chat, completion, responses := x.path == chatPath, x.path == completionsPath, x.path == openai.ResponsesPath
 	count := x.st.tokenCaps && (chat || responses)
 	if !count && !p.Needs(x.tenant, x.model, x.stream) {
-		if responses && env.PreviousResponseID.Present() {
-			x.unknownHistory(rc, body, env)
+		if responses && env.ContinuesResponse(body) {
+			// No other work for the policy: the note alone.
+			x.tl.Policy.UnknownHistory = true
+			rc.Response.Header.Set(hdrInputHistory, "unknown")
 		}
 		return body, true
 	}
@@ -84,15 +86,6 @@ func (x *exchange) applyPolicy(rc *fasthttp.RequestCtx, body []byte, env openai.
 // response (previous_response_id) that its input was counted without the
 // history the backend prepends: "unknown".
 const hdrInputHistory = "X-Infergate-Input-History"
-
-// unknownHistory notes a continued response the policy had no other work
-// on.
-func (x *exchange) unknownHistory(rc *fasthttp.RequestCtx, body []byte, env openai.Envelope) {
-	if v := env.PreviousResponseID.Of(body); v != nil && string(v) != "null" {
-		x.tl.Policy.UnknownHistory = true
-		rc.Response.Header.Set(hdrInputHistory, "unknown")
-	}
-}
 
 // policyReject answers a request the policy refused.
 func (x *exchange) policyReject(rc *fasthttp.RequestCtx, err error) {

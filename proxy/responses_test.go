@@ -109,6 +109,16 @@ func TestResponsesPolicy(t *testing.T) {
 	if h.Get("X-Infergate-Max-Tokens-Clamped") != "64" || h.Get("X-Infergate-Input-History") != "unknown" || h.Get("X-Infergate-Input-Tokens") == "" {
 		t.Errorf("headers %v", h)
 	}
+	// Without a policy to apply, a continued response is marked all the same.
+	bare := startGateway(t, testConfig(b.URL))
+	for body, want := range map[string]string{
+		`{"model":"m","input":"and then?","previous_response_id":"resp_0"}`: "unknown",
+		`{"model":"m","input":"hi","previous_response_id":null}`:            "",
+	} {
+		if _, h, _ := post(t, bare.URL, "/v1/responses", body); h.Get("X-Infergate-Input-History") != want {
+			t.Errorf("%s: X-Infergate-Input-History %q, want %q", body, h.Get("X-Infergate-Input-History"), want)
+		}
+	}
 }
 
 // TestResponsesErrorEvent: a backend that dies mid-stream leaves the
