@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -171,5 +172,67 @@ func TestResponsesMirrored(t *testing.T) {
 		if p.Stream && (c.TTFOms <= c.TTFTms || pr.TTFOms <= pr.TTFTms) {
 			t.Errorf("stream pair: ttft %.1f/%.1f ttfo %.1f/%.1f", pr.TTFTms, c.TTFTms, pr.TTFOms, c.TTFOms)
 		}
+	}
+}
+
+// TestResponsesHostile: what a Responses request or stream can do wrong
+// ends that request cleanly, in the Responses API's own form, and frees
+// its slot: a duplicated input (refused: parsers disagree on which copy
+// counts), an event larger than the relay holds, and a stream cut off
+// before response.completed; a client that leaves mid-stream has the
+// backend's request end.
+func TestResponsesHostile(t *testing.T) {
+	huge := strings.Repeat("x", 2<<20)
+	b := newTestBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Write([]byte("event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"a\"}\n\n"))
+		w.(http.Flusher).Flush()
+		switch r.Header.Get("X-Case") {
+		case "huge":
+			w.Write([]byte("event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"" + huge + "\"}\n\n"))
+		case "slow":
+			select {
+			case <-r.Context().Done():
+			case <-time.After(5 * time.Second):
+			}
+		}
+		// "cut": the stream just ends, no response.completed.
+	})
+	cfg := testConfig(b.URL)
+	cfg.Policy = policy.Config{Limits: policy.Limits{MaxOutputTokens: 64}}
+	cfg.Shaping.Global.MaxRequests = 1 // a leaked slot would refuse the next request
+	gw := startGateway(t, cfg)
+	stream := `{"model":"m","stream":true,"input":"hi"}`
+
+	status, _, body := post(t, gw.URL, "/v1/responses", `{"model":"m","input":"a","input":"b"}`)
+	if status != 400 || !strings.Contains(body, "input") {
+		t.Errorf("duplicated input: %d %s", status, body)
+	}
+	for _, c := range []string{"huge", "cut"} {
+		_, _, body := post(t, gw.URL, "/v1/responses", stream, "X-Case", c)
+		evs := events(body)
+		var e struct{ Type, Code, Message string }
+		if err := json.Unmarshal([]byte(evs[len(evs)-1]), &e); err != nil || e.Type != "error" || e.Code == "" || strings.Contains(body, huge[:1<<10]) {
+			t.Errorf("%s: the stream ended with %.200s (%v)", c, evs[len(evs)-1], err)
+		}
+	}
+	// The client leaves mid-stream: the backend's request ends, and the
+	// gateway's one slot is free again.
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "POST", gw.URL+"/v1/responses", strings.NewReader(stream))
+	req.Header.Set("X-Case", "slow")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Read(make([]byte, 64))
+	cancel()
+	resp.Body.Close()
+	waitFor(t, 2*time.Second, "the slot freed", func() bool { return gw.lim.Stats().InFlightRequests == 0 })
+	if status, _, body := post(t, gw.URL, "/v1/responses", stream, "X-Case", "cut"); status != 200 {
+		t.Errorf("after the client left: %d %s", status, body)
+	}
+	if !strings.Contains(gw.logs.String(), "no response.completed") {
+		t.Errorf("the cut stream's log does not say what was missing:\n%s", gw.logs.String())
 	}
 }

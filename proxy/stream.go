@@ -81,6 +81,8 @@ func (x *exchange) endStream(w *bufio.Writer, out relayOutcome) {
 		x.reuse = true
 	case errors.Is(out.err, io.EOF) && x.tally.ErrorEvent:
 		err = fmt.Errorf("%w: the backend sent an error event", errUpstream)
+	case errors.Is(out.err, io.EOF) && x.tally.Responses:
+		err = fmt.Errorf("%w: no response.completed or response.incomplete", errEndedEarly)
 	case errors.Is(out.err, io.EOF):
 		err = fmt.Errorf("%w: no finish_reason and no [DONE]", errEndedEarly)
 	default:
