@@ -37,6 +37,7 @@ func commands() []command {
 		{"top", "a running gateway's live view: rates, TTFT, TPOT, where the time went, per model and backend", runTop},
 		{"probe", "one request at a time: DNS, connect, TLS, first byte, first token, total", runProbe},
 		{"overhead", "measure what the gateway adds: direct vs gateway vs nginx, interleaved", runOverhead},
+		{"version", "the release, source revision and Go toolchain of this binary", runVersion},
 	}
 }
 
@@ -59,6 +60,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(stdout)
 		return 0
+	}
+	if args[0] == "--version" {
+		args = []string{"version"}
 	}
 	for _, c := range commands() {
 		if c.name != args[0] {
