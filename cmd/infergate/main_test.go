@@ -435,3 +435,68 @@ func TestSigtermDrains(t *testing.T) {
 		}
 	})
 }
+
+// TestWatchConfigFollowsAConfigMap lays the config out as the kubelet
+// mounts a ConfigMap (config.yaml → ..data/config.yaml, ..data → a
+// timestamped directory, swapped by rename) and updates it the kubelet's
+// way: with --watch-config the gateway reloads on its own, once per change,
+// and a broken update is refused while the running config stays.
+func TestWatchConfigFollowsAConfigMap(t *testing.T) {
+	sim := start(t, "sim", "--listen", "127.0.0.1:0", "--ttft", "1ms", "--itl", "1ms")
+	simURL := sim.url(t)
+	dir := t.TempDir()
+	update := func(gen int, body func(path string)) {
+		t.Helper()
+		ts := filepath.Join(dir, fmt.Sprintf("..2026_12_06_%02d", gen))
+		if err := os.Mkdir(ts, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		body(filepath.Join(ts, "config.yaml"))
+		tmp := filepath.Join(dir, "..data_tmp")
+		if err := os.Symlink(filepath.Base(ts), tmp); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	update(1, func(p string) { writeConfig(t, p, simURL, "alpha") })
+	path := filepath.Join(dir, "config.yaml")
+	if err := os.Symlink("..data/config.yaml", path); err != nil {
+		t.Fatal(err)
+	}
+	gw := start(t, "serve", "--config", path, "--watch-config", "50ms")
+	url := gw.url(t)
+	if code, body := chat(t, url, "alpha"); code != 200 {
+		t.Fatalf("alpha: %d %s", code, body)
+	}
+	waitLog := func(s string, n int) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if strings.Count(gw.log(), s) >= n {
+				return
+			}
+		}
+		t.Fatalf("no %d× %q in the log:\n%s", n, s, gw.log())
+	}
+	update(2, func(p string) { writeConfig(t, p, simURL, "beta") })
+	waitLog("configuration reloaded", 1)
+	if code, _ := chat(t, url, "beta"); code != 200 {
+		t.Fatalf("beta after the ConfigMap update: %d\n%s", code, gw.log())
+	}
+	update(3, func(p string) { os.WriteFile(p, []byte("pools: [\n"), 0o600) })
+	waitLog("reload refused", 1)
+	time.Sleep(300 * time.Millisecond) // six more checks: an unchanged file is not tried again
+	if n := strings.Count(gw.log(), "reload refused"); n != 1 {
+		t.Errorf("%d refusals of one broken update, want 1:\n%s", n, gw.log())
+	}
+	if n := strings.Count(gw.log(), "configuration reloaded"); n != 1 {
+		t.Errorf("%d reloads for one good update, want 1", n)
+	}
+	if code, _ := chat(t, url, "beta"); code != 200 {
+		t.Errorf("beta after a refused update: %d", code)
+	}
+	if !strings.Contains(gw.log(), "by=watch") {
+		t.Errorf("the reload does not say the watch made it:\n%s", gw.log())
+	}
+}

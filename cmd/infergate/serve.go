@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,7 +23,8 @@ import (
 const serveSynopsis = `serve [--config FILE | --upstream URL [--upstream URL ...] [--selection POLICY]] [--listen ADDR] [--max-concurrency N [--max-queue M --queue-timeout D] [--redis ADDR]] [flags]
 
 Runs the gateway. With --config it reads one YAML file (see
-infergate.example.yaml); SIGHUP re-reads it, and a file that does not
+infergate.example.yaml); SIGHUP re-reads it (and so does a change of its
+contents, checked every --watch-config), and a file that does not
 validate is refused while the running configuration stays. With --upstream
 every model goes to that backend; repeated, to one pool of them, picked by
 --selection: least_outstanding (the default), load (each backend's own
@@ -86,6 +89,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	mirrorSample := fs.Float64("mirror-sample", 0, "with --mirror: the share of requests copied, by request id (default 1)")
 	mirrorAA := fs.Bool("mirror-aa", false, "with --mirror: also send each copied request once more to the primary (the A/A noise floor ab report shows)")
 	mirrorRecord := fs.String("mirror-record", "", "with --mirror: write the pairs to this JSONL file (mirror.record.path); infergate ab report reads it")
+	watchEvery := fs.Duration("watch-config", 0, "with --config: also reload when the file's (or --auth-keys file's) contents change, checked this often, e.g. 10s (a Kubernetes ConfigMap or Secret update); 0: on SIGHUP only")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile (pprof) to this file until exit")
 	memprofile := fs.String("memprofile", "", "write an allocation profile (pprof) to this file at exit")
 	if err := fs.Parse(args); err != nil {
@@ -212,6 +216,33 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	log.Info("infergate listening", "addr", ln.Addr().String(), "tls", g.Config().Server.TLS.CertFile != "")
 	go func() { errc <- g.Serve(ln) }()
 
+	reload := func(source string) {
+		next, err := loadConfig(*file)
+		if err == nil && *listen != "" {
+			next.Server.Listen = *listen
+		}
+		if err == nil {
+			err = overrides(&next)
+		}
+		if err == nil {
+			err = g.ReloadFrom(source+" "+*file, next)
+		}
+		if err != nil {
+			log.Error("reload refused; the running configuration stays", "err", err, "by", source)
+			return
+		}
+		log.Info("configuration reloaded", "file", *file, "by", source)
+	}
+	// --watch-config: a ConfigMap or Secret update swaps the mounted files
+	// under the process; their contents, not their times, say what changed.
+	var watch <-chan time.Time
+	watched := []string{*file, *authKeys}
+	stamp := filesStamp(watched)
+	if *watchEvery > 0 && *file != "" {
+		t := time.NewTicker(*watchEvery)
+		defer t.Stop()
+		watch = t.C
+	}
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -224,25 +255,35 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				log.Warn("SIGHUP ignored: no --config file to reload")
 				continue
 			}
-			next, err := loadConfig(*file)
-			if err == nil && *listen != "" {
-				next.Server.Listen = *listen
+			stamp = filesStamp(watched)
+			reload("sighup")
+		case <-watch:
+			if s := filesStamp(watched); s != stamp {
+				stamp = s
+				reload("watch")
 			}
-			if err == nil {
-				err = overrides(&next)
-			}
-			if err == nil {
-				err = g.ReloadFrom("sighup "+*file, next)
-			}
-			if err != nil {
-				log.Error("reload refused; the running configuration stays", "err", err)
-				continue
-			}
-			log.Info("configuration reloaded", "file", *file)
 		case <-ctx.Done():
 			return drain(g, log, errc)
 		}
 	}
+}
+
+// filesStamp is a hash of the named files' contents (a missing or
+// unreadable file hashes as its error), so a reload runs once per change.
+func filesStamp(paths []string) string {
+	h := sha256.New()
+	for _, p := range paths {
+		if p == "" {
+			continue
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			b = []byte("error: " + err.Error())
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00", p, len(b))
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // drain stops the gateway after SIGTERM or SIGINT: /readyz turns 503 and
