@@ -461,3 +461,31 @@ func TestStopsWhenTheFirstRequestsAllFailAlike(t *testing.T) {
 		t.Errorf("%d requests sent before stopping, want a few more than 8", n)
 	}
 }
+
+// A server that sheds every request (503, or 429 from a tenant cap) is
+// full, not misconfigured: an overload run measures its answers to the end.
+func TestOverloadAnswersDoNotStopARun(t *testing.T) {
+	for _, code := range []int{http.StatusServiceUnavailable, http.StatusTooManyRequests} {
+		var posts atomic.Int64
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/v1/models" {
+				io.WriteString(w, `{"object":"list","data":[{"id":"sim-model","object":"model"}]}`)
+				return
+			}
+			posts.Add(1)
+			io.Copy(io.Discard, r.Body)
+			w.WriteHeader(code)
+			io.WriteString(w, `{"error":{"message":"full","type":"server_error","code":"capacity_exceeded"}}`)
+		}))
+		cfg := baseConfig(srv.URL)
+		cfg.Load = LoadSpec{Mode: "closed", Concurrency: 4, Requests: 60}
+		rec, err := Run(context.Background(), cfg)
+		srv.Close()
+		if err != nil || rec == nil {
+			t.Fatalf("%d: record %v, error %v", code, rec != nil, err)
+		}
+		if n := posts.Load(); n < 60 {
+			t.Errorf("%d: %d requests sent, want all 60", code, n)
+		}
+	}
+}

@@ -52,7 +52,8 @@ func ListModels(ctx context.Context, base string, headers [][2]string) ([]string
 
 // failFastAfter is how many of a run's first requests must all fail
 // alike for the run to stop: a wrong model name or key fails every
-// request the same way, and measuring it would only time errors.
+// request the same way, and measuring it would only time errors. Overload
+// answers (429, 503) never stop it.
 const failFastAfter = 8
 
 // AllFailed is the error of a run stopped because its first requests
@@ -89,7 +90,9 @@ func (f *failFast) see(r *Result) error {
 	if f.done || r.ErrClass == ErrCancelled {
 		return nil
 	}
-	if r.OK() || (f.seen > 0 && r.ErrClass != f.class) {
+	// A 429 or 503 is the server saying it is full, not that the run is
+	// misconfigured: an overload run measures exactly those.
+	if r.OK() || (f.seen > 0 && r.ErrClass != f.class) || r.ErrClass == "http_429" || r.ErrClass == "http_503" {
 		f.done = true
 		return nil
 	}
