@@ -183,7 +183,16 @@ func TestMetricsReachAnOTLPReceiver(t *testing.T) {
 	if req := got["infergate.requests"]; req == nil || !req.GetSum().GetIsMonotonic() || req.GetSum().DataPoints[0].GetAsInt() != 2 {
 		t.Errorf("requests: %v", req)
 	}
-	if d := got["infergate.client.disconnects"]; d == nil || d.GetSum().DataPoints[0].GetAsInt() != 2 {
+	// An SDK counter, each phase at zero from the start: 2 in all.
+	d := got["infergate.client.disconnects"]
+	var total int64
+	for _, p := range d.GetSum().GetDataPoints() {
+		total += p.GetAsInt()
+	}
+	if d == nil || len(d.GetSum().GetDataPoints()) != 3 || total != 2 {
 		t.Errorf("disconnects (an SDK counter): %v", d)
+	}
+	if r := got["infergate.retries"]; r == nil || len(r.GetSum().GetDataPoints()) != 1 || r.GetSum().DataPoints[0].GetAsInt() != 0 {
+		t.Errorf("retries, never made: %v, want one point at 0", r)
 	}
 }

@@ -242,6 +242,12 @@ func NewMetrics(mp *MeterProvider, scope string, cfg MetricsConfig) (*Metrics, e
 	for i, p := range [...]string{"queued", "before_first_token", "streaming"} {
 		x.phases[i] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("infergate.phase", p)))}
 	}
+	// Rare counters start at zero rather than at their first event, so a
+	// rate() over them has data (dashboards and alerts) from the start.
+	x.retries.Add(context.Background(), 0)
+	for i := range x.phases {
+		x.disconnects.Add(context.Background(), 0, x.phases[i]...)
+	}
 	mp.prod.add(scope, x.collect)
 	return x, nil
 }
