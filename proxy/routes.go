@@ -67,6 +67,14 @@ func (g *Gateway) handle(rc *fasthttp.RequestCtx) {
 			"the path has an encoded /, ?, # or \\, a dot segment, an empty segment or a control character")
 		return
 	}
+	if len(rc.Request.Header.PeekAll(fasthttp.HeaderAuthorization)) > 1 {
+		// Authorization is not a list (RFC 9110, 11.6.2): with two, the
+		// gateway would check one and a backend or a proxy behind it
+		// might act on the other.
+		writeError(rc, http.StatusBadRequest, openai.TypeInvalidRequest, "invalid_api_key",
+			"more than one Authorization header")
+		return
+	}
 	switch {
 	case bytes.Equal(path, pathChat), bytes.Equal(path, pathCompletions), bytes.Equal(path, pathResponses):
 		if !rc.IsPost() {

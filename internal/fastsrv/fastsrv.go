@@ -7,6 +7,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/netip"
+	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,7 +33,28 @@ func (l Logger) Printf(format string, args ...any) {
 	if strings.HasPrefix(format, "WARNING: Request.Body() reads the entire stream") {
 		return
 	}
-	l.Log.Debug(fmt.Sprintf(format, args...), "component", "fasthttp")
+	l.Log.Debug(redactQuoted(fmt.Sprintf(format, args...)), "component", "fasthttp")
+}
+
+// quoted matches a Go-quoted string, as fasthttp quotes the bytes it
+// could not parse.
+var quoted = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
+
+// redactQuoted replaces every quoted string in a fasthttp message but
+// the connection's addresses by its length: fasthttp quotes the request
+// it failed to read (header values, the first kilobyte of the buffer),
+// and that holds Authorization headers and query-string keys.
+func redactQuoted(msg string) string {
+	return quoted.ReplaceAllStringFunc(msg, func(q string) string {
+		s, err := strconv.Unquote(q)
+		if err != nil {
+			return `"(redacted)"`
+		}
+		if _, err := netip.ParseAddrPort(s); err == nil {
+			return q
+		}
+		return fmt.Sprintf(`"(%d bytes redacted)"`, len(s))
+	})
 }
 
 // WriteMetrics answers with reg's metrics in the Prometheus text format.
