@@ -2,15 +2,17 @@ package proxy
 
 import (
 	"cmp"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/infergate/infergate/mirror"
+	"maps"
 	"net/http"
 	"slices"
 	"time"
 
 	"github.com/infergate/infergate/internal/fastsrv"
+	"github.com/infergate/infergate/mirror"
 	"github.com/infergate/infergate/openai"
 	"github.com/infergate/infergate/policy"
 	"github.com/infergate/infergate/tracing"
@@ -22,7 +24,13 @@ func (g *Gateway) handleAdmin(rc *fasthttp.RequestCtx) {
 	switch p := string(rc.Path()); {
 	case p == "/healthz" || p == "/readyz":
 		// Probes stay open.
+	case len(rc.Request.Header.PeekAll(fasthttp.HeaderAuthorization)) > 1:
+		writeError(rc, http.StatusBadRequest, openai.TypeInvalidRequest, "invalid_api_key", "more than one Authorization header")
+		return
 	case !g.adminAllowed(rc):
+		if rc.IsPost() {
+			g.log.Warn("admin call refused: no valid admin key", "path", p, "remote", rc.RemoteAddr().String())
+		}
 		rc.Response.Header.Set("WWW-Authenticate", `Bearer realm="infergate-admin"`)
 		writeError(rc, http.StatusUnauthorized, openai.TypeInvalidRequest, "invalid_api_key", "the admin listener needs server.admin_auth's key as `Authorization: Bearer KEY`")
 		return
@@ -63,6 +71,17 @@ func (g *Gateway) MirrorsInFlight() int {
 		n += m.rule.InFlight()
 	}
 	return n
+}
+
+// adminCaller names who made an admin call, for the log: the remote
+// address and the credential (a fingerprint of the admin key, never the
+// key), or that the listener has none.
+func (g *Gateway) adminCaller(rc *fasthttp.RequestCtx) []any {
+	cred := "none (no server.admin_auth; loopback listener)"
+	if k := g.state.Load().adminKey; k != nil {
+		cred = "admin_auth sha256:" + hex.EncodeToString(k[:6])
+	}
+	return []any{"remote", rc.RemoteAddr().String(), "credential", cred}
 }
 
 // adminAllowed reports whether the request carries server.admin_auth's
@@ -131,13 +150,16 @@ func (g *Gateway) handleRollback(rc *fasthttp.RequestCtx) {
 		}
 	}
 	cv, err := g.Rollback(req.Version, req.Hash)
+	who := g.adminCaller(rc)
 	switch {
 	case errors.Is(err, ErrNoVersion) || errors.Is(err, ErrNoPrevious):
+		g.log.Warn("rollback refused", append(who, "err", err)...)
 		writeError(rc, http.StatusNotFound, openai.TypeNotFound, "no_such_version", err.Error())
 	case err != nil:
-		g.log.Error("rollback refused; the running configuration stays", "err", err)
+		g.log.Error("rollback refused; the running configuration stays", append(who, "err", err)...)
 		writeError(rc, http.StatusConflict, openai.TypeInvalidRequest, "rollback_refused", "rollback refused, the running configuration stays: "+err.Error())
 	default:
+		g.log.Info("config rolled back", append(who, "version", cv.Version, "hash", cv.Hash, "source", cv.Source)...)
 		writeJSON(rc, http.StatusOK, cv)
 	}
 }
@@ -170,12 +192,13 @@ func (g *Gateway) handleSet(rc *fasthttp.RequestCtx) {
 		return
 	}
 	cv, err := g.Set(req.Settings, req.Source)
+	who := g.adminCaller(rc)
 	if err != nil {
-		g.log.Warn("config set refused; the running configuration stays", "err", err, "source", req.Source)
+		g.log.Warn("config set refused; the running configuration stays", append(who, "err", err, "source", req.Source)...)
 		writeError(rc, http.StatusConflict, openai.TypeInvalidRequest, "set_refused", "refused, the running configuration stays: "+err.Error())
 		return
 	}
-	g.log.Info("config set", "version", cv.Version, "hash", cv.Hash, "source", cv.Source)
+	g.log.Info("config set", append(who, "version", cv.Version, "hash", cv.Hash, "source", cv.Source, "settings", slices.Sorted(maps.Keys(req.Settings)))...)
 	writeJSON(rc, http.StatusOK, cv)
 }
 

@@ -209,10 +209,8 @@ func (c *Config) Validate() error {
 	if len(c.tenantConflicts) > 0 {
 		return fmt.Errorf("tenants.%s: also under shaping.tenants; keep it in tenants only", c.tenantConflicts[0])
 	}
-	if c.Server.AdminAuth != "" {
-		if _, err := policy.ParseKey(c.Server.AdminAuth); err != nil {
-			return fmt.Errorf("server.admin_auth: %w", err)
-		}
+	if err := c.Server.validateAdmin(c.Tenants); err != nil {
+		return err
 	}
 	if err := c.Policy.Validate(); err != nil {
 		return err

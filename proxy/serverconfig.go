@@ -1,7 +1,18 @@
 package proxy
 
 import (
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
 	"time"
+
+	"github.com/infergate/infergate/policy"
 )
 
 // The gateway's own sections of the file: the listening side, its
@@ -58,9 +69,14 @@ type ServerConfig struct {
 	// AdminAuth is the key the admin listener's /metrics and /admin/*
 	// routes require, as "Authorization: Bearer KEY"; it may be written
 	// as sha256:HEX. /healthz and /readyz stay open for probes. Empty (the
-	// default): anyone who reaches admin_listen reads the metrics (model
-	// names, backend addresses, tenant names, traffic) and the live view.
+	// default) is allowed only while admin_listen is a loopback address:
+	// its routes read the traffic and reload and roll back the
+	// configuration. No tenant's key may be the admin key.
 	AdminAuth string `yaml:"admin_auth"`
+	// AdminAuthFile names a file holding AdminAuth's key instead (a
+	// mounted Kubernetes Secret; the file Prometheus's credentials_file
+	// reads too), read at start and on every reload; not with AdminAuth.
+	AdminAuthFile string `yaml:"admin_auth_file"`
 	// ForwardSimFault passes the client's X-Sim-Fault header (the
 	// simulator's fault injection) to the backends. Default false;
 	// `infergate serve` turns it on for its built-in simulator.
@@ -112,4 +128,80 @@ type KeepAlive struct {
 	Delay time.Duration `yaml:"delay"`
 	// Interval between comment lines. Default 15s.
 	Interval time.Duration `yaml:"interval"`
+}
+
+// validateAdmin holds the admin listener to its own credential: a key
+// no tenant has, and one required wherever other machines reach it.
+func (s *ServerConfig) validateAdmin(tenants map[string]TenantConfig) error {
+	field := "server.admin_auth"
+	if s.AdminAuthFile != "" {
+		if s.AdminAuth != "" {
+			return errors.New("server.admin_auth, server.admin_auth_file: set one")
+		}
+		field = "server.admin_auth_file"
+	}
+	k, err := s.adminKey()
+	if err != nil {
+		return fmt.Errorf("%s: %w", field, err)
+	}
+	if k != "" {
+		d, err := policy.ParseKey(k)
+		if err != nil {
+			return fmt.Errorf("%s: %w", field, err)
+		}
+		for _, name := range slices.Sorted(maps.Keys(tenants)) {
+			for i, k := range tenants[name].APIKeys {
+				if td, err := policy.ParseKey(k); err == nil && td == d {
+					return fmt.Errorf("%s: the key of tenants.%s.api_keys[%d]; the admin listener needs a key of its own", field, name, i)
+				}
+			}
+		}
+		return nil
+	}
+	if s.AdminListen != "off" && !loopbackAddr(s.AdminListen) {
+		return fmt.Errorf("server.admin_listen %s is reachable from other machines, and its routes reload and roll back the configuration: "+
+			"set server.admin_auth (a key of its own, or sha256:HEX of one) or server.admin_auth_file, or listen on 127.0.0.1", s.AdminListen)
+	}
+	return nil
+}
+
+// maxAdminKeyFile bounds server.admin_auth_file.
+const maxAdminKeyFile = 4 << 10
+
+// adminKey is the admin listener's key as configured, "" for none.
+func (s *ServerConfig) adminKey() (string, error) {
+	if s.AdminAuthFile == "" {
+		return s.AdminAuth, nil
+	}
+	f, err := os.Open(s.AdminAuthFile)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxAdminKeyFile+1))
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", s.AdminAuthFile, err)
+	}
+	if len(b) > maxAdminKeyFile {
+		return "", fmt.Errorf("%s is longer than %d bytes", s.AdminAuthFile, maxAdminKeyFile)
+	}
+	k := strings.TrimSpace(string(b))
+	if k == "" {
+		return "", fmt.Errorf("%s is empty", s.AdminAuthFile)
+	}
+	return k, nil
+}
+
+// loopbackAddr reports whether a listen address host:port binds only
+// this machine's loopback: an empty host binds every interface.
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }

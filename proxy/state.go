@@ -67,8 +67,14 @@ func (g *Gateway) build(cfg Config, old *state) (*state, error) {
 	}
 	st := &state{cfg: cfg, pools: map[string]*pool{}, models: map[string]*route{}, pol: pol, tokenCaps: cfg.Shaping.HasTokenCaps(),
 		budget: newRetryBudget(cfg.Retries.BudgetRatio, cfg.Retries.BudgetMinPerSecond), configHash: hashConfig(cfg)}
-	if k := cfg.Server.AdminAuth; k != "" {
-		d, _ := policy.ParseKey(k) // Validate checked it
+	switch k, err := cfg.Server.adminKey(); {
+	case err != nil:
+		return nil, fmt.Errorf("server.admin_auth_file: %w", err)
+	case k != "":
+		d, err := policy.ParseKey(k)
+		if err != nil {
+			return nil, fmt.Errorf("server.admin_auth: %w", err)
+		}
 		st.adminKey = &d
 	}
 	for name, pc := range cfg.Pools {

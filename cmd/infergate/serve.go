@@ -37,7 +37,11 @@ every model: try it with
   curl -N localhost:8080/v1/chat/completions -d '{"model":"sim-model","stream":true,"messages":[{"role":"user","content":"hi"}]}'
 
 Metrics (Prometheus text at /metrics) and the live view (/admin/stats,
-read by infergate top) are on the admin listener, --admin-listen.
+read by infergate top) are on the admin listener, --admin-listen. Its
+routes also roll back and set the configuration: on an address other
+machines reach (:9464, 0.0.0.0) it needs a key of its own,
+--admin-auth-file FILE (server.admin_auth or admin_auth_file), or serve
+refuses to start.
 
 --max-concurrency caps the requests in flight; the rest wait in a queue
 (--max-queue, --queue-timeout) and, past it, get 503 with Retry-After. The
@@ -69,6 +73,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := newFlagSet("serve", serveSynopsis, stderr)
 	file := fs.String("config", "", "YAML configuration file")
 	listen := fs.String("listen", "", "address to listen on (default 127.0.0.1:8080; overrides the file)")
+	adminAuthFile := fs.String("admin-auth-file", "", "the admin listener's key (Authorization: Bearer KEY), read from this file at start and at every reload; no tenant's key (overrides server.admin_auth_file)")
 	adminListen := fs.String("admin-listen", "", "address of the admin listener: /metrics, /admin/stats (default "+proxy.DefaultAdminListen+"; off: none; overrides server.admin_listen)")
 	var upstreams stringList
 	fs.Var(&upstreams, "upstream", "send every model to this backend URL (no config file needed); repeat for a pool of backends")
@@ -178,6 +183,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if *adminListen != "" {
 			c.Server.AdminListen = *adminListen
 		}
+		if *adminAuthFile != "" {
+			c.Server.AdminAuth, c.Server.AdminAuthFile = "", *adminAuthFile
+		}
 		if *maxConc != 0 {
 			c.Shaping.Global.MaxRequests = *maxConc
 		}
@@ -236,7 +244,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// --watch-config: a ConfigMap or Secret update swaps the mounted files
 	// under the process; their contents, not their times, say what changed.
 	var watch <-chan time.Time
-	watched := []string{*file, *authKeys}
+	watched := []string{*file, *authKeys, g.Config().Server.AdminAuthFile}
 	stamp := filesStamp(watched)
 	if *watchEvery > 0 && *file != "" {
 		t := time.NewTicker(*watchEvery)
