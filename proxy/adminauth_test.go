@@ -23,7 +23,7 @@ func TestAdminListenerNeedsItsOwnKey(t *testing.T) {
 	os.WriteFile(acmeFile, []byte("sk-acme-secret"), 0o600)
 	for _, tc := range []struct {
 		listen, auth, file string
-		want              string // "" for valid
+		want               string // "" for valid
 	}{
 		{listen: "127.0.0.1:9464"},
 		{listen: "[::1]:9464"},
