@@ -30,4 +30,4 @@ LABEL org.opencontainers.image.title="infergate" \
       org.opencontainers.image.source="https://github.com/infergate/infergate"
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["/usr/local/bin/infergate"]
-CMD ["serve", "--listen", ":8080", "--admin-listen", ":9464"]
+CMD ["serve", "--listen", ":8080", "--admin-listen", "127.0.0.1:9464"]

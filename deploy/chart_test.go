@@ -179,10 +179,11 @@ func readValues(t *testing.T, path string) map[string]any {
 
 // checkConfig runs the gateway's own strict loader over the config the
 // chart wrote: the file the pods will read.
-func checkConfig(t *testing.T, cm *corev1.ConfigMap, env ...string) {
+func checkConfig(t *testing.T, o objects, env ...string) {
 	t.Helper()
+	cm := o.configmaps["gw-infergate"]
 	path := filepath.Join(t.TempDir(), "config.yaml")
-	if err := os.WriteFile(path, []byte(cm.Data["config.yaml"]), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte(podConfig(t, o)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(gatewayBinary(t), "config", "check", path)
@@ -193,6 +194,28 @@ func checkConfig(t *testing.T, cm *corev1.ConfigMap, env ...string) {
 	}
 }
 
+// adminKeyPath is where the pod reads the admin key (server.admin_auth_file).
+const adminKeyPath = "/etc/infergate/admin/admin-key"
+
+// podConfig is the chart's config file as a process here reads it: the
+// admin key the pod mounts from its Secret written to a file of the test.
+func podConfig(t *testing.T, o objects) string {
+	t.Helper()
+	cfg := o.configmaps["gw-infergate"].Data["config.yaml"]
+	sec := o.secrets["gw-infergate-admin"]
+	if sec == nil || len(sec.Data["admin-key"]) == 0 {
+		t.Fatalf("no admin key Secret in %v", o.kinds)
+	}
+	path := filepath.Join(t.TempDir(), "admin-key")
+	if err := os.WriteFile(path, sec.Data["admin-key"], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(cfg, "admin_auth_file: "+adminKeyPath) {
+		t.Fatalf("the chart's config does not read the admin key from %s:\n%s", adminKeyPath, cfg)
+	}
+	return strings.ReplaceAll(cfg, adminKeyPath, path)
+}
+
 // TestChartDefaults renders the chart with its defaults and checks what the
 // README promises of the Deployment: probes on the gateway's health paths,
 // a grace period that covers preStop and the drain, a non-root, read-only
@@ -201,7 +224,7 @@ func checkConfig(t *testing.T, cm *corev1.ConfigMap, env ...string) {
 func TestChartDefaults(t *testing.T) {
 	o := mustRender(t, nil)
 	want := []string{"ConfigMap/gw-infergate", "Deployment/gw-infergate", "PodDisruptionBudget/gw-infergate",
-		"Service/gw-infergate", "Service/gw-infergate-redis", "ServiceAccount/gw-infergate", "StatefulSet/gw-infergate-redis"}
+		"Secret/gw-infergate-admin", "Service/gw-infergate", "Service/gw-infergate-redis", "ServiceAccount/gw-infergate", "StatefulSet/gw-infergate-redis"}
 	if !slices.Equal(o.kinds, want) {
 		t.Errorf("objects\n%v\nwant\n%v", o.kinds, want)
 	}
@@ -252,7 +275,7 @@ func TestChartDefaults(t *testing.T) {
 	for _, m := range c.VolumeMounts {
 		mounts[m.Name] = m.MountPath
 	}
-	if mounts["config"] != "/etc/infergate/config" || mounts["tmp"] != "/tmp" {
+	if mounts["config"] != "/etc/infergate/config" || mounts["tmp"] != "/tmp" || mounts["admin"] != "/etc/infergate/admin" {
 		t.Errorf("mounts %v", mounts)
 	}
 	ports := map[string]int32{}
@@ -279,7 +302,7 @@ func TestChartDefaults(t *testing.T) {
 	if r := cfg.Shaping.Redis; r["addr"] != "gw-infergate-redis:6379" || r["lease_ttl"] != "10s" || r["expected_replicas"] != float64(2) || r["on_failure"] != "open" {
 		t.Errorf("config shaping.redis %v, want the chart's Redis with 2 replicas", r)
 	}
-	checkConfig(t, cm)
+	checkConfig(t, o)
 
 	if svc := o.services["gw-infergate-redis"]; svc == nil || svc.Spec.Ports[0].Port != 6379 {
 		t.Errorf("redis service %+v", svc)
@@ -393,6 +416,14 @@ func TestChartEveryValue(t *testing.T) {
 		string(sm.Spec.Endpoints[0].Interval) != "30s" || sm.Labels["release"] != "kube-prometheus" {
 		t.Errorf("servicemonitor %+v", sm)
 	}
+	// Prometheus scrapes the admin port with the admin key, from its Secret.
+	if a := sm.Spec.Endpoints[0].Authorization; a == nil || a.Type != "Bearer" || a.Credentials == nil ||
+		a.Credentials.Name != "gw-infergate-admin" || a.Credentials.Key != "admin-key" {
+		t.Errorf("servicemonitor authorization %+v, want Bearer from Secret gw-infergate-admin/admin-key", a)
+	}
+	if k := string(o.secrets["gw-infergate-admin"].Data["admin-key"]); k != "adm-values-all-key" {
+		t.Errorf("admin key secret %q, want adminAuth.key's", k)
+	}
 	pr := o.rules["gw-infergate"]
 	var file monitoringv1.PrometheusRuleSpec
 	b, _ := os.ReadFile(filepath.Join(chartDir, "files/alerts.yaml"))
@@ -421,10 +452,33 @@ func TestChartEveryValue(t *testing.T) {
 		!strings.Contains(cm.Data["config.yaml"], "expected_replicas: 3") || !strings.Contains(cm.Data["config.yaml"], "on_failure: closed") {
 		t.Errorf("config:\n%s", cm.Data["config.yaml"])
 	}
-	checkConfig(t, cm, "VLLM_API_KEY=sk-upstream-test", "REDIS_PASSWORD=x")
+	checkConfig(t, o, "VLLM_API_KEY=sk-upstream-test", "REDIS_PASSWORD=x")
 	svc := o.services["gw-infergate"]
 	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || svc.Spec.Ports[0].Port != 80 || svc.Spec.Ports[1].Port != 9000 || svc.Annotations["example.com/lb"] != "internal" {
 		t.Errorf("service %+v", svc.Spec)
+	}
+}
+
+// TestChartAdminKey: the admin port always has a key: generated when none
+// is given (a new one per install, long enough), or the user's Secret,
+// which the pod mounts and the ServiceMonitor scrapes with.
+func TestChartAdminKey(t *testing.T) {
+	a, b := mustRender(t, nil), mustRender(t, nil)
+	ka, kb := a.secrets["gw-infergate-admin"].Data["admin-key"], b.secrets["gw-infergate-admin"].Data["admin-key"]
+	if len(ka) < 32 || string(ka) == string(kb) {
+		t.Errorf("generated admin keys %q and %q: want 32 or more characters, new per install", ka, kb)
+	}
+	o := mustRender(t, map[string]any{"adminAuth": map[string]any{"existingSecret": "ops-admin"}, "serviceMonitor": map[string]any{"enabled": true}})
+	if _, ok := o.secrets["gw-infergate-admin"]; ok {
+		t.Error("the chart wrote an admin Secret though existingSecret names one")
+	}
+	for _, v := range o.deployments["gw-infergate"].Spec.Template.Spec.Volumes {
+		if v.Name == "admin" && (v.Secret == nil || v.Secret.SecretName != "ops-admin") {
+			t.Errorf("admin volume %+v, want Secret ops-admin", v)
+		}
+	}
+	if c := o.monitors["gw-infergate"].Spec.Endpoints[0].Authorization.Credentials; c.Name != "ops-admin" {
+		t.Errorf("the ServiceMonitor reads its key from %s, want ops-admin", c.Name)
 	}
 }
 
@@ -446,6 +500,8 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{"replicas without shared caps", "redis: {enabled: false}", "redis is off and redis.externalAddr is empty"},
 		{"min above max", "autoscaling: {enabled: true, minReplicas: 5, maxReplicas: 2}", "autoscaling.minReplicas (5) is above autoscaling.maxReplicas (2)"},
 		{"an HPA with no metric", "autoscaling: {enabled: true, inFlightPerPod: 0, cpuUtilization: 0}", "needs autoscaling.inFlightPerPod or autoscaling.cpuUtilization"},
+		{"a tenant's key as the admin key", "{auth: {keys: [acme sk-shared]}, adminAuth: {key: sk-shared}}", "adminAuth.key is one of auth.keys"},
+		{"an admin key with a space", "adminAuth: {key: two words}", "/adminAuth/key"},
 	} {
 		var v map[string]any
 		if err := yaml.Unmarshal([]byte(tc.values), &v); err != nil {

@@ -170,7 +170,18 @@ func TestComposeFile(t *testing.T) {
 	if !strings.Contains(string(prom), `targets: ["gateway:9464"]`) || !strings.Contains(string(prom), "/etc/prometheus/alerts.yaml") {
 		t.Errorf("prometheus.yml does not scrape gateway:9464 with the alert rules:\n%s", prom)
 	}
-	out, err := exec.Command(gatewayBinary(t), "config", "check", "compose/infergate.yaml").CombinedOutput()
+	if !strings.Contains(string(prom), "credentials_file: /etc/prometheus/admin-key") {
+		t.Errorf("prometheus.yml does not scrape with the admin key:\n%s", prom)
+	}
+	cfgPath := filepath.Join(t.TempDir(), "infergate.yaml")
+	cfg, err := os.ReadFile("compose/infergate.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfgPath, []byte(strings.ReplaceAll(string(cfg), "/etc/infergate/admin-key", composeAdminKey(t))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(gatewayBinary(t), "config", "check", cfgPath).CombinedOutput()
 	if err != nil {
 		t.Errorf("config check compose/infergate.yaml: %v\n%s", err, out)
 	}
@@ -388,13 +399,34 @@ func ruleLeaves(expr string) []string {
 	return out
 }
 
-// exported reads the gateway's /metrics and returns the metric names in
-// it (histograms and counters by their family names and sample names).
-func exported(t *testing.T, adminURL string) map[string]bool {
+// composeAdminKey is the stack's admin key file, the one its gateway and
+// its Prometheus mount.
+func composeAdminKey(t *testing.T) string {
 	t.Helper()
-	resp, err := http.Get(adminURL + "/metrics")
+	p, err := filepath.Abs("compose/admin-key")
 	if err != nil {
 		t.Fatal(err)
+	}
+	return p
+}
+
+// exported reads the gateway's /metrics with the admin key and returns
+// the metric names in it (histograms and counters by their family names
+// and sample names).
+func exported(t *testing.T, adminURL string) map[string]bool {
+	t.Helper()
+	key, err := os.ReadFile(composeAdminKey(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("GET", adminURL+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(key)))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 {
+		t.Fatalf("/metrics with the stack's admin key: %s", resp.Status)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
@@ -457,7 +489,7 @@ func TestDashboardsAndAlertsAgainstPrometheus(t *testing.T) {
 	}
 	redis := os.Getenv("INFERGATE_TEST_REDIS")
 	pairs := []string{"http://sim:8000", "http://" + simAddr, "http://sim-candidate:8000", "http://" + candAddr,
-		"listen: :8080", "listen: " + apiAddr, "admin_listen: :9464", "admin_listen: " + adminAddr}
+		"listen: :8080", "listen: " + apiAddr, "admin_listen: :9464", "admin_listen: " + adminAddr, "/etc/infergate/admin-key", composeAdminKey(t)}
 	if redis != "" {
 		pairs = append(pairs, "addr: redis:6379", fmt.Sprintf("addr: %s\n    key_prefix: deploytest%d", redis, time.Now().UnixNano()))
 	} else {
@@ -487,7 +519,7 @@ func TestDashboardsAndAlertsAgainstPrometheus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	promCfg = []byte(strings.NewReplacer("gateway:9464", adminAddr, "/etc/prometheus/alerts.yaml", rulesPath,
+	promCfg = []byte(strings.NewReplacer("gateway:9464", adminAddr, "/etc/prometheus/alerts.yaml", rulesPath, "/etc/prometheus/admin-key", composeAdminKey(t),
 		"scrape_interval: 5s", "scrape_interval: 1s", "evaluation_interval: 5s", "evaluation_interval: 1s").Replace(string(promCfg)))
 	promCfgPath := filepath.Join(dir, "prometheus.yml")
 	if err := os.WriteFile(promCfgPath, promCfg, 0o600); err != nil {

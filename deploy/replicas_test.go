@@ -66,8 +66,7 @@ func TestChartReplicasShareOneCap(t *testing.T) {
 			},
 		},
 	})
-	cm := o.configmaps["gw-infergate"]
-	cfg := cm.Data["config.yaml"]
+	cfg := podConfig(t, o)
 	for _, want := range []string{"expected_replicas: 3", "lease_ttl: 1s", "addr: " + redis} {
 		if !strings.Contains(cfg, want) {
 			t.Fatalf("the chart's config lacks %q:\n%s", want, cfg)

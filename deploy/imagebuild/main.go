@@ -58,8 +58,11 @@ var Ports = []string{"8080/tcp", "9464/tcp"}
 
 // Cmd is the image's default command: the gateway, listening on every
 // address (a container's loopback is its own), in front of the built-in
-// simulator until a config or --upstream names real backends.
-var Cmd = []string{"serve", "--listen", ":8080", "--admin-listen", ":9464"}
+// simulator until a config or --upstream names real backends. Its admin
+// listener stays on the container's loopback: published (--admin-listen
+// :9464) it needs a key of its own (--admin-auth-file), or the gateway
+// refuses to start.
+var Cmd = []string{"serve", "--listen", ":8080", "--admin-listen", "127.0.0.1:9464"}
 
 // Meta is what the image says about itself.
 type Meta struct {

@@ -145,7 +145,7 @@ func TestImage(t *testing.T) {
 	if !slices.Equal(c.Entrypoint, []string{"/usr/local/bin/infergate"}) {
 		t.Errorf("entrypoint %q", c.Entrypoint)
 	}
-	if !slices.Equal(c.Cmd, []string{"serve", "--listen", ":8080", "--admin-listen", ":9464"}) {
+	if !slices.Equal(c.Cmd, []string{"serve", "--listen", ":8080", "--admin-listen", "127.0.0.1:9464"}) {
 		t.Errorf("cmd %q", c.Cmd)
 	}
 	var ports []string
@@ -251,7 +251,7 @@ func runDefaultCmd(t *testing.T, bin string, c v1.Config) {
 		switch args[i] {
 		case ":8080":
 			args[i] = api
-		case ":9464":
+		case "127.0.0.1:9464":
 			args[i] = admin
 		}
 	}

@@ -69,7 +69,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- $_ := set $cfg "pools" (dict "default" (dict "backends" (list (dict "url" .Values.upstream)) "health" (dict "path" "/health"))) -}}
 {{- $_ := set $cfg "default_pool" "default" -}}
 {{- end -}}
-{{- $server := dict "listen" (printf ":%d" (int .Values.service.port)) "admin_listen" (printf ":%d" (int .Values.service.adminPort)) "drain_delay" .Values.drain.delay "drain_timeout" .Values.drain.timeout -}}
+{{- $server := dict "listen" (printf ":%d" (int .Values.service.port)) "admin_listen" (printf ":%d" (int .Values.service.adminPort)) "admin_auth_file" "/etc/infergate/admin/admin-key" "drain_delay" .Values.drain.delay "drain_timeout" .Values.drain.timeout -}}
 {{- $_ := set $cfg "server" (mergeOverwrite (get $cfg "server" | default dict) $server) -}}
 {{- $addr := include "infergate.redisAddr" . -}}
 {{- if $addr -}}
@@ -90,4 +90,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 
 {{- define "infergate.hasAuth" -}}
 {{- if or .Values.auth.keys .Values.auth.existingSecret }}true{{ end -}}
+{{- end -}}
+
+{{/* The Secret holding the admin key under "admin-key". */}}
+{{- define "infergate.adminSecret" -}}
+{{- .Values.adminAuth.existingSecret | default (printf "%s-admin" (include "infergate.fullname" .)) -}}
 {{- end -}}
