@@ -266,7 +266,7 @@ func (c *Comparison) AppendJournal(path, change string) error {
 	if err != nil {
 		return fmt.Errorf("bench: journal: %w", err)
 	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
 		return fmt.Errorf("bench: journal: %w", err)
 	}

@@ -83,7 +83,7 @@ func (r *Record) Save(path string) error {
 	if err != nil {
 		return fmt.Errorf("bench: record: %w", err)
 	}
-	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+	if err := os.WriteFile(path, append(b, '\n'), 0o600); err != nil {
 		return fmt.Errorf("bench: record: %w", err)
 	}
 	return nil

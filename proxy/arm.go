@@ -115,7 +115,7 @@ func readArm(ctx context.Context, b *backend, req *fasthttp.Request, stream, res
 	if sse {
 		done, err = readArmStream(trip.Conn, &body, t, &ta)
 	} else {
-		done, err = readArmBody(trip.Conn, &body, t, &ta, a, maxBody)
+		done, err = readArmBody(trip.Conn, &body, t, &ta, a, maxBody, []byte(b.auth))
 	}
 	trip.Finish(err == nil && body.Complete())
 	if err != nil && a.Error == "" {
@@ -123,6 +123,9 @@ func readArm(ctx context.Context, b *backend, req *fasthttp.Request, stream, res
 	}
 	if ta.ErrorEvent && a.Error == "" {
 		a.Error = "the backend sent an error event"
+	}
+	if a.Error != "" && b.auth != "" {
+		a.Error = string(redactKey([]byte(a.Error), []byte(b.auth))) // a transport error's words
 	}
 	armTimes(&a.Arm, obs.at, &ta, done)
 	if !sse {
@@ -166,8 +169,8 @@ func readArmStream(conn net.Conn, body io.Reader, t Timeouts, ta *openai.Tally) 
 
 // readArmBody reads a whole body, bounded by maxBody and timeouts.total;
 // a success's body goes to a (its text is read by the recorder), an
-// error's first bytes to its error.
-func readArmBody(conn net.Conn, body io.Reader, t Timeouts, ta *openai.Tally, a *mirror.Answer, maxBody int) (time.Time, error) {
+// error's first bytes, with the key of auth redacted, to its error.
+func readArmBody(conn net.Conn, body io.Reader, t Timeouts, ta *openai.Tally, a *mirror.Answer, maxBody int, auth []byte) (time.Time, error) {
 	_ = conn.SetReadDeadline(time.Now().Add(t.Total))
 	b, err := io.ReadAll(io.LimitReader(body, int64(maxBody)+1))
 	done := time.Now()
@@ -178,6 +181,7 @@ func readArmBody(conn net.Conn, body io.Reader, t Timeouts, ta *openai.Tally, a 
 		return done, errResponseTooLarge
 	}
 	if a.Status >= 300 {
+		b = redactKey(b, auth) // before the cut: no half of a key stays
 		a.Error = fmt.Sprintf("status %d: %s", a.Status, b[:min(len(b), 200)])
 		return done, nil
 	}

@@ -52,6 +52,7 @@ func newTestBackend(t testing.TB, h http.HandlerFunc) *testBackend {
 		b.seen = append(b.seen, r)
 		b.body = append(b.body, string(body))
 		b.mu.Unlock()
+		r.Body = io.NopCloser(strings.NewReader(string(body))) // the handler reads it too
 		(*b.handler.Load())(w, r)
 	})}
 	go b.srv.Serve(ln)

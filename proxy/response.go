@@ -57,6 +57,11 @@ func (x *exchange) commit(rc *fasthttp.RequestCtx) {
 		}
 		return
 	}
+	if x.status >= 300 {
+		// An error's body is the backend's words about the request, the
+		// credential it was sent among them at times.
+		body = redactKey(body, x.sentAuthorization(rc))
+	}
 	if cap(body) <= maxPooledWhole {
 		rc.Response.SetBody(body) // a copy: the buffer goes back to the pool
 	} else {

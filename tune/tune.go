@@ -173,7 +173,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	}
 	t.res.Start, t.res.Final, t.bestHash = start, start, start.Hash
 	if cfg.Dir != "" {
-		if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 			return nil, fmt.Errorf("tune: %w", err)
 		}
 	}

@@ -58,3 +58,16 @@ func getStatus(t *testing.T, url, auth string) int {
 	resp.Body.Close()
 	return resp.StatusCode
 }
+
+// assertPrivate fails unless each file is its owner's alone (0600).
+func assertPrivate(t *testing.T, files ...string) {
+	t.Helper()
+	for _, f := range files {
+		st, err := os.Stat(f)
+		if err != nil {
+			t.Error(err)
+		} else if st.Mode().Perm() != 0o600 {
+			t.Errorf("%s is %v, want 0600", filepath.Base(f), st.Mode().Perm())
+		}
+	}
+}

@@ -238,7 +238,7 @@ func benchRun(ctx context.Context, cfg bench.Config, f *benchFlags, stdout, stde
 		if path == "" {
 			return nil, nil
 		}
-		fh, err := os.Create(path)
+		fh, err := createPrivate(path)
 		if err != nil {
 			return nil, err
 		}
@@ -284,7 +284,7 @@ func benchRun(ctx context.Context, cfg bench.Config, f *benchFlags, stdout, stde
 		fmt.Fprintf(stdout, "\nrecord: %s\n", *f.out)
 	}
 	if *f.html != "" {
-		fh, err := os.Create(*f.html)
+		fh, err := createPrivate(*f.html)
 		if err != nil {
 			return rec, err
 		}

@@ -151,6 +151,7 @@ func TestServeMaxConcurrency(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "requests 30: 30 ok") {
 		t.Fatalf("bench through the capped gateway: exit %d\n%s", code, out)
 	}
+	assertPrivate(t, filepath.Join(dir, "r.json"), filepath.Join(dir, "e.jsonl"))
 	rec, err := bench.LoadRecord(filepath.Join(dir, "r.json"))
 	if err != nil {
 		t.Fatal(err)

@@ -70,7 +70,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return err
 		}
 		out = d
-	} else if err := os.MkdirAll(out, 0o755); err != nil {
+	} else if err := os.MkdirAll(out, 0o700); err != nil {
 		return err
 	}
 
@@ -237,7 +237,7 @@ func saveDiagnosis(dir string, rep *diagnose.Report) error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "2-diagnose.json"), b, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "2-diagnose.json"), b, 0o600); err != nil {
 		return err
 	}
 	return writeFileWith(filepath.Join(dir, "2-diagnose.html"), func(w io.Writer) error { return rep.WriteHTML(w, "infergate diagnose: "+rep.Bottleneck) })

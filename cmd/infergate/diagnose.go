@@ -130,9 +130,15 @@ func printJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
+// createPrivate creates (or truncates) path for its owner alone: records,
+// reports and pair summaries hold prompts, answers and backend names.
+func createPrivate(path string) (*os.File, error) {
+	return os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+}
+
 // writeFileWith creates path and has write fill it.
 func writeFileWith(path string, write func(io.Writer) error) error {
-	fh, err := os.Create(path)
+	fh, err := createPrivate(path)
 	if err != nil {
 		return err
 	}
