@@ -61,7 +61,7 @@ func TestABFindsTheTradeOff(t *testing.T) {
 	}
 	// The page opens offline and its charts draw.
 	htmlcheck.Check(t, page, "#D55E00") // the candidate's colour
-	assertPrivate(t, page, pairs) // prompts and answers: the owner's alone
+	assertPrivate(t, page, pairs)       // prompts and answers: the owner's alone
 }
 
 // TestABSameBackendIsNotRolledBack: two identical simulators are never
