@@ -30,10 +30,8 @@ func browser() string {
 	return ""
 }
 
-// Check renders the page at path and fails t when it did not draw lines
-// of chartColour (an "#rrggbb" the charts use) or the browser logged an
-// error.
-func Check(t testing.TB, path, chartColour string) {
+// chromium returns the browser, or skips t (fails it when CI requires one).
+func chromium(t testing.TB) string {
 	t.Helper()
 	bin := browser()
 	if bin == "" {
@@ -42,6 +40,40 @@ func Check(t testing.TB, path, chartColour string) {
 		}
 		t.Skip("no chromium installed (Debian: apt-get install chromium)")
 	}
+	return bin
+}
+
+// DOM loads the page at path in headless Chromium, lets its scripts (if
+// any could run) do their work, and returns the document as the browser
+// holds it then: what a script wrote shows in it.
+func DOM(t testing.TB, path string) string {
+	t.Helper()
+	bin := chromium(t)
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+		"--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
+		"--disable-extensions", "--user-data-dir="+filepath.Join(t.TempDir(), "profile"), "--virtual-time-budget=2000",
+		"--dump-dom", "file://"+abs)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("chromium --dump-dom: %v\n%s", err, stderr.String())
+	}
+	return string(out)
+}
+
+// Check renders the page at path and fails t when it did not draw lines
+// of chartColour (an "#rrggbb" the charts use) or the browser logged an
+// error.
+func Check(t testing.TB, path, chartColour string) {
+	t.Helper()
+	bin := chromium(t)
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		t.Fatal(err)

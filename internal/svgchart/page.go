@@ -6,11 +6,18 @@ import (
 	"io"
 )
 
-// PageStart writes the head of a self-contained report page: the title
-// and the page's own style, nothing fetched.
+// CSP is the pages' Content-Security-Policy: they run no script and
+// fetch nothing, so a prompt or an answer that slipped past escaping
+// still could not run, load or send anything.
+const CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
+
+// PageStart writes the head of a self-contained report page: the policy,
+// the title and the page's own style, nothing fetched.
 func PageStart(w io.Writer, title string) {
 	fmt.Fprintf(w, `<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>%s</title>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="`+CSP+`">
+<title>%s</title>
 <style>
 body{font-family:sans-serif;margin:24px;color:#222;max-width:1100px}
 table{border-collapse:collapse;margin:8px 0 16px}
