@@ -75,7 +75,9 @@ func TestReportsRunNoScript(t *testing.T) {
 		Evidence: []diagnose.Finding{{Signal: hostile, Detail: hostile}}, Backends: []diagnose.Backend{{Name: hostile, Server: hostile}}}
 	res := &tune.Result{Objective: hostile, Bottleneck: hostile, Diagnosis: hostile, Stopped: hostile}
 	pages := map[string]func(*bytes.Buffer) error{
-		"ab.html":       func(b *bytes.Buffer) error { return ab.WriteHTML(b, hostile, []mirror.Example{{ID: hostile, Primary: hostile, Candidate: hostile}}) },
+		"ab.html": func(b *bytes.Buffer) error {
+			return ab.WriteHTML(b, hostile, []mirror.Example{{ID: hostile, Primary: hostile, Candidate: hostile}})
+		},
 		"bench.html":    func(b *bytes.Buffer) error { return rec.WriteHTML(b) },
 		"diagnose.html": func(b *bytes.Buffer) error { return diag.WriteHTML(b, hostile) },
 		"tune.html":     func(b *bytes.Buffer) error { return res.WriteHTML(b) },
