@@ -22,6 +22,55 @@ func (noLoader) Load(url string) (any, error) {
 	return nil, fmt.Errorf("quality: schema %s: references outside the schema are not followed", url)
 }
 
+// Bounds of a schema a client sends: larger or deeper ones are treated
+// as not compiling (the answer is judged as JSON, not against them).
+const (
+	maxSchemaBytes = 64 << 10
+	maxSchemaDepth = 64 // objects and arrays within each other
+	maxSchemaRefs  = 24 // $ref, $dynamicRef and $recursiveRef keys
+)
+
+var refKeys = [][]byte{[]byte(`"$ref"`), []byte(`"$dynamicRef"`), []byte(`"$recursiveRef"`)}
+
+// refCount counts raw's reference keys (and any string spelled as one).
+func refCount(raw []byte) int {
+	n := 0
+	for _, k := range refKeys {
+		n += bytes.Count(raw, k)
+	}
+	return n
+}
+
+// jsonDepth is how deep raw's objects and arrays nest (strings skipped);
+// it stops counting past maxSchemaDepth.
+func jsonDepth(raw []byte) int {
+	depth, deepest, inString := 0, 0, false
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		switch {
+		case inString:
+			if c == '\\' {
+				i++
+			} else if c == '"' {
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '{' || c == '[':
+			depth++
+			if depth > deepest {
+				deepest = depth
+				if deepest > maxSchemaDepth {
+					return deepest
+				}
+			}
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return deepest
+}
+
 // schemaCache holds compiled schemas by the SHA-256 of their bytes, at
 // most 64 (a nil entry: the schema does not compile).
 type schemaCache map[[32]byte]*jsonschema.Schema
@@ -45,6 +94,14 @@ func (c schemaCache) get(raw []byte) (*jsonschema.Schema, error) {
 	}
 	if len(c) >= 64 {
 		clear(c)
+	}
+	if len(raw) > maxSchemaBytes || jsonDepth(raw) > maxSchemaDepth || refCount(raw) > maxSchemaRefs {
+		// Compiling grows faster than the nesting (a 20 KB schema 1,000
+		// deep took seconds), and references unfold: 30 definitions each
+		// an anyOf of the next two took 10 s to validate {}, 40 would
+		// take hours, holding the judge.
+		c[key] = nil
+		return nil, errBadSchema
 	}
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
