@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/infergate/infergate/internal/safehttp"
 	"github.com/infergate/infergate/internal/tokens"
 
 	"github.com/infergate/infergate/quality"
@@ -339,7 +340,7 @@ func gatewaySettings(ctx context.Context, admin, key, hash string) (map[string]s
 	if key != "" {
 		req.Header.Set("Authorization", "Bearer "+key)
 	}
-	resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+	resp, err := safehttp.Client(5 * time.Second).Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("bench: --gateway-admin: %w", err)
 	}

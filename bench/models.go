@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/infergate/infergate/internal/safehttp"
 )
 
 // ListModels asks an OpenAI-compatible server at base (its base URL or
@@ -30,7 +32,7 @@ func ListModels(ctx context.Context, base string, headers [][2]string) ([]string
 	for _, h := range headers {
 		req.Header.Set(h[0], h[1])
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := safehttp.Client(0).Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("GET %s/models: %w", u, err)
 	}

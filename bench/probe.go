@@ -10,6 +10,7 @@ import (
 	"net/http/httptrace"
 	"time"
 
+	"github.com/infergate/infergate/internal/safehttp"
 	"github.com/infergate/infergate/openai"
 	"github.com/infergate/infergate/verdict"
 )
@@ -54,7 +55,7 @@ func Probe(ctx context.Context, c ProbeConfig) ([]ProbeResult, error) {
 	tr := &http.Transport{DisableKeepAlives: !c.Reuse, DisableCompression: true, ForceAttemptHTTP2: true,
 		TLSClientConfig: &tls.Config{InsecureSkipVerify: c.InsecureSkipVerify}}
 	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr, Timeout: c.Timeout}
+	client := &http.Client{Transport: tr, Timeout: c.Timeout, CheckRedirect: safehttp.CheckRedirect}
 	out := make([]ProbeResult, 0, c.N)
 	for range c.N {
 		if ctx.Err() != nil {

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/infergate/infergate/internal/safehttp"
 )
 
 // The judge: an OpenAI-compatible model grades a sample of pairs blind.
@@ -24,7 +26,8 @@ type Judge struct {
 	// URL is the server's base URL (…/v1/chat/completions is added);
 	// Model the model; Key its API key, or empty.
 	URL, Model, Key string
-	// Client makes the calls; nil uses http.DefaultClient.
+	// Client makes the calls (nil: a default one); redirects are not
+	// followed with the key.
 	Client *http.Client
 }
 
@@ -47,11 +50,7 @@ func (j *Judge) grade(ctx context.Context, p Pair, rng *rand.Rand) (int, error) 
 	if j.Key != "" {
 		req.Header.Set("Authorization", "Bearer "+j.Key)
 	}
-	client := j.Client
-	if client == nil {
-		client = http.DefaultClient
-	}
-	resp, err := client.Do(req)
+	resp, err := safehttp.Guard(j.Client).Do(req)
 	if err != nil {
 		return 0, err
 	}

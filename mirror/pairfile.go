@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/infergate/infergate/internal/safehttp"
 	"github.com/infergate/infergate/verdict"
 )
 
@@ -81,7 +82,7 @@ func FetchPairs(ctx context.Context, client *http.Client, admin, key string) ([]
 	if key != "" {
 		req.Header.Set("Authorization", "Bearer "+key)
 	}
-	resp, err := client.Do(req)
+	resp, err := safehttp.Guard(client).Do(req)
 	if err != nil {
 		return nil, err
 	}

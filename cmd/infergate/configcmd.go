@@ -11,6 +11,7 @@ import (
 
 	"github.com/infergate/infergate/bench"
 	"github.com/infergate/infergate/internal/adminapi"
+	"github.com/infergate/infergate/internal/safehttp"
 	"github.com/infergate/infergate/proxy"
 )
 
@@ -46,7 +47,7 @@ func runConfig(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	base := strings.TrimSuffix(withScheme(*gateway), "/")
-	admin := &adminapi.Client{URL: base, Key: *adminKey, HTTP: &http.Client{Timeout: 30 * time.Second}}
+	admin := &adminapi.Client{URL: base, Key: *adminKey, HTTP: safehttp.Client(30 * time.Second)}
 	call := func(method, path string, body, out any) error {
 		if err := admin.Do(ctx, method, path, body, out); err != nil {
 			return fmt.Errorf("config %s: %w", sub, err)

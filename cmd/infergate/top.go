@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/infergate/infergate/internal/safehttp"
 	"github.com/infergate/infergate/proxy"
 	"github.com/infergate/infergate/tracing"
 	"golang.org/x/term"
@@ -46,7 +47,7 @@ func runTop(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	f, isFile := stdout.(*os.File)
 	redraw := isFile && term.IsTerminal(int(f.Fd()))
-	client := &http.Client{Timeout: 5 * time.Second}
+	client := safehttp.Client(5 * time.Second)
 	tick := time.NewTicker(*interval)
 	defer tick.Stop()
 	for frame := 1; ; frame++ {

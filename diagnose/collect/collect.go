@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/diagnose"
+	"github.com/infergate/infergate/internal/safehttp"
 )
 
 // Config says what to read and how often.
@@ -49,7 +50,7 @@ func (c *Config) defaults() {
 		c.Window = 15 * time.Second
 	}
 	if c.Client == nil {
-		c.Client = &http.Client{Timeout: 5 * time.Second}
+		c.Client = safehttp.Client(5 * time.Second)
 	}
 }
 

@@ -11,6 +11,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
+
+	"github.com/infergate/infergate/internal/safehttp"
 )
 
 // Client calls one gateway's admin listener.
@@ -48,11 +50,7 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) err
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	hc := c.HTTP
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	resp, err := hc.Do(req)
+	resp, err := safehttp.Guard(c.HTTP).Do(req)
 	if err != nil {
 		return err
 	}
