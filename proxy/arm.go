@@ -118,6 +118,10 @@ func readArm(ctx context.Context, b *backend, req *fasthttp.Request, stream, res
 		done, err = readArmBody(trip.Conn, &body, t, &ta, a, maxBody, []byte(b.auth))
 	}
 	trip.Finish(err == nil && body.Complete())
+	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// The connection was closed under the reader: say why.
+		err = fmt.Errorf("the copy ran past timeouts.total (%v): deadline exceeded", t.Total)
+	}
 	if err != nil && a.Error == "" {
 		a.Error = err.Error()
 	}
