@@ -141,6 +141,24 @@ func TestTLSBothWays(t *testing.T) {
 	if s := serial(); s != 21 {
 		t.Errorf("after a refused reload the gateway served certificate %d, want still 21", s)
 	}
+	// A broken certificate file (a half-written Secret, a wrong key) is
+	// refused with the file named, and the old pair and config stay whole.
+	hash := gw.state.Load().configHash
+	os.WriteFile(gc, []byte("-----BEGIN CERTIFICATE-----\nnot base64\n"), 0o600)
+	err = gw.Reload(gw.Config())
+	if err == nil || !strings.Contains(err.Error(), "tls") {
+		t.Errorf("a reload with a broken certificate: %v, want refused naming tls", err)
+	}
+	other, otherKey := ca.issue(t, dir, "other", 30)
+	os.Rename(other, gc)
+	os.WriteFile(gk, []byte("garbage"), 0o600)
+	_ = otherKey
+	if err := gw.Reload(gw.Config()); err == nil {
+		t.Error("a reload with a certificate and a key that do not match was accepted")
+	}
+	if s := serial(); s != 21 || gw.state.Load().configHash != hash {
+		t.Errorf("after broken reloads: certificate %d (want 21), config hash changed %v", s, gw.state.Load().configHash != hash)
+	}
 
 	// A backend whose certificate is not trusted is refused.
 	cfg3 := testConfig(be.URL)

@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 
@@ -90,5 +91,30 @@ func TestAdminSet(t *testing.T) {
 	}
 	if vs := gw.ConfigVersions(); len(vs) != 2 {
 		t.Errorf("%d versions, want 2 (start, the one set)", len(vs))
+	}
+}
+
+// TestRollbackToAVersionThatNoLongerValidates: a kept version whose
+// backend key came from an environment variable since emptied is refused
+// with the reason, and the running configuration stays.
+func TestRollbackToAVersionThatNoLongerValidates(t *testing.T) {
+	t.Setenv("INFERGATE_TEST_ROLL_KEY", "sk-roll")
+	cfg := testConfig("http://127.0.0.1:1")
+	p := cfg.Pools["p"]
+	p.Backends[0].APIKeyEnv = "INFERGATE_TEST_ROLL_KEY"
+	cfg.Pools["p"] = p
+	gw := startGateway(t, cfg)
+	next := testConfig("http://127.0.0.1:2")
+	if err := gw.ReloadFrom("test", next); err != nil {
+		t.Fatal(err)
+	}
+	os.Unsetenv("INFERGATE_TEST_ROLL_KEY")
+	running := gw.state.Load().configHash
+	st, _, body := post(t, gw.AdminURL, "/admin/config/rollback", `{"version":1}`)
+	if st != 409 || !strings.Contains(body, "rollback_refused") || !strings.Contains(body, "INFERGATE_TEST_ROLL_KEY is empty") {
+		t.Errorf("rollback to a version that no longer validates: %d %s", st, body)
+	}
+	if gw.state.Load().configHash != running || gw.Config().Pools["p"].Backends[0].URL != "http://127.0.0.1:2" {
+		t.Error("a refused rollback changed the running configuration")
 	}
 }
