@@ -196,6 +196,23 @@ func serveGateway(t testing.TB, cfg Config, log *slog.Logger, opts ...Option) *t
 const streamBody = `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`
 const plainBody = `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
 
+// adminDo sends a request to the admin listener with key (none when
+// empty) and returns status, headers and body.
+func adminDo(t testing.TB, gw *testGateway, method, path, key, body string) (int, http.Header, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, gw.AdminURL+path, strings.NewReader(body))
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(b)
+}
+
 // post sends a request and returns status, headers and body.
 func post(t testing.TB, url, path, body string, hdr ...string) (int, http.Header, string) {
 	t.Helper()

@@ -93,20 +93,13 @@ func TestSecretsStayOut(t *testing.T) {
 	call("/v1/chat/completions", streamBody, "Authorization", auth, "X-Request-Id", "boom-stream")
 	waitFor(t, 10*time.Second, "the pairs", func() bool {
 		var s mirror.Stats
-		return json.Unmarshal([]byte(adminGet(t, gw, "/admin/pairs", adminKey)), &s) == nil && len(s.Pairs) >= 8
+		return json.Unmarshal([]byte(func() string { _, _, b := adminDo(t, gw, "GET", "/admin/pairs", adminKey, ""); return b }()), &s) == nil && len(s.Pairs) >= 8
 	})
 
 	admin := func(method, path, body string) string {
-		req, _ := http.NewRequest(method, gw.AdminURL+path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+adminKey)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		fmt.Fprintf(&answers, "%s %d %v %s\n", path, resp.StatusCode, resp.Header, b)
-		return string(b)
+		st, h, b := adminDo(t, gw, method, path, adminKey, body)
+		fmt.Fprintf(&answers, "%s %d %v %s\n", path, st, h, b)
+		return b
 	}
 	admin("POST", "/admin/config/set", `{"settings":{"pools.p.backends[0].api_key":"`+setKey+`"},"source":"rotate"}`)
 	admin("POST", "/admin/config/set", `{"settings":{"shaping.global.max_requests":"9"},"source":"cap"}`)
@@ -148,16 +141,4 @@ func TestSecretsStayOut(t *testing.T) {
 			}
 		}
 	}
-}
-
-func adminGet(t *testing.T, gw *testGateway, path, key string) string {
-	req, _ := http.NewRequest("GET", gw.AdminURL+path, nil)
-	req.Header.Set("Authorization", "Bearer "+key)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return string(b)
 }

@@ -26,7 +26,10 @@ import (
 // points, backend faults (resets, stalls, 5xx, 429) and a Redis restart
 // halfway, then checks that everything is back to its baseline:
 // goroutines, open files, slots in flight, Redis leases, queue depth, and
-// that every request has a logged outcome. INFERGATE_SOAK sets how long
+// that every request has a logged outcome. Half the requests are
+// mirrored to a second simulator that fails 5% of its answers; some
+// clients read their streams slowly. The gateway's resident memory is
+// sampled through the run. INFERGATE_SOAK sets how long
 // (default 8s; scripts/soak.sh runs it for minutes).
 func TestSoak(t *testing.T) {
 	d := 8 * time.Second
@@ -39,8 +42,10 @@ func TestSoak(t *testing.T) {
 	rds := testredis.Start(t, 0)
 	sim := start(t, "sim", "--listen", "127.0.0.1:0", "--ttft", "5ms", "--itl", "3ms")
 	simURL := sim.url(t)
+	candURL := start(t, "sim", "--listen", "127.0.0.1:0", "--ttft", "8ms", "--itl", "4ms", "--error-rate", "0.05").url(t)
 	dir := t.TempDir()
 	logPath := filepath.Join(dir, "requests.jsonl")
+	pairsPath := filepath.Join(dir, "pairs.jsonl")
 	cfgPath := filepath.Join(dir, "infergate.yaml")
 	prefix := fmt.Sprintf("soak%d", time.Now().UnixNano())
 	os.WriteFile(cfgPath, []byte(fmt.Sprintf(`server:
@@ -59,6 +64,9 @@ pools:
       - url: %s
     ejection:
       consecutive_failures: -1
+  candidate:
+    backends:
+      - url: %s
 models:
   - name: m
     pool: sim
@@ -76,7 +84,14 @@ shaping:
     on_failure: open
 request_log:
   path: %s
-`, simURL, rds.Addr(), prefix, logPath)), 0o600)
+mirror:
+  rules:
+    - name: soak
+      pool: candidate
+      sample: 0.5
+  record:
+    path: %s
+`, simURL, candURL, rds.Addr(), prefix, logPath, pairsPath)), 0o600)
 	// At warn the gateway logs no line per request (a long soak would pile
 	// them up here), nor its addresses: the test picks them.
 	port, aport := freePort(t), freePort(t)
@@ -98,9 +113,18 @@ request_log:
 		chat(t, url, "m")
 	}
 	time.Sleep(300 * time.Millisecond)
-	baseG, baseFD := metric(t, admin, "infergate_goroutines"), fds(pid)
+	baseG, baseFD, baseRSS := metric(t, admin, "infergate_goroutines"), fds(pid), rss(pid)
+	var samples []string // goroutines/open files/RSS through the run
+	sampleDone := make(chan struct{})
+	go func() {
+		defer close(sampleDone)
+		for i := 1; i <= 4; i++ {
+			time.Sleep(d / 5)
+			samples = append(samples, fmt.Sprintf("%.0f/%d/%.0fMiB", metric(t, admin, "infergate_goroutines"), fds(pid), float64(rss(pid))/(1<<20)))
+		}
+	}()
 
-	var sent, aborted, faulted, unsent atomic.Int64
+	var sent, aborted, faulted, unsent, slow atomic.Int64
 	stop := time.Now().Add(d)
 	var wg sync.WaitGroup
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 32}}
@@ -111,7 +135,7 @@ request_log:
 			rng := rand.New(rand.NewPCG(uint64(w), 7))
 			for time.Now().Before(stop) {
 				sent.Add(1)
-				soakRequest(client, url, rng, &aborted, &faulted, &unsent)
+				soakRequest(client, url, rng, &aborted, &faulted, &unsent, &slow)
 			}
 		}()
 	}
@@ -121,6 +145,7 @@ request_log:
 	time.Sleep(500 * time.Millisecond)
 	rds = testredis.Start(t, rds.Port)
 	wg.Wait()
+	<-sampleDone
 	// The client's idle keep-alive connections are not the gateway's to
 	// count; its own idle connections to the sim and Redis are (bounded
 	// by the cap: at most one a slot, plus the retries').
@@ -132,7 +157,8 @@ request_log:
 	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		g, fd = metric(t, admin, "infergate_goroutines"), float64(fds(pid))
 		if metric(t, admin, "infergate_queue_depth") == 0 && metric(t, admin, `infergate_shaping_in_flight{level="global",name="",unit="requests"}`) == 0 &&
-			metric(t, admin, "infergate_upstream_in_flight") == 0 && g <= baseG+8 && fd <= float64(baseFD)+2*12+8 {
+			metric(t, admin, "infergate_upstream_in_flight") == 0 && metric(t, admin, "infergate_mirror_in_flight") == 0 &&
+			g <= baseG+8 && fd <= float64(baseFD)+2*12+8 {
 			settled = true
 			break
 		}
@@ -148,6 +174,7 @@ request_log:
 	if p := metric(t, admin, `infergate_panics_total{where="request"}`) + metric(t, admin, `infergate_panics_total{where="stream"}`); p != 0 {
 		t.Errorf("%v panics during the soak", p)
 	}
+	dropped := metric(t, admin, "infergate_mirror_dropped_total")
 	// Every request has its logged outcome (the log is flushed on exit).
 	gw.cmd.Process.Signal(os.Interrupt)
 	if err := gw.wait(t); err != nil {
@@ -157,12 +184,19 @@ request_log:
 	if all := sent.Load() + 5; lines > all || lines < all-unsent.Load() {
 		t.Errorf("%d request-log lines for %d requests sent, %d of them cut by their client before an answer", lines, all, unsent.Load())
 	}
-	t.Logf("soak %v: %d requests (%d aborted by the client, %d with a backend fault), Redis restarted once; outcomes %v; goroutines %v→%v, open files %d→%v, leases 0, nothing leaked",
-		d, sent.Load(), aborted.Load(), faulted.Load(), outcomes, baseG, g, baseFD, fd)
+	endRSS := rss(pid)
+	pairLines, _ := logOutcomes(t, pairsPath)
+	if pairLines == 0 {
+		t.Error("no mirrored pair was recorded")
+	}
+	t.Logf("soak %v: %d requests (%d aborted by the client, %d read slowly, %d with a backend fault), %d pairs recorded (%v copies dropped), Redis restarted once; outcomes %v; "+
+		"goroutines %v→%v, open files %d→%v, RSS %.0f→%.0f MiB; through the run (goroutines/files/RSS) %v; leases 0, nothing leaked",
+		d, sent.Load(), aborted.Load(), slow.Load(), faulted.Load(), pairLines, dropped, outcomes, baseG, g, baseFD, fd,
+		float64(baseRSS)/(1<<20), float64(endRSS)/(1<<20), samples)
 }
 
 // soakRequest sends one request of the mix.
-func soakRequest(c *http.Client, url string, rng *rand.Rand, aborted, faulted, unsent *atomic.Int64) {
+func soakRequest(c *http.Client, url string, rng *rand.Rand, aborted, faulted, unsent, slow *atomic.Int64) {
 	stream := rng.IntN(10) < 6
 	body := fmt.Sprintf(`{"model":"m","stream":%v,"max_tokens":%d,"messages":[{"role":"user","content":"hi"}]}`, stream, 5+rng.IntN(40))
 	req, _ := http.NewRequest("POST", url+"/v1/chat/completions", strings.NewReader(body))
@@ -193,8 +227,35 @@ func soakRequest(c *http.Client, url string, rng *rand.Rand, aborted, faulted, u
 		}
 		return
 	}
+	if !abort && rng.IntN(20) == 0 {
+		// A slow reader: small reads with pauses, the stream outlasting
+		// server.write_timeout at times.
+		slow.Add(1)
+		buf := make([]byte, 64)
+		for {
+			if _, err := resp.Body.Read(buf); err != nil {
+				break
+			}
+			time.Sleep(15 * time.Millisecond)
+		}
+	}
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
+}
+
+// rss is the process's resident memory in bytes (0 off Linux).
+func rss(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
 }
 
 // metric reads one series of the admin listener's /metrics (the first

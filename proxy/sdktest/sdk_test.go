@@ -166,9 +166,11 @@ func TestResponsesFirstTokenAgrees(t *testing.T) {
 	t.Logf("client − gateway first token, ms: %v", diffs)
 	// The client's time includes its request's last bytes reaching the
 	// gateway and the event coming back: it is the longer, by about a
-	// loopback round trip.
-	if m := diffs[len(diffs)/2]; m < -0.05 || m > 1 {
-		t.Errorf("client − gateway first token: median %.3f ms; want within 1 ms", m)
+	// loopback round trip, plus the scheduling of a loaded machine (the
+	// suite runs packages side by side under -race: a median of 1.4 ms
+	// was seen there, 0.5 ms alone).
+	if m := diffs[len(diffs)/2]; m < -0.05 || m > 2.5 {
+		t.Errorf("client − gateway first token: median %.3f ms; want within 2.5 ms", m)
 	}
 }
 
