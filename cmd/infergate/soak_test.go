@@ -174,7 +174,7 @@ mirror:
 	if p := metric(t, admin, `infergate_panics_total{where="request"}`) + metric(t, admin, `infergate_panics_total{where="stream"}`); p != 0 {
 		t.Errorf("%v panics during the soak", p)
 	}
-	dropped := metric(t, admin, "infergate_mirror_dropped_total")
+	dropped, endRSS := metric(t, admin, "infergate_mirror_dropped_total"), rss(pid)
 	// Every request has its logged outcome (the log is flushed on exit).
 	gw.cmd.Process.Signal(os.Interrupt)
 	if err := gw.wait(t); err != nil {
@@ -184,7 +184,6 @@ mirror:
 	if all := sent.Load() + 5; lines > all || lines < all-unsent.Load() {
 		t.Errorf("%d request-log lines for %d requests sent, %d of them cut by their client before an answer", lines, all, unsent.Load())
 	}
-	endRSS := rss(pid)
 	pairLines, _ := logOutcomes(t, pairsPath)
 	if pairLines == 0 {
 		t.Error("no mirrored pair was recorded")
