@@ -89,6 +89,7 @@ mirror:
     - name: soak
       pool: candidate
       sample: 0.5
+      max_in_flight: 12
   record:
     path: %s
 `, simURL, candURL, rds.Addr(), prefix, logPath, pairsPath)), 0o600)
@@ -148,7 +149,8 @@ mirror:
 	<-sampleDone
 	// The client's idle keep-alive connections are not the gateway's to
 	// count; its own idle connections to the sim and Redis are (bounded
-	// by the cap: at most one a slot, plus the retries').
+	// by the cap: at most one a slot, plus the retries'), and to the
+	// candidate (at most the rule's max_in_flight).
 	client.CloseIdleConnections()
 
 	// Back to baseline.
@@ -158,7 +160,7 @@ mirror:
 		g, fd = metric(t, admin, "infergate_goroutines"), float64(fds(pid))
 		if metric(t, admin, "infergate_queue_depth") == 0 && metric(t, admin, `infergate_shaping_in_flight{level="global",name="",unit="requests"}`) == 0 &&
 			metric(t, admin, "infergate_upstream_in_flight") == 0 && metric(t, admin, "infergate_mirror_in_flight") == 0 &&
-			g <= baseG+8 && fd <= float64(baseFD)+2*12+8 {
+			g <= baseG+8 && fd <= float64(baseFD)+2*12+12+8 {
 			settled = true
 			break
 		}
