@@ -2,7 +2,9 @@ package fastsrv
 
 import (
 	"bytes"
+	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -24,4 +26,19 @@ func TestLoggerRedactsRequestBytes(t *testing.T) {
 			t.Errorf("the log lost %q: %s", want, got)
 		}
 	}
+}
+
+// FuzzRedactQuoted: whatever bytes fasthttp quotes (%q) in a message,
+// none of them survive into the log line but an address.
+func FuzzRedactQuoted(f *testing.F) {
+	for _, s := range []string{"Bearer sk-x", "POST / HTTP/1.1\r\nAuthorization: Bearer k\x00", `a"b\"c`, "127.0.0.1:80", "\xff\xfe"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		key := "K" + s + "Z"
+		out := redactQuoted(fmt.Sprintf("error when reading request headers: invalid header value %q: buffer size=9, contents: %q...%q", key, key, key))
+		if strings.Contains(out, key) || strings.Contains(out, strconv.Quote(key)) {
+			t.Errorf("%q survived: %s", key, out)
+		}
+	})
 }
