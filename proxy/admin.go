@@ -24,8 +24,7 @@ func (g *Gateway) handleAdmin(rc *fasthttp.RequestCtx) {
 	switch p := string(rc.Path()); {
 	case p == "/healthz" || p == "/readyz":
 		// Probes stay open.
-	case len(rc.Request.Header.PeekAll(fasthttp.HeaderAuthorization)) > 1:
-		writeError(rc, http.StatusBadRequest, openai.TypeInvalidRequest, "invalid_api_key", "more than one Authorization header")
+	case refusedDoubleAuthorization(rc):
 		return
 	case !g.adminAllowed(rc):
 		if rc.IsPost() {

@@ -100,7 +100,7 @@ func readArm(ctx context.Context, b *backend, req *fasthttp.Request, stream, res
 	}
 	trip, err := roundtrip.Do(ctx, b.hc, req, roundtrip.Options{Connect: t.Connect, Deadline: wait}, obs)
 	if err != nil {
-		a.Error = err.Error()
+		a.Error = string(redactKey([]byte(err.Error()), []byte(b.auth)))
 		return false
 	}
 	resp := trip.Resp
@@ -123,13 +123,11 @@ func readArm(ctx context.Context, b *backend, req *fasthttp.Request, stream, res
 		err = fmt.Errorf("the copy ran past timeouts.total (%v): deadline exceeded", t.Total)
 	}
 	if err != nil && a.Error == "" {
-		a.Error = err.Error()
+		// A transport error can quote what the backend sent.
+		a.Error = string(redactKey([]byte(err.Error()), []byte(b.auth)))
 	}
 	if ta.ErrorEvent && a.Error == "" {
 		a.Error = "the backend sent an error event"
-	}
-	if a.Error != "" && b.auth != "" {
-		a.Error = string(redactKey([]byte(a.Error), []byte(b.auth))) // a transport error's words
 	}
 	armTimes(&a.Arm, obs.at, &ta, done)
 	if !sse {

@@ -200,24 +200,24 @@ const plainBody = `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
 // empty) and returns status, headers and body.
 func adminDo(t testing.TB, gw *testGateway, method, path, key, body string) (int, http.Header, string) {
 	t.Helper()
-	req, _ := http.NewRequest(method, gw.AdminURL+path, strings.NewReader(body))
+	var hdr []string
 	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
+		hdr = []string{"Authorization", "Bearer " + key}
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, resp.Header, string(b)
+	return do(t, method, gw.AdminURL+path, body, hdr...)
 }
 
 // post sends a request and returns status, headers and body.
 func post(t testing.TB, url, path, body string, hdr ...string) (int, http.Header, string) {
 	t.Helper()
-	req, _ := http.NewRequest("POST", url+path, strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
+	return do(t, "POST", url+path, body, append([]string{"Content-Type", "application/json"}, hdr...)...)
+}
+
+// do sends one request with the headers given as name, value pairs and
+// returns status, headers and body.
+func do(t testing.TB, method, url, body string, hdr ...string) (int, http.Header, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}

@@ -67,12 +67,7 @@ func (g *Gateway) handle(rc *fasthttp.RequestCtx) {
 			"the path has an encoded /, ?, # or \\, a dot segment, an empty segment or a control character")
 		return
 	}
-	if len(rc.Request.Header.PeekAll(fasthttp.HeaderAuthorization)) > 1 {
-		// Authorization is not a list (RFC 9110, 11.6.2): with two, the
-		// gateway would check one and a backend or a proxy behind it
-		// might act on the other.
-		writeError(rc, http.StatusBadRequest, openai.TypeInvalidRequest, "invalid_api_key",
-			"more than one Authorization header")
+	if refusedDoubleAuthorization(rc) {
 		return
 	}
 	switch {
@@ -117,6 +112,18 @@ func (g *Gateway) handle(rc *fasthttp.RequestCtx) {
 	default:
 		writeError(rc, http.StatusNotFound, openai.TypeNotFound, "not_found", "no route for "+string(path))
 	}
+}
+
+// refusedDoubleAuthorization answers 400 to a request with more than one
+// Authorization header and reports whether it did. Authorization is not
+// a list (RFC 9110, 11.6.2): with two, the gateway would check one and a
+// backend or a proxy behind it might act on the other.
+func refusedDoubleAuthorization(rc *fasthttp.RequestCtx) bool {
+	if len(rc.Request.Header.PeekAll(fasthttp.HeaderAuthorization)) <= 1 {
+		return false
+	}
+	writeError(rc, http.StatusBadRequest, openai.TypeInvalidRequest, "invalid_api_key", "more than one Authorization header")
+	return true
 }
 
 // readError answers requests fasthttp could not read: too large, or

@@ -43,10 +43,11 @@ func chromium(t testing.TB) string {
 	return bin
 }
 
-// DOM loads the page at path in headless Chromium, lets its scripts (if
-// any could run) do their work, and returns the document as the browser
-// holds it then: what a script wrote shows in it.
-func DOM(t testing.TB, path string) string {
+// browse opens the page at path in headless Chromium with flags added
+// to those of a closed machine (no background traffic, no first-run
+// work, a profile of its own) and returns what it wrote to stdout and
+// stderr.
+func browse(t testing.TB, path string, flags ...string) (stdout, stderr string) {
 	t.Helper()
 	bin := chromium(t)
 	abs, err := filepath.Abs(path)
@@ -55,17 +56,25 @@ func DOM(t testing.TB, path string) string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+	args := append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
 		"--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
-		"--disable-extensions", "--user-data-dir="+filepath.Join(t.TempDir(), "profile"), "--virtual-time-budget=2000",
-		"--dump-dom", "file://"+abs)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("chromium --dump-dom: %v\n%s", err, stderr.String())
+		"--disable-extensions", "--user-data-dir=" + filepath.Join(t.TempDir(), "profile")}, flags...)
+	cmd := exec.CommandContext(ctx, bin, append(args, "file://"+abs)...)
+	var out, errs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errs
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("chromium %s: %v\n%s", strings.Join(flags, " "), err, errs.String())
 	}
-	return string(out)
+	return out.String(), errs.String()
+}
+
+// DOM loads the page at path in headless Chromium, lets its scripts (if
+// any could run) do their work, and returns the document as the browser
+// holds it then: what a script wrote shows in it.
+func DOM(t testing.TB, path string) string {
+	t.Helper()
+	dom, _ := browse(t, path, "--virtual-time-budget=2000", "--dump-dom")
+	return dom
 }
 
 // Check renders the page at path and fails t when it did not draw lines
@@ -73,34 +82,16 @@ func DOM(t testing.TB, path string) string {
 // error.
 func Check(t testing.TB, path, chartColour string) {
 	t.Helper()
-	bin := chromium(t)
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	shot := filepath.Join(dir, "page.png")
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	// The flags of a closed machine: no background traffic, no first-run
-	// work, a profile of its own.
-	cmd := exec.CommandContext(ctx, bin, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-		"--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
-		"--disable-extensions", "--user-data-dir="+filepath.Join(dir, "profile"), "--enable-logging=stderr", "--v=0",
-		"--window-size=1280,4000", "--screenshot="+shot, "file://"+abs)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("chromium: %v\n%s", err, stderr.String())
-	}
-	for _, line := range strings.Split(stderr.String(), "\n") {
+	shot := filepath.Join(t.TempDir(), "page.png")
+	_, stderr := browse(t, path, "--enable-logging=stderr", "--v=0", "--window-size=1280,4000", "--screenshot="+shot)
+	for _, line := range strings.Split(stderr, "\n") {
 		if strings.Contains(line, "CONSOLE") || strings.Contains(line, "Uncaught") {
 			t.Errorf("the page logged: %s", line)
 		}
 	}
 	f, err := os.Open(shot)
 	if err != nil {
-		t.Fatalf("no screenshot: %v\n%s", err, stderr.String())
+		t.Fatalf("no screenshot: %v\n%s", err, stderr)
 	}
 	defer f.Close()
 	img, err := png.Decode(f)
