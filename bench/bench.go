@@ -59,6 +59,17 @@ type Config struct {
 	// (and GatewayAdminKey its server.admin_auth key): the record then
 	// carries the gateway's settings, so compare can say what changed.
 	GatewayAdmin, GatewayAdminKey string
+	// Overrides are top-level fields set in every request body (a
+	// provider's own parameters, temperature, ...), replacing the
+	// workload's.
+	Overrides map[string]json.RawMessage
+	// HonorRetryAfter holds every user back, after an answer with
+	// Retry-After (a 429 or 503), until the time it names has passed
+	// (at most MaxRetryAfter); the hold carries from stage to stage.
+	HonorRetryAfter bool
+	// OnResult, when set, sees every finished request (warm-up
+	// included), one at a time.
+	OnResult func(*Result)
 }
 
 // Endpoint resolves the request URL and sets the workload's endpoint
@@ -169,97 +180,27 @@ func (c *Config) Validate() error {
 // ended) returns the record of what finished, marked interrupted, with
 // the error.
 func Run(ctx context.Context, cfg Config) (*Record, error) {
-	cfg.Defaults()
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	endpoint, err := cfg.Endpoint()
+	b, err := Open(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	tok, err := tokens.New()
-	if err != nil {
-		return nil, err
-	}
-	wl, err := NewWorkload(&cfg.Workload, tok)
-	if err != nil {
-		return nil, err
-	}
-	q, err := quality.NewJudge(cfg.Refusals)
-	if err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
-	}
-	client, err := NewClient(endpoint, ClientOptions{Headers: cfg.Headers, InsecureSkipVerify: cfg.InsecureSkipVerify})
-	if err != nil {
-		return nil, err
-	}
-	defer client.Close()
-
-	rec := &Record{Schema: Schema, Conditions: NewConditions(), Knee: -1, Formulas: Formulas}
-	rec.Conditions.URL = endpoint
-	rec.Conditions.Workload = cfg.Workload
-	rec.Conditions.Load = cfg.Load
-	rec.Conditions.Sweep = cfg.Sweep
-	rec.Conditions.SLOs = cfg.SLOs
-	rec.Conditions.SLOPercentile = cfg.SLOPercentile
-	for _, h := range cfg.Headers {
-		rec.Conditions.Headers = append(rec.Conditions.Headers, h[0])
-	}
-	rec.Conditions.GatewayConfigHash = gatewayConfigHash(endpoint)
-	if cfg.GatewayAdmin != "" {
-		st, err := gatewaySettings(ctx, cfg.GatewayAdmin, cfg.GatewayAdminKey, rec.Conditions.GatewayConfigHash)
-		if err != nil {
-			return nil, err
-		}
-		rec.Conditions.GatewaySettings = st
-	}
-
-	col := NewCollector()
-	rows := NewRowWriter(cfg.CSV, cfg.Events)
-	var offLength, forced atomic.Int64
-	runCtx, stopRun := context.WithCancelCause(ctx)
-	defer stopRun(nil)
-	ctx = runCtx
-	var ff failFast
-	col.Each = func(r *Result) {
-		if err := ff.see(r); err != nil {
-			stopRun(err)
-		}
-		rows.Write(r)
-		if cfg.Workload.ForceOutputLength && r.OK() && !r.Warmup && r.MaxTokens > 0 {
-			forced.Add(1)
-			if r.OutputTokens != r.MaxTokens {
-				offLength.Add(1)
-			}
-		}
-	}
-	rn := &Runner{Client: client, Workload: wl, Stream: cfg.Workload.Stream, Count: tok.Count, Quality: q,
-		Sink: col.Add, Gaps: col.Gaps, KeepEvents: cfg.Events != nil, Seed: cfg.Workload.Seed}
-
+	defer b.Close()
+	cfg = b.cfg
 	levels := cfg.Sweep
 	if len(levels) == 0 {
 		levels = []float64{cfg.Load.Level()}
 	}
+	rec := b.rec
 	var runErr error
 	for i, level := range levels {
-		l := cfg.Load
-		switch l.Mode {
-		case "closed", "sessions":
-			l.Concurrency = int(level)
-		case "open":
-			l.Rate = level
-		}
-		begin := time.Now()
-		col.Begin(i, begin)
-		stop := startProgress(cfg.Progress, col, rn, &l, i, len(levels), begin)
-		win, err := rn.Run(ctx, i, l)
-		stop()
-		rec.Stages = append(rec.Stages, col.Summarize(i, l, win, cfg.SLOs))
-		if af := stoppedEarly(ctx, context.Cause(ctx), endpoint, cfg.Headers); af != nil {
+		s, err := b.Stage(ctx, i, level)
+		var af *AllFailed
+		if errors.As(err, &af) {
 			// Nothing was measured but errors: no record, the reason.
-			_ = rows.Flush()
+			_ = b.rows.Flush()
 			return nil, af
 		}
+		rec.Stages = append(rec.Stages, s)
 		if err != nil {
 			runErr = err
 			rec.Interrupted = true
@@ -290,25 +231,171 @@ func Run(ctx context.Context, cfg Config) (*Record, error) {
 			return rec, fmt.Errorf("--direct-url: %w", err)
 		}
 		defer direct.Close()
-		rec.Paired = runPaired(ctx, client, direct, wl, cfg.Workload.Stream, tok.Count, q, cfg.Pairs, dEndpoint)
+		rec.Paired = runPaired(ctx, b.client, direct, b.wl, cfg.Workload.Stream, b.count, b.rn.Quality, cfg.Pairs, dEndpoint)
 	}
 	rec.Knee = Knee(rec.Stages)
-	if n := offLength.Load(); n > 0 {
-		rec.Warnings = append(rec.Warnings, fmt.Sprintf("--force-output-length: %d of %d answers came back with another length than max_tokens: the server may ignore ignore_eos/min_tokens", n, forced.Load()))
-	}
-	for _, s := range rec.Stages {
-		if s.UsageMismatch > 0 {
-			rec.Warnings = append(rec.Warnings, fmt.Sprintf("stage %d: %d of %d answers checked report usage that disagrees with cl100k_base's count by more than 10%% (a different tokenizer, or wrong usage)", s.Stage, s.UsageMismatch, s.UsageChecked))
-		}
-		if s.Requests == 0 {
-			rec.Warnings = append(rec.Warnings, fmt.Sprintf("stage %d measured no request: lengthen --duration or lower the warm-up", s.Stage))
-		}
-	}
-	if err := rows.Flush(); err != nil && runErr == nil {
+	rec.Warnings = append(rec.Warnings, b.Warnings()...)
+	if err := b.rows.Flush(); err != nil && runErr == nil {
 		runErr = err
 	}
 	return rec, runErr
 }
+
+// Bench is a benchmark made ready to run stages one at a time, on one
+// client, workload and collector: Run's sweep, rank's rounds. A Runner's
+// state (the request index, a Retry-After hold) carries from one stage to
+// the next.
+type Bench struct {
+	cfg      Config
+	endpoint string
+	rec      *Record
+	client   *Client
+	wl       Workload
+	count    func(string) int
+	rn       *Runner
+	col      *Collector
+	rows     *RowWriter
+	ff       failFast
+	// stopStage ends the stage under way with a cause (failFast).
+	stopStage         context.CancelCauseFunc
+	offLength, forced atomic.Int64
+}
+
+// Open checks cfg (after its Defaults), builds the workload and the
+// client, and reads the gateway's settings when cfg names its admin
+// listener. Close releases the client's connections.
+func Open(ctx context.Context, cfg Config) (*Bench, error) {
+	cfg.Defaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	endpoint, err := cfg.Endpoint()
+	if err != nil {
+		return nil, err
+	}
+	tok, err := tokens.New()
+	if err != nil {
+		return nil, err
+	}
+	wl, err := NewWorkload(&cfg.Workload, tok)
+	if err != nil {
+		return nil, err
+	}
+	q, err := quality.NewJudge(cfg.Refusals)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	client, err := NewClient(endpoint, ClientOptions{Headers: cfg.Headers, InsecureSkipVerify: cfg.InsecureSkipVerify, Overrides: cfg.Overrides})
+	if err != nil {
+		return nil, err
+	}
+	b := &Bench{cfg: cfg, endpoint: endpoint, client: client, wl: wl, count: tok.Count}
+	rec := &Record{Schema: Schema, Conditions: NewConditions(), Knee: -1, Formulas: Formulas}
+	rec.Conditions.URL = endpoint
+	rec.Conditions.Workload = cfg.Workload
+	rec.Conditions.Load = cfg.Load
+	rec.Conditions.Sweep = cfg.Sweep
+	rec.Conditions.SLOs = cfg.SLOs
+	rec.Conditions.SLOPercentile = cfg.SLOPercentile
+	for _, h := range cfg.Headers {
+		rec.Conditions.Headers = append(rec.Conditions.Headers, h[0])
+	}
+	rec.Conditions.GatewayConfigHash = gatewayConfigHash(endpoint)
+	if cfg.GatewayAdmin != "" {
+		st, err := gatewaySettings(ctx, cfg.GatewayAdmin, cfg.GatewayAdminKey, rec.Conditions.GatewayConfigHash)
+		if err != nil {
+			client.Close()
+			return nil, err
+		}
+		rec.Conditions.GatewaySettings = st
+	}
+	b.rec = rec
+	b.col = NewCollector()
+	b.rows = NewRowWriter(cfg.CSV, cfg.Events)
+	b.col.Each = b.each
+	b.rn = &Runner{Client: client, Workload: wl, Stream: cfg.Workload.Stream, Count: tok.Count, Quality: q,
+		Sink: b.col.Add, Gaps: b.col.Gaps, KeepEvents: cfg.Events != nil, Seed: cfg.Workload.Seed,
+		HonorRetryAfter: cfg.HonorRetryAfter}
+	return b, nil
+}
+
+// each sees every result, under the collector's lock.
+func (b *Bench) each(r *Result) {
+	if err := b.ff.see(r); err != nil && b.stopStage != nil {
+		b.stopStage(err)
+	}
+	b.rows.Write(r)
+	if b.cfg.Workload.ForceOutputLength && r.OK() && !r.Warmup && r.MaxTokens > 0 {
+		b.forced.Add(1)
+		if r.OutputTokens != r.MaxTokens {
+			b.offLength.Add(1)
+		}
+	}
+	if b.cfg.OnResult != nil {
+		b.cfg.OnResult(r)
+	}
+}
+
+// Record is the record the stages fill: the conditions, and the stages
+// Run appended.
+func (b *Bench) Record() *Record { return b.rec }
+
+// Endpoint is the URL the requests go to.
+func (b *Bench) Endpoint() string { return b.endpoint }
+
+// Stage runs stage i at level (a concurrency, or a rate in open loop)
+// and returns its summary. When the run's first requests all failed
+// alike the error is an *AllFailed (with the server's models for a 404),
+// and no later stage is worth running; when ctx ended, the summary is of
+// what finished.
+func (b *Bench) Stage(ctx context.Context, i int, level float64) (*Summary, error) {
+	l := b.cfg.Load
+	switch l.Mode {
+	case "closed", "sessions":
+		l.Concurrency = int(level)
+	case "open":
+		l.Rate = level
+	}
+	sctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	b.stopStage = stop
+	begin := time.Now()
+	b.col.Begin(i, begin)
+	stopProgress := startProgress(b.cfg.Progress, b.col, b.rn, &l, i, max(len(b.cfg.Sweep), 1), begin)
+	win, err := b.rn.Run(sctx, i, l)
+	stopProgress()
+	b.stopStage = nil
+	s := b.col.Summarize(i, l, win, b.cfg.SLOs)
+	if af := stoppedEarly(sctx, context.Cause(sctx), b.endpoint, b.cfg.Headers); af != nil {
+		return s, af
+	}
+	return s, err
+}
+
+// Warnings are what the stages so far showed that a reader of their
+// figures should know: answers of another length than forced, usage
+// that disagrees with the counted tokens, stages that measured nothing.
+func (b *Bench) Warnings() []string {
+	var out []string
+	if n := b.offLength.Load(); n > 0 {
+		out = append(out, fmt.Sprintf("--force-output-length: %d of %d answers came back with another length than max_tokens: the server may ignore ignore_eos/min_tokens", n, b.forced.Load()))
+	}
+	for _, s := range b.rec.Stages {
+		if s.UsageMismatch > 0 {
+			out = append(out, fmt.Sprintf("stage %d: %d of %d answers checked report usage that disagrees with cl100k_base's count by more than 10%% (a different tokenizer, or wrong usage)", s.Stage, s.UsageMismatch, s.UsageChecked))
+		}
+		if s.Requests == 0 {
+			out = append(out, fmt.Sprintf("stage %d measured no request: lengthen --duration or lower the warm-up", s.Stage))
+		}
+	}
+	return out
+}
+
+// Flush writes out the per-request rows still buffered.
+func (b *Bench) Flush() error { return b.rows.Flush() }
+
+// Close releases the client's idle connections.
+func (b *Bench) Close() { b.client.Close() }
 
 // gatewayConfigHash asks an infergate gateway for the hash of its
 // configuration (header X-Infergate-Config-Hash on /healthz); other

@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
+	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -42,6 +46,7 @@ type Client struct {
 	// responses: the endpoint is the Responses API's (its answers are
 	// read as its events and bodies).
 	responses bool
+	overrides map[string]json.RawMessage
 }
 
 // ClientOptions configure a Client. The zero value works.
@@ -54,6 +59,8 @@ type ClientOptions struct {
 	ConnectTimeout time.Duration
 	// InsecureSkipVerify accepts any server certificate.
 	InsecureSkipVerify bool
+	// Overrides are top-level fields set in every request body.
+	Overrides map[string]json.RawMessage
 }
 
 // NewClient returns a client for the endpoint URL, e.g.
@@ -84,7 +91,12 @@ func NewClient(endpoint string, o ClientOptions) (*Client, error) {
 	if u.RawQuery != "" {
 		path += "?" + u.RawQuery
 	}
-	c := &Client{host: u.Host, path: path, headers: o.Headers, connect: o.ConnectTimeout,
+	for k, v := range o.Overrides {
+		if !json.Valid(v) {
+			return nil, fmt.Errorf("bench: override %q: %s is not JSON", k, v)
+		}
+	}
+	c := &Client{host: u.Host, path: path, headers: o.Headers, connect: o.ConnectTimeout, overrides: o.Overrides,
 		responses: strings.HasSuffix(strings.TrimRight(u.Path, "/"), "/responses")}
 	c.hc = &fasthttp.HostClient{
 		Addr:                          addr,
@@ -155,6 +167,9 @@ func (c *Client) do(ctx context.Context, body []byte, stream bool, p *parser, r 
 	for _, h := range c.headers {
 		req.Header.Set(h[0], h[1])
 	}
+	if len(c.overrides) > 0 {
+		body = override(body, c.overrides)
+	}
 	req.SetBodyRaw(body)
 
 	p.r = r
@@ -171,6 +186,9 @@ func (c *Client) do(ctx context.Context, body []byte, stream bool, p *parser, r 
 	resp := trip.Resp
 	r.TTFB = time.Since(r.Sent)
 	r.Status = resp.StatusCode()
+	if r.Status == fasthttp.StatusTooManyRequests || r.Status == fasthttp.StatusServiceUnavailable {
+		r.RetryAfter = retryAfter(resp.Header.Peek("Retry-After"), time.Now())
+	}
 	isSSE := stream && r.Status == 200 && bytes.HasPrefix(resp.Header.ContentType(), textEventStream)
 	// An infergate gateway says when its policy set the output limit.
 	r.ClampedByGateway = len(resp.Header.Peek("X-Infergate-Max-Tokens-Clamped")) > 0
@@ -207,3 +225,37 @@ func (r *Result) fail(ctx context.Context, class string, err error) {
 var textEventStream = []byte("text/event-stream")
 
 var errRequestTimeout = errors.New("request exceeded --timeout")
+
+// override returns body with each of fields set at its top level; a body
+// that is not a JSON object goes as it is.
+func override(body []byte, fields map[string]json.RawMessage) []byte {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(body, &m) != nil || m == nil {
+		return body
+	}
+	maps.Copy(m, fields)
+	out, err := json.Marshal(m)
+	if err != nil {
+		return body
+	}
+	return out
+}
+
+// MaxRetryAfter bounds the hold one Retry-After can ask for.
+const MaxRetryAfter = time.Minute
+
+// retryAfter reads a Retry-After header (RFC 9110: delay-seconds or an
+// HTTP-date), 0 when absent or unreadable, at most MaxRetryAfter.
+func retryAfter(v []byte, now time.Time) time.Duration {
+	s := strings.TrimSpace(string(v))
+	if s == "" {
+		return 0
+	}
+	var d time.Duration
+	if n, err := strconv.ParseUint(s, 10, 32); err == nil {
+		d = time.Duration(n) * time.Second
+	} else if t, err := http.ParseTime(s); err == nil {
+		d = t.Sub(now)
+	}
+	return min(max(d, 0), MaxRetryAfter)
+}

@@ -53,6 +53,9 @@ type Result struct {
 	// for with X-Infergate-Timing), nil when there was none.
 	Gateway *GatewayTiming
 	Status  int
+	// RetryAfter is what a 429 or 503 answer's Retry-After asked for (at
+	// most MaxRetryAfter), 0 without one.
+	RetryAfter time.Duration
 	// ContentEvents counts events that carried content.
 	ContentEvents int
 	// OutputTokens is UsageTokens when the server reported usage, else

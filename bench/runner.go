@@ -165,6 +165,9 @@ type Runner struct {
 	KeepEvents bool
 	// Seed drives the arrival process.
 	Seed uint64
+	// HonorRetryAfter holds every request back after an answer with
+	// Retry-After until the time it named (Config.HonorRetryAfter).
+	HonorRetryAfter bool
 
 	next     atomic.Int64 // the next request index, across stages
 	inFlight atomic.Int64
@@ -172,6 +175,45 @@ type Runner struct {
 	// asked for: from then on answers are kept whole, to be counted.
 	noUsage atomic.Bool
 	parsers sync.Pool
+	// holdUntil is the unix ns before which no request is sent (the
+	// latest Retry-After); held is the time it added up to, in ns.
+	holdUntil, held atomic.Int64
+}
+
+// Held is how long the runner has held its requests back for
+// Retry-After answers, in all.
+func (rn *Runner) Held() time.Duration { return time.Duration(rn.held.Load()) }
+
+// hold extends the hold to now+d.
+func (rn *Runner) hold(d time.Duration) {
+	until := time.Now().Add(d).UnixNano()
+	for {
+		cur := rn.holdUntil.Load()
+		if until <= cur {
+			return
+		}
+		if rn.holdUntil.CompareAndSwap(cur, until) {
+			rn.held.Add(until - max(cur, time.Now().UnixNano()))
+			return
+		}
+	}
+}
+
+// waitHold waits out the hold, or until ctx ends.
+func (rn *Runner) waitHold(ctx context.Context) {
+	for {
+		d := time.Until(time.Unix(0, rn.holdUntil.Load()))
+		if d <= 0 {
+			return
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return
+		}
+	}
 }
 
 // InFlight is the number of requests now in flight.
@@ -393,6 +435,10 @@ func (s *stage) doWith(ctx context.Context, p *parser, i int, warm bool, intende
 	rn.inFlight.Add(1)
 	defer rn.inFlight.Add(-1)
 	r := &Result{Index: i, Stage: s.n, Warmup: warm, Intended: intended, InputTokens: req.InputTokens, MaxTokens: req.MaxTokens, Ask: req.Ask}
+	if rn.HonorRetryAfter {
+		// Outside the request's own timeout: the hold is not its time.
+		rn.waitHold(ctx)
+	}
 	rctx, cancel := context.WithTimeoutCause(ctx, s.l.Timeout, errRequestTimeout)
 	// The text is kept whole only where it is needed: to count tokens
 	// once the server has shown it does not report usage (every request
@@ -407,6 +453,9 @@ func (s *stage) doWith(ctx context.Context, p *parser, i int, warm bool, intende
 	}
 	rn.Client.do(rctx, req.Body, rn.Stream, p, r)
 	cancel()
+	if rn.HonorRetryAfter && r.RetryAfter > 0 {
+		rn.hold(r.RetryAfter)
+	}
 	if r.OK() && r.UsageTokens < 0 {
 		rn.noUsage.Store(true)
 	}
