@@ -391,6 +391,17 @@ func (b *Bench) Warnings() []string {
 	return out
 }
 
+// WaitHold waits out a Retry-After hold (Config.HonorRetryAfter), or
+// until ctx ends.
+func (b *Bench) WaitHold(ctx context.Context) { b.rn.waitHold(ctx) }
+
+// Hold holds the stages' requests back for d from now, as an answer with
+// Retry-After d would (another client's answer, a probe's).
+func (b *Bench) Hold(d time.Duration) { b.rn.hold(d) }
+
+// Held is how long requests were held back for Retry-After, in all.
+func (b *Bench) Held() time.Duration { return b.rn.Held() }
+
 // Flush writes out the per-request rows still buffered.
 func (b *Bench) Flush() error { return b.rows.Flush() }
 

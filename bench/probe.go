@@ -44,7 +44,11 @@ type ProbeResult struct {
 	TTFB  time.Duration // from start
 	TTFT  time.Duration // from start
 	Total time.Duration
-	Err   error
+	// Status is the response's status (0 when none came); RetryAfter
+	// what a 429 or 503 asked for (at most MaxRetryAfter).
+	Status     int
+	RetryAfter time.Duration
+	Err        error
 }
 
 // Probe runs the probe.
@@ -95,6 +99,10 @@ func probeOne(ctx context.Context, client *http.Client, c ProbeConfig) ProbeResu
 		return r
 	}
 	defer resp.Body.Close()
+	r.Status = resp.StatusCode
+	if r.Status == http.StatusTooManyRequests || r.Status == http.StatusServiceUnavailable {
+		r.RetryAfter = retryAfter([]byte(resp.Header.Get("Retry-After")), time.Now())
+	}
 	var firstToken time.Time
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))

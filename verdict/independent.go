@@ -190,3 +190,67 @@ func selectK(xs []float64, k int) float64 {
 	}
 	return xs[k]
 }
+
+// Means judges the mean of a figure (better "lower" or "higher") in two
+// independent sets of values, as Samples judges a median: the relative
+// change of the means with a 95% Welch interval (normal approximation)
+// and its two-sided p-value. It suits a figure whose total matters, such
+// as a cost per request, where a median would hide the long answers.
+func Means(stage int, metric, better string, a, b []float64, tol float64) (Change, bool) {
+	if len(a) == 0 || len(b) == 0 {
+		return Change{}, false
+	}
+	ma, va := meanVar(a)
+	mb, vb := meanVar(b)
+	ch := Change{Stage: stage, Metric: metric, Base: ma, New: mb, Better: better, Test: "welch", N: min(len(a), len(b)), P: math.NaN()}
+	if ma == 0 {
+		ch.Delta, ch.CILow, ch.CIHigh = math.NaN(), math.NaN(), math.NaN()
+		judgeSpeed(&ch, ch.N, tol, 0)
+		return ch, true
+	}
+	se := math.Sqrt(va/float64(len(a)) + vb/float64(len(b)))
+	ch.Delta = (mb - ma) / ma
+	ch.CILow, ch.CIHigh = (mb-ma-1.96*se)/ma, (mb-ma+1.96*se)/ma
+	switch {
+	case se > 0:
+		ch.P = math.Erfc(math.Abs(mb-ma) / se / math.Sqrt2)
+	case mb == ma:
+		ch.P = 1
+	default:
+		ch.P = 0
+	}
+	judgeSpeed(&ch, ch.N, tol, 0)
+	return ch, true
+}
+
+// meanVar is the mean and the sample variance of xs.
+func meanVar(xs []float64) (mean, variance float64) {
+	for _, x := range xs {
+		mean += x
+	}
+	mean /= float64(len(xs))
+	if len(xs) < 2 {
+		return mean, 0
+	}
+	for _, x := range xs {
+		variance += (x - mean) * (x - mean)
+	}
+	return mean, variance / float64(len(xs)-1)
+}
+
+// QuantileInterval is a distribution-free 95% interval of the p-th
+// quantile of xs: the order statistics whose ranks bound the count of
+// values below the quantile (normal approximation to the binomial). It
+// is NaN, NaN for no values.
+func QuantileInterval(xs []float64, p float64) (lo, hi float64) {
+	n := len(xs)
+	if n == 0 {
+		return math.NaN(), math.NaN()
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	h := 1.96 * math.Sqrt(float64(n)*p*(1-p))
+	j := int(math.Floor(float64(n)*p - h))
+	k := int(math.Ceil(float64(n)*p + h))
+	return s[max(0, min(n-1, j))], s[max(0, min(n-1, k))]
+}

@@ -285,7 +285,7 @@ func Crossing(stage int, s SLO, pct float64, base, next []float64) Change {
 			within++
 		}
 	}
-	lo, hi := wilson(within, len(next))
+	lo, hi := Wilson(within, len(next))
 	switch {
 	case len(next) < MinSamples:
 		ch.Judgement, ch.Need = Unsure, MinSamples
@@ -312,8 +312,8 @@ func pctOf(xs []float64, p float64) float64 {
 	return selectK(s, quantile.Index(len(s), p))
 }
 
-// wilson is the 95% Wilson score interval of k successes in n.
-func wilson(k, n int) (lo, hi float64) {
+// Wilson is the 95% Wilson score interval of k successes in n.
+func Wilson(k, n int) (lo, hi float64) {
 	if n == 0 {
 		return 0, 1
 	}
