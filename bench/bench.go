@@ -340,6 +340,9 @@ func (b *Bench) each(r *Result) {
 // Run appended.
 func (b *Bench) Record() *Record { return b.rec }
 
+// Headers are the headers every request carries (its key among them).
+func (b *Bench) Headers() [][2]string { return b.cfg.Headers }
+
 // Endpoint is the URL the requests go to.
 func (b *Bench) Endpoint() string { return b.endpoint }
 

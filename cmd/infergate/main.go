@@ -33,6 +33,7 @@ func commands() []command {
 		{"diagnose", "name the bottleneck (memory, batching, scheduling, compute, none) from the gateway's and backends' metrics, and the next knob", runDiagnose},
 		{"tune", "walk the tuning loop on a running gateway: baseline, diagnose, each knob re-measured and kept or rolled back at the SLOs", runTune},
 		{"size", "size GPU memory: weights, KV cache per token and request, requests that fit, GPUs needed", runSize},
+		{"rank", "rank endpoints (providers, relays, servers) on your workload by SLO, cost and TTFT, with intervals, costs and a history that flags drift", runRank},
 		{"config", "a running gateway's kept configurations: versions, rollback; or check a file", runConfig},
 		{"top", "a running gateway's live view: rates, TTFT, TPOT, where the time went, per model and backend", runTop},
 		{"probe", "one request at a time: DNS, connect, TLS, first byte, first token, total", runProbe},

@@ -1,0 +1,434 @@
+package rank
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/infergate/infergate/bench"
+	"github.com/infergate/infergate/verdict"
+)
+
+// Schema names the record format; a reader refuses any other.
+const Schema = "infergate.rank/v1"
+
+// Record is one ranking run: the workload, each endpoint's rounds and
+// requests, its figures, and the order.
+type Record struct {
+	Schema string    `json:"schema"`
+	Start  time.Time `json:"start"`
+	End    time.Time `json:"end"`
+	Tool   string    `json:"tool_version"`
+	Host   string    `json:"host"`
+	// Workload is what each endpoint was sent, defaults filled in.
+	Workload Workload `json:"workload"`
+	// Bound is the most requests the run could send, in words, as it
+	// was stated before it started.
+	Bound       string            `json:"bound"`
+	Endpoints   []*Result         `json:"endpoints"`
+	Ranking     []Place           `json:"ranking"`
+	Interrupted bool              `json:"interrupted,omitempty"`
+	Formulas    map[string]string `json:"formulas"`
+}
+
+// Result is one endpoint's part of a run.
+type Result struct {
+	Name  string `json:"name"`
+	URL   string `json:"url"`
+	Model string `json:"model"`
+	Price Price  `json:"price"`
+	// Headers are the names (never the values) of the extra headers
+	// sent; Keyed says a key was sent, and in which header.
+	Headers   []string       `json:"headers,omitempty"`
+	Keyed     string         `json:"keyed,omitempty"`
+	Overrides map[string]any `json:"overrides,omitempty"`
+	Rounds    []Round        `json:"rounds"`
+	// Requests is every measured request and probe, in the order they
+	// finished.
+	Requests []Request `json:"requests"`
+	Figures  Figures   `json:"figures"`
+	// Stopped says why the endpoint's later rounds were not run (every
+	// first request failed alike: a wrong key, model or URL).
+	Stopped string `json:"stopped,omitempty"`
+}
+
+// Round is one endpoint's round: its probe, then its bench.
+type Round struct {
+	Round int       `json:"round"`
+	Start time.Time `json:"start"`
+	// Position is the endpoint's place in the round's order (the order
+	// turns by one each round, so none always goes first).
+	Position int   `json:"position"`
+	Probe    Probe `json:"probe"`
+	Requests int   `json:"requests"`
+	OK       int   `json:"ok"`
+	// TTFTP50 (ms), SpeedP50 (tokens/s a request), Throughput (output
+	// tokens/s at the concurrency) and RequestRate (requests/s) of the
+	// round's bench; CostPerRequest its mean.
+	TTFTP50        float64 `json:"ttft_p50_ms"`
+	SpeedP50       float64 `json:"speed_p50"`
+	Throughput     float64 `json:"output_tokens_per_s"`
+	RequestRate    float64 `json:"requests_per_s"`
+	CostPerRequest float64 `json:"cost_per_request"`
+	// HeldS is how long the round held its requests back for Retry-After.
+	HeldS float64 `json:"held_s,omitempty"`
+}
+
+// Probe is the medians of a round's one-at-a-time requests, each on a
+// new connection, in ms.
+type Probe struct {
+	N          int     `json:"n"`
+	OK         int     `json:"ok"`
+	DNS        float64 `json:"dns_ms"`
+	Connect    float64 `json:"connect_ms"`
+	TLS        float64 `json:"tls_ms"`
+	Wait       float64 `json:"wait_ms"`
+	FirstToken float64 `json:"first_token_ms"`
+	TTFT       float64 `json:"ttft_ms"`
+}
+
+// Request is one request's outcome.
+type Request struct {
+	Round int  `json:"round"`
+	Probe bool `json:"probe,omitempty"`
+	OK    bool `json:"ok"`
+	// Class is a failure's kind (Classes), empty for a success.
+	Class  string `json:"class,omitempty"`
+	Status int    `json:"status,omitempty"`
+	// TTFT and E2E in ms, TPOT in ms a token, Speed in tokens/s.
+	TTFT  float64 `json:"ttft_ms,omitempty"`
+	TPOT  float64 `json:"tpot_ms,omitempty"`
+	E2E   float64 `json:"e2e_ms,omitempty"`
+	Speed float64 `json:"speed,omitempty"`
+	// The usage the server returned: prompt tokens (cached among them)
+	// and output tokens; -1 when it returned none.
+	PromptTokens int `json:"prompt_tokens"`
+	CachedTokens int `json:"cached_tokens"`
+	OutputTokens int `json:"output_tokens"`
+	// Cost is what the endpoint's price makes of that usage.
+	Cost float64 `json:"cost"`
+	// Met says the request met every SLO.
+	Met         bool    `json:"met,omitempty"`
+	RetryAfterS float64 `json:"retry_after_s,omitempty"`
+}
+
+// Failure classes.
+const (
+	ClassAuth      = "auth"          // 401, 403
+	ClassRateLimit = "rate_limit"    // 429
+	ClassServer    = "server_error"  // 5xx
+	ClassTimeout   = "timeout"       // the request ran past workload.timeout
+	ClassBroken    = "broken_stream" // reset, truncated, malformed or error event
+	ClassConnect   = "connect"       // no connection
+	ClassClient    = "client_error"  // another 4xx
+	ClassOther     = "other"
+)
+
+// Classes lists the failure classes in the order reports show them.
+var Classes = []string{ClassAuth, ClassRateLimit, ClassServer, ClassTimeout, ClassBroken, ClassConnect, ClassClient, ClassOther}
+
+// classOf maps bench's error classes to ranking's.
+func classOf(errClass string, status int) string {
+	switch {
+	case status == 401 || status == 403:
+		return ClassAuth
+	case status == 429:
+		return ClassRateLimit
+	case status >= 500:
+		return ClassServer
+	case status >= 400:
+		return ClassClient
+	}
+	switch errClass {
+	case bench.ErrTimeout:
+		return ClassTimeout
+	case bench.ErrReset, bench.ErrTruncated, bench.ErrMalformed, bench.ErrEvent, bench.ErrBadBody:
+		return ClassBroken
+	case bench.ErrConnect:
+		return ClassConnect
+	}
+	return ClassOther
+}
+
+// cost is what price charges for the usage: uncached prompt tokens at
+// the input price, cached ones at the cached price, output at the output
+// price. Usage not returned (-1) counts nothing.
+func cost(p Price, prompt, cached, output int) float64 {
+	prompt, cached, output = max(prompt, 0), max(cached, 0), max(output, 0)
+	cached = min(cached, prompt)
+	return (float64(prompt-cached)*p.Input + float64(cached)*p.Cached() + float64(output)*p.Output) / 1e6
+}
+
+// Options are what a run needs besides the file.
+type Options struct {
+	// Keys are the endpoints' keys, in the file's order (File.Keys).
+	Keys []string
+	// Progress receives a line per endpoint and round; nil shows none.
+	Progress           io.Writer
+	InsecureSkipVerify bool
+}
+
+// Bound states what a run of f sends at most.
+func Bound(f *File) string {
+	w := f.Workload
+	per := w.Probes + w.Concurrency + w.Requests
+	return fmt.Sprintf("%d endpoints × %d rounds × (%d probes + %d warm-up + %d measured requests, %d at once, input %s / output %s tokens) = at most %d requests, each bounded by %v",
+		len(f.Endpoints), w.Rounds, w.Probes, w.Concurrency, w.Requests, w.Concurrency, orDataset(w.InputTokens, w.Dataset), orDataset(w.OutputTokens, w.Dataset), len(f.Endpoints)*w.Rounds*per, w.Timeout)
+}
+
+func orDataset(v, dataset string) string {
+	if dataset != "" {
+		return "from " + dataset
+	}
+	return v
+}
+
+// Run ranks f's endpoints: Rounds rounds, each probing then benching
+// every endpoint in turn (one endpoint at a time, the order turning each
+// round), then the figures and the order. f's workload must have its
+// defaults. An interrupted run (ctx ended) returns what finished, marked
+// interrupted, ranked, with the error.
+func Run(ctx context.Context, f *File, o Options) (*Record, error) {
+	w := f.Workload
+	slos, err := bench.ParseSLOs(w.SLO)
+	if err != nil {
+		return nil, fmt.Errorf("workload.slo: %w", err)
+	}
+	pct, err := verdict.ParsePercentile(w.SLOPercentile)
+	if err != nil {
+		return nil, fmt.Errorf("workload.slo_percentile: %w", err)
+	}
+	if len(o.Keys) != len(f.Endpoints) {
+		return nil, errors.New("rank: one key (or none) per endpoint")
+	}
+	cond := bench.NewConditions()
+	rec := &Record{Schema: Schema, Start: cond.Start, Tool: cond.ToolVersion, Host: cond.Host, Workload: w, Bound: Bound(f), Formulas: Formulas}
+	vslos := bench.VerdictSLOs(slos)
+	type live struct {
+		b   *bench.Bench
+		res *Result
+		mu  sync.Mutex
+		// round is the round under way, for OnResult.
+		round int
+	}
+	lives := make([]*live, len(f.Endpoints))
+	defer func() {
+		for _, l := range lives {
+			if l != nil && l.b != nil {
+				l.b.Close()
+			}
+		}
+	}()
+	for i := range f.Endpoints {
+		e := &f.Endpoints[i]
+		l := &live{res: &Result{Name: e.Name, URL: e.URL, Model: e.Model, Price: e.Price, Overrides: e.Overrides}}
+		hdr := e.headers(o.Keys[i])
+		for _, h := range hdr {
+			if o.Keys[i] != "" && strings.HasSuffix(h[1], o.Keys[i]) {
+				l.res.Keyed = h[0]
+			} else {
+				l.res.Headers = append(l.res.Headers, h[0])
+			}
+		}
+		overrides := map[string]json.RawMessage{}
+		for k, v := range e.Overrides {
+			b, _ := json.Marshal(v) // checked by Validate
+			overrides[k] = b
+		}
+		cfg := bench.Config{
+			URL: e.URL,
+			Workload: bench.WorkloadSpec{Endpoint: w.API, Model: e.Model, Stream: true, InputTokens: w.InputTokens, OutputTokens: w.OutputTokens,
+				SharedPrefix: w.SharedPrefix, Dataset: w.Dataset, Seed: w.Seed},
+			Load:               bench.LoadSpec{Mode: "closed", Concurrency: w.Concurrency, Requests: w.Requests, WarmupPerUser: true, Timeout: w.Timeout},
+			SLOs:               slos,
+			SLOPercentile:      pct,
+			Headers:            hdr,
+			InsecureSkipVerify: o.InsecureSkipVerify,
+			Overrides:          overrides,
+			HonorRetryAfter:    true,
+		}
+		cfg.OnResult = func(r *bench.Result) {
+			if r.Warmup || r.ErrClass == bench.ErrCancelled {
+				return
+			}
+			row := requestOf(r, e.Price, vslos)
+			l.mu.Lock()
+			row.Round = l.round
+			l.res.Requests = append(l.res.Requests, row)
+			l.mu.Unlock()
+		}
+		b, err := bench.Open(ctx, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("endpoint %q (endpoints[%d]): %w", e.Name, i, err)
+		}
+		l.b = b
+		lives[i] = l
+		rec.Endpoints = append(rec.Endpoints, l.res)
+	}
+	probeBody := func(e *Endpoint) []byte {
+		m, _ := json.Marshal(e.Model)
+		switch w.API {
+		case "completions":
+			return fmt.Appendf(nil, `{"model":%s,"prompt":"Say hello.","max_tokens":16,"stream":true}`, m)
+		case "responses":
+			return fmt.Appendf(nil, `{"model":%s,"input":"Say hello.","max_output_tokens":16,"stream":true}`, m)
+		}
+		return fmt.Appendf(nil, `{"model":%s,"messages":[{"role":"user","content":"Say hello."}],"max_tokens":16,"stream":true}`, m)
+	}
+	var runErr error
+rounds:
+	for r := range w.Rounds {
+		for k := range lives {
+			i := (k + r) % len(lives)
+			l, e := lives[i], &f.Endpoints[i]
+			if l.res.Stopped != "" {
+				continue
+			}
+			if ctx.Err() != nil {
+				runErr = context.Cause(ctx)
+				break rounds
+			}
+			l.mu.Lock()
+			l.round = r
+			l.mu.Unlock()
+			round := Round{Round: r, Start: time.Now(), Position: k}
+			held := l.b.Held()
+			var ps []bench.ProbeResult
+			for range w.Probes {
+				// One at a time, so a Retry-After holds the next one too.
+				l.b.WaitHold(ctx)
+				p, _ := bench.Probe(ctx, bench.ProbeConfig{URL: l.b.Endpoint(), Body: probeBody(e), Stream: true, N: 1,
+					Headers: l.b.Headers(), InsecureSkipVerify: o.InsecureSkipVerify, Timeout: w.Timeout})
+				for _, q := range p {
+					if q.RetryAfter > 0 {
+						l.b.Hold(q.RetryAfter)
+					}
+				}
+				ps = append(ps, p...)
+			}
+			round.Probe = probeOf(ps)
+			for _, p := range ps {
+				row := Request{Round: r, Probe: true, OK: p.Err == nil, Status: p.Status, PromptTokens: -1, CachedTokens: -1, OutputTokens: -1,
+					RetryAfterS: p.RetryAfter.Seconds()}
+				if p.Err != nil {
+					row.Class = classOf("", p.Status)
+					if p.Status == 0 {
+						row.Class = ClassConnect
+					}
+				} else {
+					row.TTFT = ms(p.TTFT)
+				}
+				l.mu.Lock()
+				l.res.Requests = append(l.res.Requests, row)
+				l.mu.Unlock()
+			}
+			s, err := l.b.Stage(ctx, r, float64(w.Concurrency))
+			var af *bench.AllFailed
+			switch {
+			case errors.As(err, &af):
+				l.res.Stopped = fmt.Sprintf("round %d: %v", r, af)
+			case err != nil:
+				runErr = err
+			}
+			round.HeldS = (l.b.Held() - held).Seconds()
+			if s != nil {
+				round.Throughput, round.RequestRate = s.OutputTokenThroughput, s.RequestThroughput
+			}
+			l.mu.Lock()
+			fillRound(&round, l.res.Requests, r)
+			l.res.Rounds = append(l.res.Rounds, round)
+			l.mu.Unlock()
+			if o.Progress != nil {
+				fmt.Fprintf(o.Progress, "round %d/%d  %-20s  %d/%d ok  TTFT p50 %.1f ms  %.1f tokens/s a request  $%.6f a request%s\n",
+					r+1, w.Rounds, e.Name, round.OK, round.Requests, round.TTFTP50, round.SpeedP50, round.CostPerRequest, stoppedNote(l.res.Stopped))
+			}
+			if runErr != nil {
+				break rounds
+			}
+		}
+	}
+	for _, l := range lives {
+		l.res.Figures = figures(l.res, w, vslos, pct)
+	}
+	rec.Ranking = Order(rec.Endpoints, w)
+	rec.End = time.Now().UTC()
+	if runErr != nil {
+		rec.Interrupted = true
+		return rec, fmt.Errorf("rank: interrupted: %w", runErr)
+	}
+	return rec, nil
+}
+
+func stoppedNote(s string) string {
+	if s == "" {
+		return ""
+	}
+	return "  (stopped: " + s + ")"
+}
+
+func ms(d time.Duration) float64 { return float64(d) / 1e6 }
+
+// requestOf is the row of one finished bench request.
+func requestOf(r *bench.Result, p Price, slos []verdict.SLO) Request {
+	row := Request{OK: r.OK(), Status: r.Status, PromptTokens: r.PromptTokens, CachedTokens: r.CachedTokens, OutputTokens: r.UsageTokens,
+		RetryAfterS: r.RetryAfter.Seconds()}
+	if !r.OK() {
+		row.Class = classOf(r.ErrClass, r.Status)
+		return row
+	}
+	row.TTFT, row.TPOT, row.E2E, row.Speed = ms(r.TTFT), ms(r.TPOT()), ms(r.E2E()), r.Speed()
+	row.Cost = cost(p, r.PromptTokens, r.CachedTokens, r.UsageTokens)
+	row.Met = verdict.Met(slos, func(m string) float64 {
+		switch m {
+		case "ttft", "ttft_sched":
+			return row.TTFT
+		case "tpot":
+			return row.TPOT
+		}
+		return row.E2E
+	})
+	return row
+}
+
+// probeOf is the medians of a round's probes that succeeded.
+func probeOf(ps []bench.ProbeResult) Probe {
+	p := Probe{N: len(ps)}
+	var dns, conn, tls, wait, first, ttft []float64
+	for _, r := range ps {
+		if r.Err != nil {
+			continue
+		}
+		p.OK++
+		dns, conn, tls = append(dns, ms(r.DNS)), append(conn, ms(r.Connect)), append(tls, ms(r.TLS))
+		wait, first, ttft = append(wait, ms(r.Wait)), append(first, ms(r.FirstToken)), append(ttft, ms(r.TTFT))
+	}
+	p.DNS, p.Connect, p.TLS = verdict.Median(dns), verdict.Median(conn), verdict.Median(tls)
+	p.Wait, p.FirstToken, p.TTFT = verdict.Median(wait), verdict.Median(first), verdict.Median(ttft)
+	return p
+}
+
+// fillRound sets the round's request figures from its bench rows.
+func fillRound(rd *Round, rows []Request, r int) {
+	var ttft, speed []float64
+	var spent float64
+	for _, q := range rows {
+		if q.Round != r || q.Probe {
+			continue
+		}
+		rd.Requests++
+		if q.OK {
+			rd.OK++
+			ttft, speed = append(ttft, q.TTFT), append(speed, q.Speed)
+			spent += q.Cost
+		}
+	}
+	rd.TTFTP50, rd.SpeedP50 = verdict.Median(ttft), verdict.Median(speed)
+	if rd.OK > 0 {
+		rd.CostPerRequest = spent / float64(rd.OK)
+	}
+}
