@@ -17,7 +17,17 @@ import (
 // exitCode runs the binary and returns its status and output.
 func exitCode(t *testing.T, args ...string) (int, string) {
 	t.Helper()
-	out, err := exec.Command(binary, args...).CombinedOutput()
+	return exitCodeEnv(t, nil, args...)
+}
+
+// exitCodeEnv is exitCode with variables added to the environment.
+func exitCodeEnv(t *testing.T, env []string, args ...string) (int, string) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
+	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError
 	switch {
 	case err == nil:

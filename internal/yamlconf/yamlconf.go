@@ -42,7 +42,10 @@ func Decode(raw []byte, v any) error {
 	return nil
 }
 
-var lineRe = regexp.MustCompile(`line (\d+): `)
+var (
+	lineRe  = regexp.MustCompile(`line (\d+): `)
+	valueRe = regexp.MustCompile("line (\\d+): cannot unmarshal !!\\w+ `([^`]*)`")
+)
 
 // nameFields adds the dotted path of the field at each "line N:" of a YAML
 // decoding error, which yaml.v3 reports by line only for type errors.
@@ -51,21 +54,36 @@ func nameFields(raw []byte, msg string) string {
 	if yaml.Unmarshal(raw, &root) != nil {
 		return msg
 	}
+	// The value a type error quotes tells apart the keys of a flow
+	// mapping ({input: 1, output: cheap}), which share a line.
+	values := map[int]string{}
+	for _, m := range valueRe.FindAllStringSubmatch(msg, -1) {
+		n, _ := strconv.Atoi(m[1])
+		values[n] = m[2]
+	}
 	return lineRe.ReplaceAllStringFunc(msg, func(m string) string {
 		n, _ := strconv.Atoi(lineRe.FindStringSubmatch(m)[1])
-		if p := fieldAt(&root, n, nil); p != "" {
+		p := ""
+		if v, ok := values[n]; ok {
+			p = fieldAt(&root, n, &v, nil)
+		}
+		if p == "" {
+			p = fieldAt(&root, n, nil, nil)
+		}
+		if p != "" {
 			return fmt.Sprintf("line %d, field %s: ", n, p)
 		}
 		return m
 	})
 }
 
-// fieldAt returns the path of the mapping key whose value starts on line.
-func fieldAt(n *yaml.Node, line int, path []string) string {
+// fieldAt returns the path of the mapping key whose value starts on
+// line (and is value, when value is not nil).
+func fieldAt(n *yaml.Node, line int, value *string, path []string) string {
 	switch n.Kind {
 	case yaml.DocumentNode:
 		for _, c := range n.Content {
-			if p := fieldAt(c, line, path); p != "" {
+			if p := fieldAt(c, line, value, path); p != "" {
 				return p
 			}
 		}
@@ -73,10 +91,10 @@ func fieldAt(n *yaml.Node, line int, path []string) string {
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, v := n.Content[i], n.Content[i+1]
 			p := append(slices.Clone(path), k.Value)
-			if v.Kind == yaml.ScalarNode && (v.Line == line || k.Line == line) {
+			if v.Kind == yaml.ScalarNode && (v.Line == line || k.Line == line) && (value == nil || v.Value == *value) {
 				return strings.Join(p, ".")
 			}
-			if r := fieldAt(v, line, p); r != "" {
+			if r := fieldAt(v, line, value, p); r != "" {
 				return r
 			}
 		}
@@ -86,7 +104,7 @@ func fieldAt(n *yaml.Node, line int, path []string) string {
 			if len(p) > 0 {
 				p[len(p)-1] += "[" + strconv.Itoa(i) + "]"
 			}
-			if r := fieldAt(c, line, p); r != "" {
+			if r := fieldAt(c, line, value, p); r != "" {
 				return r
 			}
 		}

@@ -6,7 +6,8 @@ import (
 )
 
 type inner struct {
-	Weight int `yaml:"weight"`
+	Name   string `yaml:"name"`
+	Weight int    `yaml:"weight"`
 }
 
 type outer struct {
@@ -26,6 +27,7 @@ func TestDecode(t *testing.T) {
 		{"unknown key is refused", "name: a\nnmae: b\n", "nmae"},
 		{"type error names the field path", "pools:\n  p:\n    weight: heavy\n", "field pools.p.weight"},
 		{"in a list", "list:\n  - weight: 1\n  - weight: x\n", "field list[1].weight"},
+		{"in a flow mapping, the key of the bad value", "list:\n  - {name: 1, weight: heavy}\n", "field list[0].weight"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
