@@ -84,7 +84,7 @@ func (r *recorder) switchTo(t *testing.T, backend string) {
 }
 
 type rankEndpoint struct {
-	name, url, key string
+	name, url, key  string
 	in, cached, out float64
 }
 
