@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/infergate/infergate/internal/safehttp"
 	"github.com/infergate/infergate/internal/yamlconf"
 )
 
@@ -169,10 +170,6 @@ func (w *Workload) Defaults() {
 	}
 }
 
-// credentialHeaders are the headers a key travels in: they come from
-// api_key_env or api_key_file, never from headers.
-var credentialHeaders = []string{"authorization", "api-key", "x-api-key", "proxy-authorization", "cookie"}
-
 // Validate reports the first setting that cannot run, by its field path.
 func (f *File) Validate() error {
 	if len(f.Endpoints) == 0 {
@@ -220,10 +217,8 @@ func (f *File) Validate() error {
 			if !validHeaderName(k) || strings.ContainsAny(v, "\r\n\x00") {
 				return fmt.Errorf("%s.headers.%s: not a header", at, k)
 			}
-			for _, c := range credentialHeaders {
-				if strings.EqualFold(k, c) {
-					return fmt.Errorf("%s.headers.%s: a credential goes in api_key_env or api_key_file, never in the file", at, k)
-				}
+			if safehttp.IsCredential(k) {
+				return fmt.Errorf("%s.headers.%s: a credential goes in api_key_env or api_key_file, never in the file", at, k)
 			}
 		}
 		for k, v := range e.Overrides {

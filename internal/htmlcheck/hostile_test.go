@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/infergate/infergate/bench"
+	"github.com/infergate/infergate/bench/rank"
 	"github.com/infergate/infergate/diagnose"
 	"github.com/infergate/infergate/internal/htmlcheck"
 	"github.com/infergate/infergate/internal/svgchart"
@@ -74,6 +75,9 @@ func TestReportsRunNoScript(t *testing.T) {
 	diag := &diagnose.Report{Bottleneck: hostile, Confidence: hostile, Summary: hostile, Load: hostile, LoadDetail: hostile,
 		Evidence: []diagnose.Finding{{Signal: hostile, Detail: hostile}}, Backends: []diagnose.Backend{{Name: hostile, Server: hostile}}}
 	res := &tune.Result{Objective: hostile, Bottleneck: hostile, Diagnosis: hostile, Stopped: hostile}
+	ranked := &rank.Record{Bound: hostile, Host: hostile, Workload: rank.Workload{Order: hostile, SLO: hostile},
+		Endpoints: []*rank.Result{{Name: hostile, URL: hostile, Model: hostile, Rounds: []rank.Round{{TTFTP50: 1}, {Round: 1, TTFTP50: 2}}}},
+		Ranking:   []rank.Place{{Rank: 1, Name: hostile, Why: hostile}}}
 	pages := map[string]func(*bytes.Buffer) error{
 		"ab.html": func(b *bytes.Buffer) error {
 			return ab.WriteHTML(b, hostile, []mirror.Example{{ID: hostile, Primary: hostile, Candidate: hostile}})
@@ -81,6 +85,9 @@ func TestReportsRunNoScript(t *testing.T) {
 		"bench.html":    func(b *bytes.Buffer) error { return rec.WriteHTML(b) },
 		"diagnose.html": func(b *bytes.Buffer) error { return diag.WriteHTML(b, hostile) },
 		"tune.html":     func(b *bytes.Buffer) error { return res.WriteHTML(b) },
+		"rank.html": func(b *bytes.Buffer) error {
+			return ranked.WriteHTML(b, []*rank.Record{ranked, ranked}, []rank.Flag{{Endpoint: hostile, What: hostile}})
+		},
 	}
 	for name, fill := range pages {
 		p := write(t, name, fill)

@@ -7,6 +7,7 @@ package safehttp
 import (
 	"errors"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -15,12 +16,17 @@ import (
 var ErrRedirect = errors.New("the server redirected a request that holds a credential; not followed (point the URL at the final address)")
 
 // CheckRedirect is an http.Client's CheckRedirect: it refuses to follow
-// a redirect of a request with an Authorization header (net/http sends
-// it on to any port of the same host, and to other schemes), and
+// a redirect of a request with a credential header (CredentialHeaders:
+// net/http sends Authorization on to any port of the same host and to
+// other schemes, and a provider's own key header to any host), and
 // follows others at most five times.
 func CheckRedirect(req *http.Request, via []*http.Request) error {
-	if len(via) > 0 && via[0].Header.Get("Authorization") != "" {
-		return ErrRedirect
+	if len(via) > 0 {
+		for name := range via[0].Header {
+			if IsCredential(name) {
+				return ErrRedirect
+			}
+		}
 	}
 	if len(via) >= 5 {
 		return errors.New("more than 5 redirects")
@@ -45,4 +51,19 @@ func Guard(c *http.Client) *http.Client {
 	g := *c
 	g.CheckRedirect = CheckRedirect
 	return &g
+}
+
+// CredentialHeaders are the headers a key travels in: Authorization and
+// the providers' own (Azure's api-key, x-api-key).
+var CredentialHeaders = []string{"Authorization", "Proxy-Authorization", "Api-Key", "X-Api-Key", "Cookie"}
+
+// IsCredential reports whether the header name is one of
+// CredentialHeaders, in any case.
+func IsCredential(name string) bool {
+	for _, c := range CredentialHeaders {
+		if strings.EqualFold(name, c) {
+			return true
+		}
+	}
+	return false
 }

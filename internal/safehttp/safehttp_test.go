@@ -81,6 +81,16 @@ func TestNoCredentialFollowsARedirect(t *testing.T) {
 		t.Errorf("credentials reached the redirect's target: %q", got[1:])
 	}
 
+	// A provider's own key header (Azure's api-key, x-api-key) is a key
+	// too: net/http would carry it to any host.
+	for _, h := range []string{"api-key", "X-API-Key", "Cookie"} {
+		req, _ = http.NewRequest("POST", r.from.URL+"/v1/chat/completions", nil)
+		req.Header.Set(h, "sk-own-header")
+		if _, err := safehttp.Client(0).Do(req); !errors.Is(err, safehttp.ErrRedirect) {
+			t.Errorf("a request with %s: %v, want ErrRedirect", h, err)
+		}
+	}
+
 	// Without a key a redirect is followed as before.
 	resp, err := safehttp.Client(0).Get(r.from.URL + "/health")
 	if err != nil || resp.StatusCode != 200 {

@@ -1,0 +1,273 @@
+package rank
+
+import (
+	"bytes"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/infergate/infergate/internal/htmlcheck"
+	"github.com/infergate/infergate/internal/yamlconf"
+	"github.com/infergate/infergate/verdict"
+)
+
+func decode(t *testing.T, src string) (*File, error) {
+	t.Helper()
+	var f File
+	if err := yamlconf.Decode([]byte(src), &f); err != nil {
+		return nil, err
+	}
+	return &f, f.Validate()
+}
+
+const one = "endpoints:\n  - name: a\n    url: https://api.example.com/v1\n    model: m\n"
+
+func TestValidate(t *testing.T) {
+	for _, c := range []struct{ src, want string }{
+		{one, ""},
+		{"endpoints: []\n", "endpoints: none listed"},
+		{one + "  - name: a\n    url: https://b.example.com/v1\n    model: m\n", `endpoints[1].name "a": also endpoints[0]'s`},
+		{"endpoints:\n  - name: a\n    url: ftp://x/v1\n    model: m\n", "endpoints[0].url"},
+		{"endpoints:\n  - name: a\n    url: https://user:pw@x/v1\n    model: m\n", "endpoints[0].url: holds a user or password"},
+		{"endpoints:\n  - name: a\n    url: https://x/v1\n", "endpoints[0].model: empty"},
+		{one + "    api_key_env: A\n    api_key_file: /k\n", "endpoints[0]: api_key_env and api_key_file both set"},
+		{one + "    api_key_header: \"bad header\"\n", "endpoints[0].api_key_header"},
+		{one + "    price: {input: 1, output: -2}\n", "endpoints[0].price.output"},
+		{one + "    headers: {x-api-key: k}\n", "endpoints[0].headers.x-api-key: a credential goes in api_key_env"},
+		{one + "    headers: {X-Org: \"a\\r\\nb\"}\n", "endpoints[0].headers.X-Org"},
+		{one + "    overrides: {model: other}\n", "endpoints[0].overrides.model"},
+		{one + "workload:\n  api: embeddings\n", "workload.api"},
+		{one + "workload:\n  requests: 100000\n", "workload.requests"},
+		{one + "workload:\n  order: cost,ttft,mood\n", `workload.order: "mood"`},
+	} {
+		_, err := decode(t, c.src)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: %v", c.src, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s: %v, want %q", c.src, err, c.want)
+		}
+	}
+	var many strings.Builder
+	many.WriteString("endpoints:\n")
+	for i := range MaxEndpoints + 1 {
+		many.WriteString("  - {name: e" + strings.Repeat("x", i) + ", url: http://127.0.0.1:1, model: m}\n")
+	}
+	if _, err := decode(t, many.String()); err == nil || !strings.Contains(err.Error(), "at most 64") {
+		t.Errorf("65 endpoints: %v", err)
+	}
+}
+
+func TestKeys(t *testing.T) {
+	f, err := decode(t, "endpoints:\n  - {name: a, url: https://a/v1, model: m, api_key_env: KA}\n  - {name: b, url: https://b/v1, model: m, api_key_file: /keys/b, api_key_header: api-key}\n  - {name: c, url: https://c/v1, model: m}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"KA": " ka\n"}
+	files := map[string]string{"/keys/b": "kb\n"}
+	getenv := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	read := func(p string) ([]byte, error) {
+		if v, ok := files[p]; ok {
+			return []byte(v), nil
+		}
+		return nil, errors.New("no such file")
+	}
+	keys, err := f.Keys(getenv, read)
+	if err != nil || strings.Join(keys, ",") != "ka,kb," {
+		t.Fatalf("keys %q, %v", keys, err)
+	}
+	if h := f.Endpoints[0].headers(keys[0]); len(h) != 1 || h[0] != [2]string{"Authorization", "Bearer ka"} {
+		t.Errorf("a's headers %q", h)
+	}
+	if h := f.Endpoints[1].headers(keys[1]); len(h) != 1 || h[0] != [2]string{"api-key", "kb"} {
+		t.Errorf("b's headers %q: want its own header with the bare key", h)
+	}
+	delete(env, "KA")
+	if _, err := f.Keys(getenv, read); err == nil || err.Error() != `endpoint "a" (endpoints[0]): api_key_env KA is not set` {
+		t.Errorf("missing variable: %v", err)
+	}
+	env["KA"] = "ka"
+	files["/keys/b"] = " \n"
+	if _, err := f.Keys(getenv, read); err == nil || !strings.Contains(err.Error(), `endpoint "b" (endpoints[1]): api_key_file /keys/b is empty`) {
+		t.Errorf("empty file: %v", err)
+	}
+}
+
+func TestCost(t *testing.T) {
+	cached := 0.1
+	p := Price{Input: 1, CachedInput: &cached, Output: 4}
+	if got := cost(p, 1000, 400, 100); got != (600*1+400*0.1+100*4)/1e6 {
+		t.Errorf("cost %g", got)
+	}
+	if got := cost(p, 100, 500, -1); got != 100*0.1/1e6 {
+		t.Errorf("cached beyond the prompt, no output usage: %g", got)
+	}
+	if (Price{Input: 2}).Cached() != 2 {
+		t.Error("cached_input unset must cost as input")
+	}
+}
+
+// result builds an endpoint that answered n requests with TTFTs drawn
+// around ttft ms, costing cost each, failing the first failed.
+func result(name string, n, failed int, ttft, c float64, seed uint64) *Result {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	r := &Result{Name: name, Price: Price{Input: 1, Output: 1}}
+	for i := range n {
+		q := Request{OK: i >= failed, PromptTokens: 10, OutputTokens: 10}
+		if q.OK {
+			q.TTFT, q.Speed, q.Cost, q.Met = ttft*(1+0.02*rng.NormFloat64()), 100, c, ttft < 100
+		} else {
+			q.Class = ClassServer
+		}
+		r.Requests = append(r.Requests, q)
+	}
+	r.Rounds = []Round{{OK: n - failed, Requests: n, Throughput: 10, RequestRate: 1}}
+	return r
+}
+
+func ranked(rs []*Result, order, slo string) string {
+	w := Workload{Order: order, SLO: slo}
+	var slos []verdict.SLO
+	if slo != "" {
+		slos = []verdict.SLO{{Metric: "ttft", MaxMs: 100}}
+	}
+	for _, r := range rs {
+		r.Figures = figures(r, w, slos, 0.9)
+	}
+	var parts []string
+	for _, p := range Order(rs, w) {
+		s := p.Name
+		if p.Tied {
+			s += "="
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, " ")
+}
+
+func TestOrder(t *testing.T) {
+	for _, c := range []struct {
+		name, order, slo string
+		rs               []*Result
+		want             string
+	}{
+		{"twins tie", "slo,cost,ttft", "", []*Result{result("a", 50, 0, 50, 1, 1), result("b", 50, 0, 50, 1, 2)}, "a= b="},
+		{"cheaper first", "cost,ttft", "", []*Result{result("dear", 50, 0, 20, 2, 1), result("cheap", 50, 0, 50, 1, 2)}, "cheap dear"},
+		{"a cost within tolerance leaves it to TTFT", "cost,ttft", "", []*Result{result("slow", 50, 0, 80, 1, 1), result("fast", 50, 0, 40, 1.01, 2)}, "fast slow"},
+		{"the SLO before cost", "slo,cost", "on", []*Result{result("cheap-slow", 50, 0, 150, 0.5, 1), result("dear-fast", 50, 0, 40, 2, 2)}, "dear-fast cheap-slow"},
+		{"errors", "errors", "", []*Result{result("flaky", 50, 20, 40, 1, 1), result("steady", 50, 0, 40, 1, 2)}, "steady flaky"},
+		{"no answers last", "cost", "", []*Result{result("dead", 10, 10, 0, 0, 1), result("ok", 50, 0, 40, 5, 2)}, "ok dead"},
+		{"too few to tell is a tie", "ttft", "", []*Result{result("a", 10, 0, 80, 1, 1), result("b", 10, 0, 40, 1, 2)}, "a= b="},
+	} {
+		if got := ranked(c.rs, c.order, c.slo); got != c.want {
+			t.Errorf("%s: %s, want %s", c.name, got, c.want)
+		}
+	}
+}
+
+func run(start time.Time, rs ...*Result) *Record {
+	for _, r := range rs {
+		r.Figures = figures(r, Workload{}, nil, 0.9)
+	}
+	return &Record{Schema: Schema, Start: start, Endpoints: rs, Ranking: Order(rs, Workload{Order: "cost,ttft"})}
+}
+
+func TestDrift(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	runs := []*Record{
+		run(t0, result("a", 60, 0, 50, 1, 1), result("b", 60, 0, 50, 1, 2)),
+		run(t0.Add(time.Hour), result("a", 60, 0, 50, 1, 3), result("b", 60, 0, 51, 1, 4)),
+		run(t0.Add(2*time.Hour), result("a", 60, 0, 50, 1, 5), result("b", 60, 0, 80, 1, 6)),
+	}
+	flags := Drift(runs, DriftOptions{})
+	if len(flags) != 1 || flags[0].Endpoint != "b" || flags[0].Figure != "ttft" || !flags[0].From.Equal(runs[1].Start) || !strings.Contains(flags[0].What, "worse") {
+		t.Fatalf("flags %+v: want b's TTFT, worse, between the second and third runs", flags)
+	}
+	runs[2].Endpoints[0].Price.Output = 3
+	runs = append(runs, run(t0.Add(3*time.Hour), result("a", 60, 0, 50, 1, 7), result("b", 60, 0, 50, 1, 8)))
+	flags = Drift(runs, DriftOptions{})
+	var got []string
+	for _, f := range flags {
+		got = append(got, f.Endpoint+":"+f.Figure)
+	}
+	// a's price changed in the third run and back in the fourth.
+	if strings.Join(got, " ") != "a:price b:ttft a:price b:ttft" {
+		t.Errorf("flags %v, want a's price and b's TTFT worse, then a's price and b's TTFT better", got)
+	}
+	if !strings.Contains(flags[3].What, "better") {
+		t.Errorf("%s: want better", flags[3].What)
+	}
+	// A record saved and read back drifts the same.
+	dir := t.TempDir()
+	for _, r := range runs {
+		if err := r.Save(filepath.Join(dir, r.FileName())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.WriteFile(filepath.Join(dir, "notes.json"), []byte("{}"), 0o600)
+	back, err := LoadHistory(dir)
+	if err != nil || len(back) != len(runs) {
+		t.Fatalf("history: %d runs, %v", len(back), err)
+	}
+	if again := Drift(back, DriftOptions{}); len(again) != len(flags) {
+		t.Errorf("read back: %d flags, want %d", len(again), len(flags))
+	}
+	os.WriteFile(filepath.Join(dir, "rank-bad.json"), []byte(`{"schema":"other"}`), 0o600)
+	if _, err := LoadHistory(dir); err == nil || !strings.Contains(err.Error(), "rank-bad.json") {
+		t.Errorf("a record of another schema: %v", err)
+	}
+}
+
+// The page draws its charts in a real browser, and an endpoint named
+// like markup shows as text.
+func TestPageInChromium(t *testing.T) {
+	hostile := `<script>document.title="ran"</script>`
+	r := run(time.Now(), result(hostile, 40, 2, 50, 1, 1), result("b", 40, 0, 60, 2, 2))
+	for _, e := range r.Endpoints {
+		e.Rounds = []Round{{Round: 0, TTFTP50: 50, OK: 10, Requests: 10}, {Round: 1, TTFTP50: 55, OK: 9, Requests: 10}}
+	}
+	var b bytes.Buffer
+	if err := r.WriteHTML(&b, []*Record{r, r}, []Flag{{Endpoint: hostile, What: hostile}}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "<script>") {
+		t.Fatal("the page holds the endpoint's name unescaped")
+	}
+	p := filepath.Join(t.TempDir(), "rank.html")
+	os.WriteFile(p, b.Bytes(), 0o600)
+	htmlcheck.Check(t, p, "#0072B2")
+}
+
+func FuzzFile(f *testing.F) {
+	f.Add([]byte(one))
+	f.Add([]byte(one + "    price: {input: 1, cached_input: 0.1, output: 2}\n    headers: {X-A: b}\n    overrides: {temperature: 0}\nworkload: {rounds: 2, order: slo}\n"))
+	f.Add([]byte("endpoints:\n  - {name: \"\", url: \"http://[::1\"}\n"))
+	f.Fuzz(func(t *testing.T, src []byte) {
+		var file File
+		if yamlconf.Decode(src, &file) != nil || file.Validate() != nil {
+			return
+		}
+		file.Workload.Defaults()
+		if err := file.Validate(); err != nil {
+			t.Fatalf("valid, then invalid with defaults: %v", err)
+		}
+		_ = Bound(&file)
+		for i := range file.Endpoints {
+			_ = file.Endpoints[i].headers("k")
+		}
+	})
+}
+
+func TestExampleFileIsValid(t *testing.T) {
+	f, err := Load("../../rank.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Endpoints) != 3 || f.Workload.Rounds != 3 || f.Endpoints[0].Price.Cached() != 0.025 {
+		t.Errorf("example: %+v", f)
+	}
+}
