@@ -104,9 +104,9 @@ func writeEndpoints(t *testing.T, path string, es []rankEndpoint) {
 	}
 }
 
-// Five endpoints as real processes: two identical sims, one behind the
+// Six endpoints as real processes: two identical sims, one behind the
 // gateway, one slow, one that rate-limits with 429 and Retry-After behind
-// a recorder. The ranking follows their settings; the twins tie; the
+// a recorder, and the gateway again with a wrong key. The ranking follows their settings; the twins tie; the
 // limited one's availability and waits are reported and no request
 // reached it before its Retry-After had passed; costs are the prices
 // times the usage each answer returned; each key went to its own
@@ -119,27 +119,31 @@ func TestRankOrdersEndpointsAsTheirSettingsImply(t *testing.T) {
 	fast, twin := sim(), sim()
 	// The gateway's backend is the engine, whose prefix cache bills the
 	// shared prefix at the cached price.
-	gw := start(t, "serve", "--listen", "127.0.0.1:0", "--upstream", start(t, "sim", "--listen", "127.0.0.1:0").url(t)).url(t)
+	// It asks for a key: the locked endpoint's is wrong.
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "gw.keys"), []byte("key-for-gateway\n"), 0o600)
+	gw := start(t, "serve", "--listen", "127.0.0.1:0", "--auth-keys", filepath.Join(dir, "gw.keys"),
+		"--upstream", start(t, "sim", "--listen", "127.0.0.1:0").url(t)).url(t)
 	slow := start(t, "sim", "--listen", "127.0.0.1:0", "--ttft", "250ms", "--itl", "5ms").url(t)
 	limited := newRecorder(t, sim("--error-rate", "0.4", "--error-status", "429", "--retry-after", "1s"))
-	dir := t.TempDir()
 	keyFile := filepath.Join(dir, "limited.key")
 	os.WriteFile(keyFile, []byte("key-for-limited\n"), 0o600)
 	file := filepath.Join(dir, "endpoints.yaml")
 	writeEndpoints(t, file, []rankEndpoint{
 		{"fast", fast, "api_key_env: RANK_TEST_FAST_KEY", 0.5, 0.05, 1.5},
 		{"fast-twin", twin, "", 0.5, 0.05, 1.5},
-		{"gateway", gw, "", 1, 0.1, 3},
+		{"gateway", gw, "api_key_env: RANK_TEST_GW_KEY", 1, 0.1, 3},
 		{"slow", slow, "", 0.1, 0.1, 0.4},
 		{"limited", limited.url, "api_key_file: " + keyFile, 0.2, 0.2, 0.6},
+		{"locked", gw, "api_key_env: RANK_TEST_LOCKED_KEY", 0.01, 0.01, 0.01},
 	})
 	hist := filepath.Join(dir, "runs")
 	cmd := []string{"rank", file, "--slo", "ttft=150ms", "--out", hist, "--csv", filepath.Join(dir, "r.csv"), "--html", filepath.Join(dir, "r.html")}
-	code, out := exitCodeEnv(t, []string{"RANK_TEST_FAST_KEY=key-for-fast"}, cmd...)
+	code, out := exitCodeEnv(t, []string{"RANK_TEST_FAST_KEY=key-for-fast", "RANK_TEST_GW_KEY=key-for-gateway", "RANK_TEST_LOCKED_KEY=key-for-nothing"}, cmd...)
 	if code != 0 {
 		t.Fatalf("rank: exit %d\n%s", code, out)
 	}
-	if !strings.Contains(out, "5 endpoints × 3 rounds × (1 probes + 4 warm-up + 16 measured requests") || !strings.Contains(out, "at most 315 requests") {
+	if !strings.Contains(out, "6 endpoints × 3 rounds × (1 probes + 4 warm-up + 16 measured requests") || !strings.Contains(out, "at most 378 requests") {
 		t.Errorf("the bound is not stated up front\n%s", out)
 	}
 	paths, _ := filepath.Glob(filepath.Join(hist, "rank-*.json"))
@@ -154,15 +158,19 @@ func TestRankOrdersEndpointsAsTheirSettingsImply(t *testing.T) {
 	for _, p := range rec.Ranking {
 		order = append(order, fmt.Sprintf("%d%s", p.Rank, p.Name))
 	}
-	if got := strings.Join(order, " "); got != "1fast 1fast-twin 3gateway 4slow 5limited" {
-		t.Errorf("ranking %s, want 1fast 1fast-twin 3gateway 4slow 5limited\n%s", got, out)
+	// The locked endpoint is the cheapest, and answered nothing.
+	if got := strings.Join(order, " "); got != "1fast 1fast-twin 3gateway 4slow 5limited 6locked" {
+		t.Errorf("ranking %s, want 1fast 1fast-twin 3gateway 4slow 5limited 6locked\n%s", got, out)
 	}
-	if !rec.Ranking[0].Tied || !rec.Ranking[1].Tied || rec.Ranking[2].Tied {
+	if !rec.Ranking[0].Tied || !rec.Ranking[1].Tied || rec.Ranking[2].Tied || rec.Ranking[5].Tied {
 		t.Errorf("the twins must be tied, and only they: %+v", rec.Ranking)
 	}
 	by := map[string]*rank.Result{}
 	for _, e := range rec.Endpoints {
 		by[e.Name] = e
+		if e.Name == "locked" {
+			continue
+		}
 		// Cost by hand: the configured prices times the usage returned.
 		var sum float64
 		var n int
@@ -194,6 +202,9 @@ func TestRankOrdersEndpointsAsTheirSettingsImply(t *testing.T) {
 	}
 	if !strings.Contains(out, "rate limited: ") {
 		t.Errorf("the rate limiting is not reported\n%s", out)
+	}
+	if lk := by["locked"]; lk.Figures.Errors[rank.ClassAuth] == 0 || lk.Figures.OK != 0 || !strings.Contains(lk.Stopped, "round 0: bench: stopped: the first 8 requests all failed alike (http_401)") || len(lk.Rounds) != 1 {
+		t.Errorf("locked: %+v stopped %q, want its auth failures and no rounds after the first", lk.Figures, lk.Stopped)
 	}
 	if gf := by["gateway"].Figures; gf.CachedTokens == 0 {
 		t.Errorf("gateway: no cached tokens from the engine's prefix cache: %+v", gf)
@@ -233,8 +244,8 @@ func TestRankOrdersEndpointsAsTheirSettingsImply(t *testing.T) {
 		t.Error("the output holds a key")
 	}
 	assertPrivate(t, paths[0], filepath.Join(dir, "r.csv"), filepath.Join(dir, "r.html"))
-	if b, _ := os.ReadFile(filepath.Join(dir, "r.csv")); len(bytes.Split(bytes.TrimSpace(b), []byte("\n"))) != 6 {
-		t.Errorf("csv: want a header and five rows\n%s", b)
+	if b, _ := os.ReadFile(filepath.Join(dir, "r.csv")); len(bytes.Split(bytes.TrimSpace(b), []byte("\n"))) != 7 {
+		t.Errorf("csv: want a header and six rows\n%s", b)
 	}
 }
 
