@@ -82,7 +82,8 @@ type Figures struct {
 	CachedTokens int64 `json:"cached_tokens"`
 	OutputTokens int64 `json:"output_tokens"`
 	// UsageMissing counts successful requests whose answers carried no
-	// usage: their cost is unknown and counts 0.
+	// usage: their tokens are cl100k_base's counts (Request.Counted), an
+	// estimate of what the endpoint bills.
 	UsageMissing int `json:"usage_missing,omitempty"`
 	// CostPerRequest is the mean cost of a successful request (normal
 	// interval); CostPerMOutput the cost per million output tokens at the
@@ -118,7 +119,7 @@ var Formulas = map[string]string{
 	"throughput":        "output tokens / the round's measured window at the concurrency; the median round, [lowest, highest]",
 	"error_rate":        "failed / measured requests, 95% Wilson interval",
 	"availability":      "answered / sent, probes included; worst_round is the lowest round",
-	"cost_per_request":  "mean over successful requests of ((prompt − cached) × input + cached × cached_input + output × output) / 1e6, from the usage each answer returned; 95% normal interval",
+	"cost_per_request":  "mean over successful requests of ((prompt − cached) × input + cached × cached_input + output × output) / 1e6, from the usage each answer returned (without usage: cl100k_base counts of the prompt and the answer, marked counted); 95% normal interval",
 	"cost_per_m_output": "everything spent / output tokens × 1e6: the price of an output token at this workload's mix",
 	"cost_per_m_tokens": "everything spent / (prompt + output tokens) × 1e6",
 	"blended_3to1":      "(3 × input + output) / 4 per M tokens: the configured price blended 3:1, the convention public leaderboards use",
@@ -159,8 +160,11 @@ func figures(res *Result, w Workload, slos []verdict.SLO, pct float64) Figures {
 			continue
 		}
 		f.OK++
-		ttft, speed, costs = append(ttft, q.TTFT), append(speed, q.Speed), append(costs, q.Cost)
-		if q.OutputTokens < 0 {
+		ttft, costs = append(ttft, q.TTFT), append(costs, q.Cost)
+		if q.Speed > 0 {
+			speed = append(speed, q.Speed)
+		}
+		if q.Counted {
 			f.UsageMissing++
 		}
 		f.PromptTokens += int64(max(q.PromptTokens, 0))
@@ -238,7 +242,7 @@ func share(k, n int) float64 {
 // its interval.
 func quantileOf(xs []float64, p float64) Interval {
 	if len(xs) == 0 {
-		return Interval{0, nan(), nan()}
+		return Interval{nan(), nan(), nan()}
 	}
 	lo, hi := verdict.QuantileInterval(xs, p)
 	return Interval{quantile.Of(xs, p), lo, hi}

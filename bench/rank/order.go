@@ -183,6 +183,14 @@ func column(r *Result, v func(Request) float64) []float64 {
 	return out
 }
 
-func costs(r *Result) []float64  { return column(r, func(q Request) float64 { return q.Cost }) }
-func ttfts(r *Result) []float64  { return column(r, func(q Request) float64 { return q.TTFT }) }
-func speeds(r *Result) []float64 { return column(r, func(q Request) float64 { return q.Speed }) }
+func costs(r *Result) []float64 { return column(r, func(q Request) float64 { return q.Cost }) }
+func ttfts(r *Result) []float64 { return column(r, func(q Request) float64 { return q.TTFT }) }
+func speeds(r *Result) []float64 {
+	var out []float64
+	for _, x := range column(r, func(q Request) float64 { return q.Speed }) {
+		if x > 0 {
+			out = append(out, x)
+		}
+	}
+	return out
+}

@@ -3,6 +3,7 @@ package rank
 import (
 	"bytes"
 	"errors"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/infergate/infergate/bench"
 	"github.com/infergate/infergate/internal/htmlcheck"
 	"github.com/infergate/infergate/internal/yamlconf"
 	"github.com/infergate/infergate/verdict"
@@ -269,5 +271,34 @@ func TestExampleFileIsValid(t *testing.T) {
 	}
 	if len(f.Endpoints) != 3 || f.Workload.Rounds != 3 || f.Endpoints[0].Price.Cached() != 0.025 {
 		t.Errorf("example: %+v", f)
+	}
+}
+
+// An answer without usage is costed on cl100k_base's counts and marked;
+// two content events give no speed; the report warns of both, and of
+// answers of unequal length.
+func TestNoUsage(t *testing.T) {
+	p := Price{Input: 1, Output: 10}
+	r := &bench.Result{Status: 200, TTFT: 40 * time.Millisecond, LastToken: 41 * time.Millisecond, UsageTokens: -1, PromptTokens: -1, CachedTokens: -1,
+		InputTokens: 32, OutputTokens: 2, ContentEvents: 2}
+	row := requestOf(r, p, nil)
+	if !row.Counted || row.PromptTokens != 32 || row.OutputTokens != 2 || row.Cost != (32+20)/1e6 || row.Speed != 0 {
+		t.Errorf("row %+v: want counted tokens, their cost, and no speed", row)
+	}
+	short := &Result{Name: "short"}
+	long := &Result{Name: "long"}
+	for range 20 {
+		short.Requests = append(short.Requests, row)
+		long.Requests = append(long.Requests, Request{OK: true, PromptTokens: 40, CachedTokens: 0, OutputTokens: 8, TTFT: 40, Speed: 100})
+	}
+	for _, x := range []*Result{short, long} {
+		x.Figures = figures(x, Workload{}, nil, 0.9)
+	}
+	if short.Figures.UsageMissing != 20 || !math.IsNaN(short.Figures.SpeedP50.Value) {
+		t.Errorf("short: %+v", short.Figures)
+	}
+	ws := strings.Join(warnings([]*Result{short, long}), "\n")
+	if !strings.Contains(ws, "short returned no usage in 20 of 20 answers") || !strings.Contains(ws, "answers differ in length (short 2.0 output tokens a request, long 8.0)") {
+		t.Errorf("warnings:\n%s", ws)
 	}
 }

@@ -14,6 +14,9 @@ import (
 )
 
 func ci(i Interval, format string) string {
+	if math.IsNaN(i.Value) {
+		return "-"
+	}
 	if math.IsNaN(i.Lo) || math.IsNaN(i.Hi) {
 		return fmt.Sprintf(format, i.Value)
 	}
@@ -30,13 +33,13 @@ func rankText(p Place) string {
 // Write prints the ranking and each endpoint's figures as a table.
 func (r *Record) Write(w io.Writer) {
 	wl := r.Workload
-	fmt.Fprintf(w, "rank: %s\n", r.Bound)
+	fmt.Fprintf(w, "%d endpoints, %d rounds, started %s\n", len(r.Endpoints), wl.Rounds, r.Start.UTC().Format("2006-01-02 15:04:05 UTC"))
 	if wl.SLO != "" {
 		fmt.Fprintf(w, "objective: %s at %s; order: %s\n", wl.SLO, wl.SLOPercentile, wl.Order)
 	} else {
 		fmt.Fprintf(w, "order: %s\n", wl.Order)
 	}
-	fmt.Fprintf(w, "\n%-5s %-20s %-8s %-22s %-22s %-18s %-16s %-12s %-14s %-14s %-12s\n", "rank", "endpoint", "slo", "TTFT p50 ms", "TTFT p90 ms", "speed tok/s", "throughput", "errors", "avail (worst)", "$/request", "$/hour")
+	fmt.Fprintf(w, "\n%-5s %-20s %-8s %-22s %-22s %-22s %-16s %-8s %-14s %-10s %-10s\n", "rank", "endpoint", "slo", "TTFT p50 ms", "TTFT p90 ms", "speed tok/s", "throughput", "errors", "avail (worst)", "$/request", "$/hour")
 	for _, p := range r.Ranking {
 		e := find(r, p.Name)
 		f := e.Figures
@@ -50,6 +53,9 @@ func (r *Record) Write(w io.Writer) {
 			fmt.Sprintf("%.6f", f.CostPerRequest.Value), fmt.Sprintf("%.4f", f.CostPerHour))
 	}
 	fmt.Fprintf(w, "\n")
+	for _, x := range r.Warnings {
+		fmt.Fprintf(w, "warning: %s\n", x)
+	}
 	for _, p := range r.Ranking {
 		e := find(r, p.Name)
 		f := e.Figures
@@ -96,7 +102,7 @@ func missingText(n int) string {
 	if n == 0 {
 		return ""
 	}
-	return fmt.Sprintf(" (%d answers without usage: cost unknown, counted 0)", n)
+	return fmt.Sprintf(" (%d answers without usage: their tokens, and so their cost, are cl100k_base counts of the prompt and the answer, an estimate)", n)
 }
 
 // CSVHeader is the columns of WriteCSV.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -29,11 +30,14 @@ type Record struct {
 	Workload Workload `json:"workload"`
 	// Bound is the most requests the run could send, in words, as it
 	// was stated before it started.
-	Bound       string            `json:"bound"`
-	Endpoints   []*Result         `json:"endpoints"`
-	Ranking     []Place           `json:"ranking"`
-	Interrupted bool              `json:"interrupted,omitempty"`
-	Formulas    map[string]string `json:"formulas"`
+	Bound       string    `json:"bound"`
+	Endpoints   []*Result `json:"endpoints"`
+	Ranking     []Place   `json:"ranking"`
+	Interrupted bool      `json:"interrupted,omitempty"`
+	// Warnings are what a reader of the figures should know: answers of
+	// unequal length, usage not returned.
+	Warnings []string          `json:"warnings,omitempty"`
+	Formulas map[string]string `json:"formulas"`
 }
 
 // Result is one endpoint's part of a run.
@@ -105,12 +109,16 @@ type Request struct {
 	TPOT  float64 `json:"tpot_ms,omitempty"`
 	E2E   float64 `json:"e2e_ms,omitempty"`
 	Speed float64 `json:"speed,omitempty"`
-	// The usage the server returned: prompt tokens (cached among them)
-	// and output tokens; -1 when it returned none.
-	PromptTokens int `json:"prompt_tokens"`
-	CachedTokens int `json:"cached_tokens"`
-	OutputTokens int `json:"output_tokens"`
-	// Cost is what the endpoint's price makes of that usage.
+	// The tokens the cost is of: the usage the server returned (prompt
+	// tokens, cached among them, and output tokens; cached -1 when it did
+	// not say); or, when an answer came without usage (Counted set),
+	// cl100k_base's count of the prompt asked for and of the answer, no
+	// chat template counted. -1 for a probe.
+	PromptTokens int  `json:"prompt_tokens"`
+	CachedTokens int  `json:"cached_tokens"`
+	OutputTokens int  `json:"output_tokens"`
+	Counted      bool `json:"counted,omitempty"`
+	// Cost is what the endpoint's price makes of those tokens.
 	Cost float64 `json:"cost"`
 	// Met says the request met every SLO.
 	Met         bool    `json:"met,omitempty"`
@@ -356,6 +364,7 @@ rounds:
 		l.res.Figures = figures(l.res, w, vslos, pct)
 	}
 	rec.Ranking = Order(rec.Endpoints, w)
+	rec.Warnings = warnings(rec.Endpoints)
 	rec.End = time.Now().UTC()
 	if runErr != nil {
 		rec.Interrupted = true
@@ -381,8 +390,16 @@ func requestOf(r *bench.Result, p Price, slos []verdict.SLO) Request {
 		row.Class = classOf(r.ErrClass, r.Status)
 		return row
 	}
-	row.TTFT, row.TPOT, row.E2E, row.Speed = ms(r.TTFT), ms(r.TPOT()), ms(r.E2E()), r.Speed()
-	row.Cost = cost(p, r.PromptTokens, r.CachedTokens, r.UsageTokens)
+	if r.UsageTokens < 0 {
+		row.Counted, row.PromptTokens, row.CachedTokens, row.OutputTokens = true, r.InputTokens, -1, r.OutputTokens
+	}
+	row.TTFT, row.TPOT, row.E2E = ms(r.TTFT), ms(r.TPOT()), ms(r.E2E())
+	// A speed needs a span of events: with fewer than three (or all in
+	// one read) it is one gap's accident, not a decode rate.
+	if r.ContentEvents >= 3 {
+		row.Speed = r.Speed()
+	}
+	row.Cost = cost(p, row.PromptTokens, row.CachedTokens, row.OutputTokens)
 	row.Met = verdict.Met(slos, func(m string) float64 {
 		switch m {
 		case "ttft", "ttft_sched":
@@ -423,7 +440,10 @@ func fillRound(rd *Round, rows []Request, r int) {
 		rd.Requests++
 		if q.OK {
 			rd.OK++
-			ttft, speed = append(ttft, q.TTFT), append(speed, q.Speed)
+			ttft = append(ttft, q.TTFT)
+			if q.Speed > 0 {
+				speed = append(speed, q.Speed)
+			}
 			spent += q.Cost
 		}
 	}
@@ -431,4 +451,33 @@ func fillRound(rd *Round, rows []Request, r int) {
 	if rd.OK > 0 {
 		rd.CostPerRequest = spent / float64(rd.OK)
 	}
+}
+
+// warnings says when the endpoints' costs compare different work: answers
+// of another length (one stops early, or ignores max_tokens), or counted
+// tokens where the server returned no usage.
+func warnings(rs []*Result) []string {
+	var out []string
+	lo, hi := math.Inf(1), 0.0
+	var short, long string
+	for _, r := range rs {
+		f := r.Figures
+		if f.OK == 0 {
+			continue
+		}
+		n := float64(f.OutputTokens) / float64(f.OK)
+		if n < lo {
+			lo, short = n, r.Name
+		}
+		if n > hi {
+			hi, long = n, r.Name
+		}
+		if f.UsageMissing > 0 {
+			out = append(out, fmt.Sprintf("%s returned no usage in %d of %d answers: its tokens and cost are cl100k_base counts, an estimate", r.Name, f.UsageMissing, f.OK))
+		}
+	}
+	if lo > 0 && hi > 1.2*lo {
+		out = append(out, fmt.Sprintf("answers differ in length (%s %.1f output tokens a request, %s %.1f): cost per request compares different work; see the cost per M output tokens, or ask for a fixed length", short, lo, long, hi))
+	}
+	return out
 }
