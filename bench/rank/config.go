@@ -105,6 +105,35 @@ type Workload struct {
 	// Order is the ranking's keys, first decides first (default
 	// slo,cost,ttft): slo, cost, ttft, ttft_p90, speed, errors.
 	Order string `yaml:"order" json:"order"`
+	// Rate is the load the cost per hour is of, in requests/s; 0 prices
+	// an hour at the request rate measured at Concurrency.
+	Rate float64 `yaml:"rate" json:"rate,omitempty"`
+}
+
+// HourlyLoad says what load the cost per hour is of.
+func (w *Workload) HourlyLoad() string {
+	if w.Rate > 0 {
+		return fmt.Sprintf("%g requests/s", w.Rate)
+	}
+	return fmt.Sprintf("%d in flight at the measured rate", w.Concurrency)
+}
+
+// Comparable reports whether runs under w and v measured the same thing,
+// and if not, the first setting that differs: the requests and how many
+// at once (rounds, probes and the ranking's settings only change how much
+// is known).
+func (w *Workload) Comparable(v *Workload) (bool, string) {
+	for _, c := range []struct {
+		name string
+		a, b any
+	}{{"api", w.API, v.API}, {"input_tokens", w.InputTokens, v.InputTokens}, {"output_tokens", w.OutputTokens, v.OutputTokens},
+		{"shared_prefix", w.SharedPrefix, v.SharedPrefix}, {"dataset", w.Dataset, v.Dataset}, {"seed", w.Seed, v.Seed},
+		{"concurrency", w.Concurrency, v.Concurrency}} {
+		if c.a != c.b {
+			return false, fmt.Sprintf("workload.%s %#v → %#v", c.name, c.a, c.b)
+		}
+	}
+	return true, ""
 }
 
 // Bounds of a file: what one run may send.
@@ -249,6 +278,9 @@ func (w *Workload) check() error {
 	}
 	if w.Timeout < 0 {
 		return fmt.Errorf("workload.timeout: negative")
+	}
+	if w.Rate < 0 || w.Rate > 1e6 {
+		return fmt.Errorf("workload.rate: %g, want 0 to 1e6 requests/s", w.Rate)
 	}
 	for k := range strings.SplitSeq(w.Order, ",") {
 		if k = strings.TrimSpace(k); k != "" && !slices.Contains(OrderKeys, k) {

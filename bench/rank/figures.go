@@ -89,9 +89,9 @@ type Figures struct {
 	// interval); CostPerMOutput the cost per million output tokens at the
 	// measured mix (everything spent over the output tokens it bought);
 	// CostPerMTokens the cost per million tokens of either kind at that
-	// mix; Blended the price blended 3:1 input:output; CostPerHour
-	// keeping Concurrency requests in flight for an hour at the measured
-	// request rate.
+	// mix; Blended the price blended 3:1 input:output; CostPerHour an
+	// hour of workload.rate requests/s, or when unset of Concurrency
+	// requests in flight at the measured request rate.
 	CostPerRequest Interval `json:"cost_per_request"`
 	CostPerMOutput float64  `json:"cost_per_m_output"`
 	CostPerMTokens float64  `json:"cost_per_m_tokens"`
@@ -209,7 +209,11 @@ func figures(res *Result, w Workload, slos []verdict.SLO, pct float64) Figures {
 		f.CostPerMTokens = spent / float64(t) * 1e6
 	}
 	f.Blended = (3*res.Price.Input + res.Price.Output) / 4
-	f.CostPerHour = verdict.Median(rates) * 3600 * f.CostPerRequest.Value
+	rate := verdict.Median(rates)
+	if w.Rate > 0 {
+		rate = w.Rate
+	}
+	f.CostPerHour = rate * 3600 * f.CostPerRequest.Value
 	if len(slos) > 0 {
 		met := 0
 		for _, q := range res.Requests {

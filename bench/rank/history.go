@@ -96,13 +96,16 @@ type Flag struct {
 	Endpoint string    `json:"endpoint"`
 	From     time.Time `json:"from"`
 	To       time.Time `json:"to"`
-	// Figure is ttft, speed, error_rate, price, url or model.
+	// Figure is ttft, speed, error_rate, price, url or model; or
+	// workload, with no endpoint, when the two runs measured different
+	// workloads and were not compared.
 	Figure string `json:"figure"`
 	What   string `json:"what"`
 }
 
 // Drift compares each run with the one before it, endpoint by endpoint
-// (by name), and flags what moved beyond noise: TTFT p50 or the speed of
+// (by name), when both ran the same workload (Workload.Comparable; a
+// workload flag says when not), and flags what moved beyond noise: TTFT p50 or the speed of
 // a request (the verdict package's Mann-Whitney test with a bootstrap
 // interval, beyond the tolerance either way), the error rate (two
 // proportions), and any change of price, URL or model in the file. Each
@@ -113,6 +116,11 @@ func Drift(runs []*Record, o DriftOptions) []Flag {
 	var out []Flag
 	for i := 1; i < len(runs); i++ {
 		prev, cur := runs[i-1], runs[i]
+		if ok, why := prev.Workload.Comparable(&cur.Workload); !ok {
+			// Another workload moves every figure: nothing to flag.
+			out = append(out, Flag{From: prev.Start, To: cur.Start, Figure: "workload", What: "not compared: " + why})
+			continue
+		}
 		for _, b := range cur.Endpoints {
 			a := find(prev, b.Name)
 			if a == nil {
@@ -203,6 +211,9 @@ func WriteHistory(w io.Writer, runs []*Record, flags []Flag) {
 	}
 	fmt.Fprintf(w, "changes beyond noise:\n")
 	for _, f := range flags {
+		if f.Endpoint == "" {
+			f.Endpoint = "(all)"
+		}
 		fmt.Fprintf(w, "  %s  %s → %s  %s\n", f.Endpoint, f.From.UTC().Format("01-02 15:04:05"), f.To.UTC().Format("01-02 15:04:05"), f.What)
 	}
 }

@@ -218,6 +218,13 @@ func TestDrift(t *testing.T) {
 	if again := Drift(back, DriftOptions{}); len(again) != len(flags) {
 		t.Errorf("read back: %d flags, want %d", len(again), len(flags))
 	}
+	// A run of another workload is not compared with the one before.
+	other := run(t0.Add(4*time.Hour), result("a", 60, 0, 90, 1, 9), result("b", 60, 0, 90, 1, 10))
+	other.Workload.InputTokens = "2048"
+	flags = Drift(append(runs, other), DriftOptions{})
+	if last := flags[len(flags)-1]; last.Figure != "workload" || last.Endpoint != "" || !strings.Contains(last.What, `workload.input_tokens "" → "2048"`) || len(flags) != 5 {
+		t.Errorf("flags %+v: want the last transition not compared, naming the input length", flags)
+	}
 	os.WriteFile(filepath.Join(dir, "rank-bad.json"), []byte(`{"schema":"other"}`), 0o600)
 	if _, err := LoadHistory(dir); err == nil || !strings.Contains(err.Error(), "rank-bad.json") {
 		t.Errorf("a record of another schema: %v", err)

@@ -73,8 +73,8 @@ func (r *Record) Write(w io.Writer) {
 		fmt.Fprintf(w, "  probe (new connection each, medians): dns %.1f ms, connect %.1f ms, tls %.1f ms, wait %.1f ms, first token %.1f ms, TTFT %.1f ms\n",
 			f.Probe.DNS, f.Probe.Connect, f.Probe.TLS, f.Probe.Wait, f.Probe.FirstToken, f.Probe.TTFT)
 		fmt.Fprintf(w, "  tokens: %d prompt (%d cached), %d output%s\n", f.PromptTokens, f.CachedTokens, f.OutputTokens, missingText(f.UsageMissing))
-		fmt.Fprintf(w, "  cost: %s a request, %.4f per M output tokens at this mix, %.4f per M tokens at this mix, %.4f per M blended 3:1, %.4f an hour at %d in flight (price: %s)\n",
-			ci(f.CostPerRequest, "%.6f"), f.CostPerMOutput, f.CostPerMTokens, f.Blended, f.CostPerHour, r.Workload.Concurrency, e.Price)
+		fmt.Fprintf(w, "  cost: %s a request, %.4f per M output tokens at this mix, %.4f per M tokens at this mix, %.4f per M blended 3:1, %.4f an hour of %s (price: %s)\n",
+			ci(f.CostPerRequest, "%.6f"), f.CostPerMOutput, f.CostPerMTokens, f.Blended, f.CostPerHour, r.Workload.HourlyLoad(), e.Price)
 		if e.Stopped != "" {
 			fmt.Fprintf(w, "  stopped: %s\n", e.Stopped)
 		}

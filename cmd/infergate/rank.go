@@ -63,6 +63,7 @@ func runRank(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.StringVar(&w.SLO, "slo", "", "objective, e.g. ttft=2s,tpot=50ms: an endpoint meets it when its share of requests meeting it is at or above --slo-percentile")
 	fs.StringVar(&w.SLOPercentile, "slo-percentile", "", "with --slo: the share that must meet it (default p90)")
 	fs.StringVar(&w.Order, "order", "", "ranking keys, first decides first: slo, cost, ttft, ttft_p90, speed, errors (default slo,cost,ttft)")
+	fs.Float64Var(&w.Rate, "rate", 0, "the load the cost per hour is of, requests/s (default: the rate measured at --concurrency)")
 	out := fs.String("out", "", "save the run's record (rank-TIME.json) in this folder")
 	history := fs.String("history", "", "folder of earlier records: save this run there too, show each endpoint's figures over the runs and flag changes beyond noise")
 	htmlOut := fs.String("html", "", "write a self-contained HTML page with a chart per figure here")
@@ -201,6 +202,8 @@ func overrideWorkload(w, flags *rank.Workload, name string) {
 		w.SLOPercentile = flags.SLOPercentile
 	case "order":
 		w.Order = flags.Order
+	case "rate":
+		w.Rate = flags.Rate
 	}
 }
 
