@@ -34,6 +34,9 @@ func rankText(p Place) string {
 func (r *Record) Write(w io.Writer) {
 	wl := r.Workload
 	fmt.Fprintf(w, "%d endpoints, %d rounds, started %s\n", len(r.Endpoints), wl.Rounds, r.Start.UTC().Format("2006-01-02 15:04:05 UTC"))
+	if r.Interrupted {
+		fmt.Fprintf(w, "interrupted: the figures are of the requests that finished\n")
+	}
 	if wl.SLO != "" {
 		fmt.Fprintf(w, "objective: %s at %s; order: %s\n", wl.SLO, wl.SLOPercentile, wl.Order)
 	} else {

@@ -368,7 +368,7 @@ rounds:
 	rec.End = time.Now().UTC()
 	if runErr != nil {
 		rec.Interrupted = true
-		return rec, fmt.Errorf("rank: interrupted: %w", runErr)
+		return rec, fmt.Errorf("interrupted (the record holds what finished): %w", runErr)
 	}
 	return rec, nil
 }
