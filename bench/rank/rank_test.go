@@ -2,12 +2,16 @@ package rank
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"math"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -307,5 +311,49 @@ func TestNoUsage(t *testing.T) {
 	ws := strings.Join(warnings([]*Result{short, long}), "\n")
 	if !strings.Contains(ws, "short returned no usage in 20 of 20 answers") || !strings.Contains(ws, "answers differ in length (short 2.0 output tokens a request, long 8.0)") {
 		t.Errorf("warnings:\n%s", ws)
+	}
+}
+
+// An endpoint that answers every request with 429 and Retry-After is
+// held, not hammered, and stopped once its holds pass the round's budget;
+// the run goes on and ends without error.
+func TestHoldBudget(t *testing.T) {
+	var mu sync.Mutex
+	var arrivals []time.Time
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		arrivals = append(arrivals, time.Now())
+		mu.Unlock()
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusTooManyRequests)
+		w.Write([]byte(`{"error":{"message":"slow down","type":"rate_limit_error"}}`))
+	}))
+	defer srv.Close()
+	f, err := decode(t, "endpoints:\n  - {name: busy, url: \""+srv.URL+"/v1\", model: m}\nworkload: {input_tokens: \"8\", output_tokens: \"4\", concurrency: 2, requests: 8, probes: 1, rounds: 3}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Workload.Defaults()
+	start := time.Now()
+	rec, err := Run(context.Background(), f, Options{Keys: []string{""}, HoldBudget: 1500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := rec.Endpoints[0]
+	if !strings.Contains(e.Stopped, "round 0: rate limited past the round's Retry-After budget") || len(e.Rounds) != 1 {
+		t.Errorf("stopped %q after %d rounds: want stopped in round 0", e.Stopped, len(e.Rounds))
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("the run took %v", d)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i := 1; i < len(arrivals); i++ {
+		if gap := arrivals[i].Sub(arrivals[i-1]); gap > 50*time.Millisecond && gap < 900*time.Millisecond {
+			t.Errorf("request %d came %v after the last: inside its Retry-After", i, gap)
+		}
+	}
+	if e.Figures.Availability != 0 || e.Figures.Errors[ClassRateLimit] == 0 {
+		t.Errorf("figures %+v", e.Figures)
 	}
 }

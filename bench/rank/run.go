@@ -1,6 +1,7 @@
 package rank
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -179,14 +180,25 @@ type Options struct {
 	// Progress receives a line per endpoint and round; nil shows none.
 	Progress           io.Writer
 	InsecureSkipVerify bool
+	// HoldBudget bounds the Retry-After holds of one endpoint in one
+	// round (default DefaultHoldBudget): past it the endpoint is stopped,
+	// rate-limited, and its later rounds are not run.
+	HoldBudget time.Duration
 }
+
+// DefaultHoldBudget is Options.HoldBudget's default.
+const DefaultHoldBudget = 2 * time.Minute
+
+// errHoldBudget ends a round whose Retry-After holds ran past the budget.
+var errHoldBudget = errors.New("rate limited past the round's Retry-After budget")
 
 // Bound states what a run of f sends at most.
 func Bound(f *File) string {
 	w := f.Workload
 	per := w.Probes + w.Concurrency + w.Requests
-	return fmt.Sprintf("%d endpoints × %d rounds × (%d probes + %d warm-up + %d measured requests, %d at once, input %s / output %s tokens) = at most %d requests, each bounded by %v",
-		len(f.Endpoints), w.Rounds, w.Probes, w.Concurrency, w.Requests, w.Concurrency, orDataset(w.InputTokens, w.Dataset), orDataset(w.OutputTokens, w.Dataset), len(f.Endpoints)*w.Rounds*per, w.Timeout)
+	return fmt.Sprintf("%d endpoints × %d rounds × (%d probes + %d warm-up + %d measured requests, %d at once, input %s / output %s tokens) = at most %d requests, each bounded by %v; Retry-After honoured up to %v a time and %v an endpoint a round",
+		len(f.Endpoints), w.Rounds, w.Probes, w.Concurrency, w.Requests, w.Concurrency, orDataset(w.InputTokens, w.Dataset), orDataset(w.OutputTokens, w.Dataset), len(f.Endpoints)*w.Rounds*per, w.Timeout,
+		bench.MaxRetryAfter, DefaultHoldBudget)
 }
 
 func orDataset(v, dataset string) string {
@@ -221,9 +233,13 @@ func Run(ctx context.Context, f *File, o Options) (*Record, error) {
 		b   *bench.Bench
 		res *Result
 		mu  sync.Mutex
-		// round is the round under way, for OnResult.
-		round int
+		// round is the round under way, for OnResult; stop ends it, once
+		// its holds since heldAt pass the budget.
+		round  int
+		stop   context.CancelCauseFunc
+		heldAt time.Duration
 	}
+	budget := cmp.Or(o.HoldBudget, DefaultHoldBudget)
 	lives := make([]*live, len(f.Endpoints))
 	defer func() {
 		for _, l := range lives {
@@ -268,6 +284,9 @@ func Run(ctx context.Context, f *File, o Options) (*Record, error) {
 			l.mu.Lock()
 			row.Round = l.round
 			l.res.Requests = append(l.res.Requests, row)
+			if l.stop != nil && l.b.Held()-l.heldAt > budget {
+				l.stop(errHoldBudget)
+			}
 			l.mu.Unlock()
 		}
 		b, err := bench.Open(ctx, cfg)
@@ -301,21 +320,28 @@ rounds:
 				runErr = context.Cause(ctx)
 				break rounds
 			}
-			l.mu.Lock()
-			l.round = r
-			l.mu.Unlock()
 			round := Round{Round: r, Start: time.Now(), Position: k}
 			held := l.b.Held()
+			sctx, stop := context.WithCancelCause(ctx)
+			l.mu.Lock()
+			l.round, l.stop, l.heldAt = r, stop, held
+			l.mu.Unlock()
 			var ps []bench.ProbeResult
 			for range w.Probes {
 				// One at a time, so a Retry-After holds the next one too.
-				l.b.WaitHold(ctx)
-				p, _ := bench.Probe(ctx, bench.ProbeConfig{URL: l.b.Endpoint(), Body: probeBody(e), Stream: true, N: 1,
+				l.b.WaitHold(sctx)
+				if sctx.Err() != nil {
+					break
+				}
+				p, _ := bench.Probe(sctx, bench.ProbeConfig{URL: l.b.Endpoint(), Body: probeBody(e), Stream: true, N: 1,
 					Headers: l.b.Headers(), InsecureSkipVerify: o.InsecureSkipVerify, Timeout: w.Timeout})
 				for _, q := range p {
 					if q.RetryAfter > 0 {
 						l.b.Hold(q.RetryAfter)
 					}
+				}
+				if l.b.Held()-held > budget {
+					stop(errHoldBudget)
 				}
 				ps = append(ps, p...)
 			}
@@ -335,14 +361,26 @@ rounds:
 				l.res.Requests = append(l.res.Requests, row)
 				l.mu.Unlock()
 			}
-			s, err := l.b.Stage(ctx, r, float64(w.Concurrency))
+			var s *bench.Summary
+			var err error
+			if sctx.Err() == nil {
+				s, err = l.b.Stage(sctx, r, float64(w.Concurrency))
+			}
 			var af *bench.AllFailed
 			switch {
+			case errors.Is(context.Cause(sctx), errHoldBudget) && ctx.Err() == nil:
+				l.res.Stopped = fmt.Sprintf("round %d: %v (%v); its later rounds not run", r, errHoldBudget, budget)
 			case errors.As(err, &af):
 				l.res.Stopped = fmt.Sprintf("round %d: %v", r, af)
 			case err != nil:
 				runErr = err
+			case ctx.Err() != nil:
+				runErr = context.Cause(ctx)
 			}
+			stop(nil)
+			l.mu.Lock()
+			l.stop = nil
+			l.mu.Unlock()
 			round.HeldS = (l.b.Held() - held).Seconds()
 			if s != nil {
 				round.Throughput, round.RequestRate = s.OutputTokenThroughput, s.RequestThroughput
