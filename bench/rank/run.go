@@ -229,16 +229,6 @@ func Run(ctx context.Context, f *File, o Options) (*Record, error) {
 	cond := bench.NewConditions()
 	rec := &Record{Schema: Schema, Start: cond.Start, Tool: cond.ToolVersion, Host: cond.Host, Workload: w, Bound: Bound(f), Formulas: Formulas}
 	vslos := bench.VerdictSLOs(slos)
-	type live struct {
-		b   *bench.Bench
-		res *Result
-		mu  sync.Mutex
-		// round is the round under way, for OnResult; stop ends it, once
-		// its holds since heldAt pass the budget.
-		round  int
-		stop   context.CancelCauseFunc
-		heldAt time.Duration
-	}
 	budget := cmp.Or(o.HoldBudget, DefaultHoldBudget)
 	lives := make([]*live, len(f.Endpoints))
 	defer func() {
@@ -326,41 +316,7 @@ rounds:
 			l.mu.Lock()
 			l.round, l.stop, l.heldAt = r, stop, held
 			l.mu.Unlock()
-			var ps []bench.ProbeResult
-			for range w.Probes {
-				// One at a time, so a Retry-After holds the next one too.
-				l.b.WaitHold(sctx)
-				if sctx.Err() != nil {
-					break
-				}
-				p, _ := bench.Probe(sctx, bench.ProbeConfig{URL: l.b.Endpoint(), Body: probeBody(e), Stream: true, N: 1,
-					Headers: l.b.Headers(), InsecureSkipVerify: o.InsecureSkipVerify, Timeout: w.Timeout})
-				for _, q := range p {
-					if q.RetryAfter > 0 {
-						l.b.Hold(q.RetryAfter)
-					}
-				}
-				if l.b.Held()-held > budget {
-					stop(errHoldBudget)
-				}
-				ps = append(ps, p...)
-			}
-			round.Probe = probeOf(ps)
-			for _, p := range ps {
-				row := Request{Round: r, Probe: true, OK: p.Err == nil, Status: p.Status, PromptTokens: -1, CachedTokens: -1, OutputTokens: -1,
-					RetryAfterS: p.RetryAfter.Seconds()}
-				if p.Err != nil {
-					row.Class = classOf("", p.Status)
-					if p.Status == 0 {
-						row.Class = ClassConnect
-					}
-				} else {
-					row.TTFT = ms(p.TTFT)
-				}
-				l.mu.Lock()
-				l.res.Requests = append(l.res.Requests, row)
-				l.mu.Unlock()
-			}
+			l.probe(sctx, o, probeBody(e), budget, w)
 			var s *bench.Summary
 			var err error
 			if sctx.Err() == nil {
@@ -382,6 +338,7 @@ rounds:
 			l.stop = nil
 			l.mu.Unlock()
 			round.HeldS = (l.b.Held() - held).Seconds()
+			round.Probe = l.probes
 			if s != nil {
 				round.Throughput, round.RequestRate = s.OutputTokenThroughput, s.RequestThroughput
 			}
@@ -409,6 +366,61 @@ rounds:
 		return rec, fmt.Errorf("interrupted (the record holds what finished): %w", runErr)
 	}
 	return rec, nil
+}
+
+// live is an endpoint during a run.
+type live struct {
+	b   *bench.Bench
+	res *Result
+	mu  sync.Mutex
+	// round is the round under way, for OnResult; stop ends it, once
+	// its holds since heldAt pass the budget.
+	round  int
+	stop   context.CancelCauseFunc
+	heldAt time.Duration
+	// probes is the medians of the round's probes.
+	probes Probe
+}
+
+// probe sends the round's probes one at a time, so a Retry-After holds
+// the next one too, and records them; past the hold budget it ends the
+// round (l.stop).
+func (l *live) probe(ctx context.Context, o Options, body []byte, budget time.Duration, w Workload) {
+	var ps []bench.ProbeResult
+	for range w.Probes {
+		l.b.WaitHold(ctx)
+		if ctx.Err() != nil {
+			break
+		}
+		p, _ := bench.Probe(ctx, bench.ProbeConfig{URL: l.b.Endpoint(), Body: body, Stream: true, N: 1,
+			Headers: l.b.Headers(), InsecureSkipVerify: o.InsecureSkipVerify, Timeout: w.Timeout})
+		for _, q := range p {
+			if q.RetryAfter > 0 {
+				l.b.Hold(q.RetryAfter)
+			}
+		}
+		if l.b.Held()-l.heldAt > budget {
+			l.stop(errHoldBudget)
+		}
+		ps = append(ps, p...)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := l.round
+	for _, p := range ps {
+		row := Request{Round: r, Probe: true, OK: p.Err == nil, Status: p.Status, PromptTokens: -1, CachedTokens: -1, OutputTokens: -1,
+			RetryAfterS: p.RetryAfter.Seconds()}
+		switch {
+		case p.Err == nil:
+			row.TTFT = ms(p.TTFT)
+		case p.Status == 0:
+			row.Class = ClassConnect
+		default:
+			row.Class = classOf("", p.Status)
+		}
+		l.res.Requests = append(l.res.Requests, row)
+	}
+	l.probes = probeOf(ps)
 }
 
 func stoppedNote(s string) string {
