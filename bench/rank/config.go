@@ -19,6 +19,7 @@ import (
 
 	"github.com/infergate/infergate/internal/safehttp"
 	"github.com/infergate/infergate/internal/yamlconf"
+	"github.com/infergate/infergate/verdict"
 )
 
 // File is an endpoints file.
@@ -278,6 +279,14 @@ func (w *Workload) check() error {
 	}
 	if w.Timeout < 0 {
 		return fmt.Errorf("workload.timeout: negative")
+	}
+	if _, err := verdict.ParseSLOs(w.SLO); err != nil {
+		return fmt.Errorf("workload.slo: %w", err)
+	}
+	if w.SLOPercentile != "" {
+		if _, err := verdict.ParsePercentile(w.SLOPercentile); err != nil {
+			return fmt.Errorf("workload.slo_percentile: %w", err)
+		}
 	}
 	if w.Rate < 0 || w.Rate > 1e6 {
 		return fmt.Errorf("workload.rate: %g, want 0 to 1e6 requests/s", w.Rate)

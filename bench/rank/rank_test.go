@@ -49,6 +49,8 @@ func TestValidate(t *testing.T) {
 		{one + "workload:\n  api: embeddings\n", "workload.api"},
 		{one + "workload:\n  requests: 100000\n", "workload.requests"},
 		{one + "workload:\n  order: cost,ttft,mood\n", `workload.order: "mood"`},
+		{one + "workload:\n  slo: ttft=fast\n", "workload.slo"},
+		{one + "workload:\n  slo_percentile: p100\n", "workload.slo_percentile"},
 	} {
 		_, err := decode(t, c.src)
 		switch {
