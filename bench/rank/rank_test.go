@@ -359,3 +359,18 @@ func TestHoldBudget(t *testing.T) {
 		t.Errorf("figures %+v", e.Figures)
 	}
 }
+
+// A record edited by hand (a place without its endpoint, figures gone)
+// reports without a panic.
+func TestEditedRecord(t *testing.T) {
+	r := &Record{Schema: Schema, Ranking: []Place{{Rank: 1, Name: "ghost"}}, Endpoints: []*Result{{Name: "real"}}}
+	var b bytes.Buffer
+	r.Write(&b)
+	if err := r.WriteCSV(&b); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.WriteHTML(&b, []*Record{r, r}, Drift([]*Record{r, r}, DriftOptions{})); err != nil {
+		t.Fatal(err)
+	}
+	WriteHistory(&b, []*Record{r, r}, nil)
+}

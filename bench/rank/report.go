@@ -45,6 +45,9 @@ func (r *Record) Write(w io.Writer) {
 	fmt.Fprintf(w, "\n%-5s %-20s %-8s %-22s %-22s %-22s %-16s %-8s %-14s %-10s %-10s\n", "rank", "endpoint", "slo", "TTFT p50 ms", "TTFT p90 ms", "speed tok/s", "throughput", "errors", "avail (worst)", "$/request", "$/hour")
 	for _, p := range r.Ranking {
 		e := find(r, p.Name)
+		if e == nil {
+			continue // a record edited by hand: a place without its endpoint
+		}
 		f := e.Figures
 		slo := f.SLO
 		if slo == "" {
@@ -61,6 +64,9 @@ func (r *Record) Write(w io.Writer) {
 	}
 	for _, p := range r.Ranking {
 		e := find(r, p.Name)
+		if e == nil {
+			continue // a record edited by hand: a place without its endpoint
+		}
 		f := e.Figures
 		fmt.Fprintf(w, "%s %s (%s, %s)\n", rankText(p), e.Name, e.URL, e.Model)
 		if p.Why != "" {
@@ -121,6 +127,9 @@ func (r *Record) WriteCSV(w io.Writer) error {
 	g := func(f float64) string { return strconv.FormatFloat(f, 'g', 8, 64) }
 	for _, p := range r.Ranking {
 		e := find(r, p.Name)
+		if e == nil {
+			continue // a record edited by hand: a place without its endpoint
+		}
 		f := e.Figures
 		att := ""
 		if f.Attainment != nil {
@@ -153,6 +162,9 @@ func (r *Record) WriteHTML(w io.Writer, history []*Record, flags []Flag) error {
 	fmt.Fprintf(bw, "<h2>Ranking</h2>\n<table class=\"num\">\n<tr><th>rank</th><th>endpoint</th><th>SLO</th><th>TTFT p50 ms</th><th>TTFT p90 ms</th><th>speed tok/s</th><th>throughput tok/s</th><th>error rate</th><th>availability</th><th>$/request</th><th>$/M output</th><th>blended 3:1</th><th>$/hour</th><th>why</th></tr>\n")
 	for _, p := range r.Ranking {
 		e := find(r, p.Name)
+		if e == nil {
+			continue // a record edited by hand: a place without its endpoint
+		}
 		f := e.Figures
 		fmt.Fprintf(bw, "<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%.1f</td><td>%.1f%%</td><td>%.1f%%</td><td>%s</td><td>%.4f</td><td>%.4f</td><td>%.4f</td><td>%s</td></tr>\n",
 			rankText(p), esc(e.Name), esc(f.SLO), ci(f.TTFTP50, "%.1f"), ci(f.TTFTP90, "%.1f"), ci(f.SpeedP50, "%.1f"), f.Throughput.Value,

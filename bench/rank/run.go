@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/bench"
+	"github.com/infergate/infergate/internal/tokens"
 	"github.com/infergate/infergate/verdict"
 )
 
@@ -230,6 +231,11 @@ func Run(ctx context.Context, f *File, o Options) (*Record, error) {
 	rec := &Record{Schema: Schema, Start: cond.Start, Tool: cond.ToolVersion, Host: cond.Host, Workload: w, Bound: Bound(f), Formulas: Formulas}
 	vslos := bench.VerdictSLOs(slos)
 	budget := cmp.Or(o.HoldBudget, DefaultHoldBudget)
+	// One tokenizer for all the endpoints' benches (~14 MB each).
+	tok, err := tokens.New()
+	if err != nil {
+		return nil, err
+	}
 	lives := make([]*live, len(f.Endpoints))
 	defer func() {
 		for _, l := range lives {
@@ -265,6 +271,7 @@ func Run(ctx context.Context, f *File, o Options) (*Record, error) {
 			InsecureSkipVerify: o.InsecureSkipVerify,
 			Overrides:          overrides,
 			HonorRetryAfter:    true,
+			Tokenizer:          tok,
 		}
 		cfg.OnResult = func(r *bench.Result) {
 			if r.Warmup || r.ErrClass == bench.ErrCancelled {
