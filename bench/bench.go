@@ -237,7 +237,7 @@ func Run(ctx context.Context, cfg Config) (*Record, error) {
 		rec.Paired = runPaired(ctx, b.client, direct, b.wl, cfg.Workload.Stream, b.count, b.rn.Quality, cfg.Pairs, dEndpoint)
 	}
 	rec.Knee = Knee(rec.Stages)
-	rec.Warnings = append(rec.Warnings, b.Warnings()...)
+	rec.Warnings = append(rec.Warnings, b.warnings()...)
 	if err := b.rows.Flush(); err != nil && runErr == nil {
 		runErr = err
 	}
@@ -342,10 +342,6 @@ func (b *Bench) each(r *Result) {
 	}
 }
 
-// Record is the record the stages fill: the conditions, and the stages
-// Run appended.
-func (b *Bench) Record() *Record { return b.rec }
-
 // Headers are the headers every request carries (its key among them).
 func (b *Bench) Headers() [][2]string { return b.cfg.Headers }
 
@@ -381,10 +377,10 @@ func (b *Bench) Stage(ctx context.Context, i int, level float64) (*Summary, erro
 	return s, err
 }
 
-// Warnings are what the stages so far showed that a reader of their
+// warnings are what the stages so far showed that a reader of their
 // figures should know: answers of another length than forced, usage
 // that disagrees with the counted tokens, stages that measured nothing.
-func (b *Bench) Warnings() []string {
+func (b *Bench) warnings() []string {
 	var out []string
 	if n := b.offLength.Load(); n > 0 {
 		out = append(out, fmt.Sprintf("--force-output-length: %d of %d answers came back with another length than max_tokens: the server may ignore ignore_eos/min_tokens", n, b.forced.Load()))
@@ -410,9 +406,6 @@ func (b *Bench) Hold(d time.Duration) { b.rn.hold(d) }
 
 // Held is how long requests were held back for Retry-After, in all.
 func (b *Bench) Held() time.Duration { return b.rn.Held() }
-
-// Flush writes out the per-request rows still buffered.
-func (b *Bench) Flush() error { return b.rows.Flush() }
 
 // Close releases the client's idle connections.
 func (b *Bench) Close() { b.client.Close() }

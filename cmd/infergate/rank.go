@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -138,8 +137,6 @@ func runRank(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		flags = rank.Drift(runs, rank.DriftOptions{Tolerance: *tolerance})
 	}
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
 		var v any = rec
 		if *history != "" {
 			v = struct {
@@ -148,7 +145,7 @@ func runRank(ctx context.Context, args []string, stdout, stderr io.Writer) error
 				Drift  []rank.Flag  `json:"drift"`
 			}{rec, len(runs), flags}
 		}
-		if err := enc.Encode(v); err != nil {
+		if err := printJSON(stdout, v); err != nil {
 			return err
 		}
 	} else {
@@ -218,9 +215,7 @@ func rankHistory(dir, htmlOut string, asJSON bool, tolerance float64, stdout io.
 	}
 	flags := rank.Drift(runs, rank.DriftOptions{Tolerance: tolerance})
 	if asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(struct {
+		if err := printJSON(stdout, struct {
 			Runs  int         `json:"runs"`
 			Drift []rank.Flag `json:"drift"`
 		}{len(runs), flags}); err != nil {
