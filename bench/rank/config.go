@@ -238,9 +238,15 @@ func (f *File) Validate() error {
 		if h := e.APIKeyHeader; h != "" && !validHeaderName(h) {
 			return fmt.Errorf("%s.api_key_header %q: not a header name", at, h)
 		}
-		for name, p := range map[string]float64{"input": e.Price.Input, "output": e.Price.Output, "cached_input": e.Price.Cached()} {
-			if p < 0 || p > 1e6 {
-				return fmt.Errorf("%s.price.%s: %g is not a price per million tokens", at, name, p)
+		// In the file's order; cached_input only when it is set (unset, it
+		// is input's price, already checked).
+		prices := []struct {
+			name string
+			p    *float64
+		}{{"input", &e.Price.Input}, {"cached_input", e.Price.CachedInput}, {"output", &e.Price.Output}}
+		for _, c := range prices {
+			if c.p != nil && (*c.p < 0 || *c.p > 1e6) {
+				return fmt.Errorf("%s.price.%s: %g is not a price per million tokens", at, c.name, *c.p)
 			}
 		}
 		for k, v := range e.Headers {

@@ -43,6 +43,9 @@ func TestValidate(t *testing.T) {
 		{one + "    api_key_env: A\n    api_key_file: /k\n", "endpoints[0]: api_key_env and api_key_file both set"},
 		{one + "    api_key_header: \"bad header\"\n", "endpoints[0].api_key_header"},
 		{one + "    price: {input: 1, output: -2}\n", "endpoints[0].price.output"},
+		// Unset, cached_input is input's price: the error names input.
+		{one + "    price: {input: -1, output: 2}\n", "endpoints[0].price.input:"},
+		{one + "    price: {input: 1, cached_input: -1, output: 2}\n", "endpoints[0].price.cached_input"},
 		{one + "    headers: {x-api-key: k}\n", "endpoints[0].headers.x-api-key: a credential goes in api_key_env"},
 		{one + "    headers: {X-Org: \"a\\r\\nb\"}\n", "endpoints[0].headers.X-Org"},
 		{one + "    overrides: {model: other}\n", "endpoints[0].overrides.model"},
