@@ -223,6 +223,20 @@ func Means(stage int, metric, better string, a, b []float64, tol float64) (Chang
 	return ch, true
 }
 
+// MeanInterval is the mean of xs with a 95% normal interval (NaN, NaN
+// for fewer than two values; all NaN for none).
+func MeanInterval(xs []float64) (mean, lo, hi float64) {
+	if len(xs) == 0 {
+		return math.NaN(), math.NaN(), math.NaN()
+	}
+	m, v := meanVar(xs)
+	if len(xs) < 2 {
+		return m, math.NaN(), math.NaN()
+	}
+	h := 1.96 * math.Sqrt(v/float64(len(xs)))
+	return m, m - h, m + h
+}
+
 // meanVar is the mean and the sample variance of xs.
 func meanVar(xs []float64) (mean, variance float64) {
 	for _, x := range xs {

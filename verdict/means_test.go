@@ -49,3 +49,13 @@ func TestQuantileInterval(t *testing.T) {
 		t.Error("no values: want NaN")
 	}
 }
+
+func TestMeanInterval(t *testing.T) {
+	m, lo, hi := MeanInterval([]float64{1, 2, 3, 4})
+	if m != 2.5 || !(lo < 2.5 && hi > 2.5) || math.Abs((hi-m)-(m-lo)) > 1e-12 {
+		t.Errorf("mean %v [%v, %v]", m, lo, hi)
+	}
+	if m, lo, _ = MeanInterval([]float64{7}); m != 7 || !math.IsNaN(lo) {
+		t.Errorf("one value: %v, %v", m, lo)
+	}
+}

@@ -186,20 +186,18 @@ func figures(res *Result, w Workload, slos []verdict.SLO, pct float64) Figures {
 	f.TTFTP50, f.TTFTP90 = quantileOf(ttft, 0.5), quantileOf(ttft, 0.9)
 	f.SpeedP50 = quantileOf(speed, 0.5)
 	var tps, rates []float64
-	var dns, conn, tls, wait, first, pt []float64
+	var probes []Probe
 	for _, r := range res.Rounds {
 		f.HeldS += r.HeldS
 		if r.OK > 0 {
 			tps, rates = append(tps, r.Throughput), append(rates, r.RequestRate)
 		}
-		if p := r.Probe; p.OK > 0 {
-			dns, conn, tls = append(dns, p.DNS), append(conn, p.Connect), append(tls, p.TLS)
-			wait, first, pt = append(wait, p.Wait), append(first, p.FirstToken), append(pt, p.TTFT)
+		if r.Probe.OK > 0 {
+			probes = append(probes, r.Probe)
 		}
 	}
 	f.Throughput = rangeOf(tps)
-	f.Probe = Probe{N: len(pt), OK: len(pt), DNS: verdict.Median(dns), Connect: verdict.Median(conn), TLS: verdict.Median(tls),
-		Wait: verdict.Median(wait), FirstToken: verdict.Median(first), TTFT: verdict.Median(pt)}
+	f.Probe = medianProbe(probes)
 	f.CostPerRequest = meanOf(costs)
 	spent := f.CostPerRequest.Value * float64(len(costs))
 	if f.OutputTokens > 0 {
@@ -264,23 +262,12 @@ func rangeOf(xs []float64) Interval {
 	return Interval{verdict.Median(xs), lo, hi}
 }
 
-// meanOf is the mean of xs with a 95% normal interval.
+// meanOf is the mean of xs with its 95% interval (verdict.MeanInterval);
+// 0 for none: a cost of nothing bought, which the other costs multiply.
 func meanOf(xs []float64) Interval {
 	if len(xs) == 0 {
 		return Interval{0, nan(), nan()}
 	}
-	var m float64
-	for _, x := range xs {
-		m += x
-	}
-	m /= float64(len(xs))
-	if len(xs) < 2 {
-		return Interval{m, nan(), nan()}
-	}
-	var v float64
-	for _, x := range xs {
-		v += (x - m) * (x - m)
-	}
-	se := math.Sqrt(v/float64(len(xs)-1)) / math.Sqrt(float64(len(xs)))
-	return Interval{m, m - 1.96*se, m + 1.96*se}
+	m, lo, hi := verdict.MeanInterval(xs)
+	return Interval{m, lo, hi}
 }

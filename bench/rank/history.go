@@ -148,11 +148,8 @@ func Drift(runs []*Record, o DriftOptions) []Flag {
 			}); ok {
 				flag("speed", "speed p50 "+what)
 			}
-			fa, fb := a.Figures, b.Figures
-			up := verdict.Rates(0, "error_rate", fa.Failed, fa.Requests, fb.Failed, fb.Requests, o.ErrorTolerance)
-			down := verdict.Rates(0, "error_rate", fb.Failed, fb.Requests, fa.Failed, fa.Requests, o.ErrorTolerance)
-			if up.Judgement == verdict.Regressed || down.Judgement == verdict.Regressed {
-				flag("error_rate", "error rate "+verdict.FormatDelta(up))
+			if c, ch := tellErrors(&a.Figures, &b.Figures, o.ErrorTolerance); c != 0 {
+				flag("error_rate", "error rate "+verdict.FormatDelta(ch))
 			}
 		}
 	}

@@ -124,13 +124,8 @@ func compareOn(a, b *Result, key string) (int, string) {
 			return verdict.Samples(0, "speed", "higher", x, y, speedTolerance, 0, rand.New(rand.NewPCG(1, 2)))
 		}, "speed p50")
 	case "errors":
-		x := verdict.Rates(0, "error_rate", fa.Failed, fa.Requests, fb.Failed, fb.Requests, errorTolerance)
-		if x.Judgement == verdict.Regressed {
-			return -1, "error rate " + verdict.FormatDelta(x)
-		}
-		y := verdict.Rates(0, "error_rate", fb.Failed, fb.Requests, fa.Failed, fa.Requests, errorTolerance)
-		if y.Judgement == verdict.Regressed {
-			return 1, "error rate " + verdict.FormatDelta(x)
+		if c, ch := tellErrors(fa, fb, errorTolerance); c != 0 {
+			return c, "error rate " + verdict.FormatDelta(ch)
 		}
 	}
 	return 0, ""
@@ -148,6 +143,19 @@ func tell(a, b []float64, judge func(x, y []float64) (verdict.Change, bool)) (c 
 		return -1, ch
 	}
 	if r, ok := judge(b, a); ok && r.Judgement == verdict.Regressed {
+		return 1, ch
+	}
+	return 0, ch
+}
+
+// tellErrors is tell for the error rates of a and b (two proportions,
+// tol points).
+func tellErrors(a, b *Figures, tol float64) (int, verdict.Change) {
+	ch := verdict.Rates(0, "error_rate", a.Failed, a.Requests, b.Failed, b.Requests, tol)
+	switch {
+	case ch.Judgement == verdict.Regressed:
+		return -1, ch
+	case verdict.Rates(0, "error_rate", b.Failed, b.Requests, a.Failed, a.Requests, tol).Judgement == verdict.Regressed:
 		return 1, ch
 	}
 	return 0, ch

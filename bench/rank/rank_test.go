@@ -377,3 +377,11 @@ func TestEditedRecord(t *testing.T) {
 	}
 	WriteHistory(&b, []*Record{r, r}, nil)
 }
+
+// An endpoint that answered nothing still makes a record that saves.
+func TestNoAnswerSaves(t *testing.T) {
+	r := run(time.Now(), result("dead", 10, 10, 0, 0, 1))
+	if err := r.Save(filepath.Join(t.TempDir(), r.FileName())); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -281,9 +281,7 @@ func Run(ctx context.Context, f *File, o Options) (*Record, error) {
 			l.mu.Lock()
 			row.Round = l.round
 			l.res.Requests = append(l.res.Requests, row)
-			if l.stop != nil && l.b.Held()-l.heldAt > budget {
-				l.stop(errHoldBudget)
-			}
+			l.checkHolds(budget)
 			l.mu.Unlock()
 		}
 		b, err := bench.Open(ctx, cfg)
@@ -389,6 +387,14 @@ type live struct {
 	probes Probe
 }
 
+// checkHolds ends the round under way once its Retry-After holds have
+// passed budget.
+func (l *live) checkHolds(budget time.Duration) {
+	if l.stop != nil && l.b.Held()-l.heldAt > budget {
+		l.stop(errHoldBudget)
+	}
+}
+
 // probe sends the round's probes one at a time, so a Retry-After holds
 // the next one too, and records them; past the hold budget it ends the
 // round (l.stop).
@@ -406,9 +412,7 @@ func (l *live) probe(ctx context.Context, o Options, body []byte, budget time.Du
 				l.b.Hold(q.RetryAfter)
 			}
 		}
-		if l.b.Held()-l.heldAt > budget {
-			l.stop(errHoldBudget)
-		}
+		l.checkHolds(budget)
 		ps = append(ps, p...)
 	}
 	l.mu.Lock()
@@ -471,19 +475,33 @@ func requestOf(r *bench.Result, p Price, slos []verdict.SLO) Request {
 
 // probeOf is the medians of a round's probes that succeeded.
 func probeOf(ps []bench.ProbeResult) Probe {
-	p := Probe{N: len(ps)}
-	var dns, conn, tls, wait, first, ttft []float64
+	var ok []Probe
 	for _, r := range ps {
-		if r.Err != nil {
-			continue
+		if r.Err == nil {
+			ok = append(ok, Probe{DNS: ms(r.DNS), Connect: ms(r.Connect), TLS: ms(r.TLS), Wait: ms(r.Wait), FirstToken: ms(r.FirstToken), TTFT: ms(r.TTFT)})
 		}
-		p.OK++
-		dns, conn, tls = append(dns, ms(r.DNS)), append(conn, ms(r.Connect)), append(tls, ms(r.TLS))
-		wait, first, ttft = append(wait, ms(r.Wait)), append(first, ms(r.FirstToken)), append(ttft, ms(r.TTFT))
 	}
-	p.DNS, p.Connect, p.TLS = verdict.Median(dns), verdict.Median(conn), verdict.Median(tls)
-	p.Wait, p.FirstToken, p.TTFT = verdict.Median(wait), verdict.Median(first), verdict.Median(ttft)
+	p := medianProbe(ok)
+	p.N = len(ps)
 	return p
+}
+
+// medianProbe is the median of each phase of ps, all answered.
+func medianProbe(ps []Probe) Probe {
+	med := func(phase func(Probe) float64) float64 {
+		xs := make([]float64, len(ps))
+		for i, p := range ps {
+			xs[i] = phase(p)
+		}
+		return verdict.Median(xs)
+	}
+	return Probe{N: len(ps), OK: len(ps),
+		DNS:        med(func(p Probe) float64 { return p.DNS }),
+		Connect:    med(func(p Probe) float64 { return p.Connect }),
+		TLS:        med(func(p Probe) float64 { return p.TLS }),
+		Wait:       med(func(p Probe) float64 { return p.Wait }),
+		FirstToken: med(func(p Probe) float64 { return p.FirstToken }),
+		TTFT:       med(func(p Probe) float64 { return p.TTFT })}
 }
 
 // fillRound sets the round's request figures from its bench rows.
