@@ -111,8 +111,8 @@ type Model struct {
 	// Tokenizer counts the model's tokens: "cl100k_base" or "o200k_base"
 	// (tiktoken, offline), "hf:PATH" (a Hugging Face tokenizer.json of a
 	// byte-level BPE model: Llama 3, Qwen 2 and later, GPT-2), "backend"
-	// (the backend's own /tokenize endpoint: exact, at the cost of a round
-	// trip), or "estimate" (the documented byte estimate). Default: the
+	// (the backend's own count: vLLM's /tokenize, llama.cpp's
+	// input_tokens; exact, at the cost of a round trip), or "estimate" (the documented byte estimate). Default: the
 	// section's tokenizer.
 	Tokenizer string `yaml:"tokenizer"`
 	// Template is the chat template's framing: "openai" (3 tokens a

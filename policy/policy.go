@@ -158,10 +158,28 @@ type Request struct {
 	// Count asks for the input tokens even when no limit needs them
 	// (token caps of admission).
 	Count bool
-	// Exact, when set, counts the messages exactly (the backend's
-	// /tokenize) for models whose tokenizer is "backend"; it gets the
-	// messages array as sent.
-	Exact func(messages []byte) (int, error)
+	// Exact, when set, counts the prompt exactly (the backend's own
+	// count) for models whose tokenizer is "backend".
+	Exact func(ExactInput) (int, error)
+}
+
+// ExactInput is what Request.Exact counts: the prompt as chat messages,
+// and the request itself for a server that counts whole requests
+// (llama.cpp's /v1/chat/completions/input_tokens and
+// /v1/responses/input_tokens), whose template also renders the tools,
+// tool_choice and chat_template_kwargs.
+type ExactInput struct {
+	// Messages is the chat messages array: a chat request's as sent, a
+	// Responses request's instructions and input as the messages they
+	// amount to (openai.InputMessages).
+	Messages []byte
+	// Tools is a chat request's tools array, nil without one (a
+	// Responses request's tools have another shape and are not here).
+	Tools []byte
+	// Body is the request as received; Responses says it is a Responses
+	// API request, not a chat completion.
+	Body      []byte
+	Responses bool
 }
 
 // Decision is what the policy made of a request.
@@ -261,7 +279,9 @@ func (p *Policy) input(r Request, m *modelPolicy, lim Limits, d *Decision, ed *e
 	}
 	var exact func() (int, error)
 	if m.count.backend && r.Exact != nil {
-		exact = func() (int, error) { return r.Exact(arr) }
+		exact = func() (int, error) {
+			return r.Exact(ExactInput{Messages: arr, Tools: r.Env.Tools.Of(r.Body), Body: r.Body})
+		}
 	}
 	kept, err := countAndTrim(arr, fixed, exact, m, lim, d)
 	if err != nil || kept == nil {
@@ -486,8 +506,8 @@ func (p *Policy) responsesInput(r Request, m *modelPolicy, lim Limits, d *Decisi
 	}
 	var exact func() (int, error)
 	if m.count.backend && r.Exact != nil {
-		// The backend's /tokenize takes chat messages: the instructions
-		// and input as the messages they amount to.
+		// A backend that counts chat messages gets the instructions and
+		// input as the messages they amount to.
 		exact = func() (int, error) {
 			chat, err := openai.InputMessages(instructions, raw)
 			if err != nil {
@@ -497,7 +517,7 @@ func (p *Policy) responsesInput(r Request, m *modelPolicy, lim Limits, d *Decisi
 			if err != nil {
 				return 0, err
 			}
-			return r.Exact(b)
+			return r.Exact(ExactInput{Messages: b, Body: r.Body, Responses: true})
 		}
 	}
 	kept, err := countAndTrim(arr, fixed, exact, m, lim, d)

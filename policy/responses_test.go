@@ -2,6 +2,7 @@ package policy
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
@@ -98,9 +99,41 @@ func TestResponsesExactCount(t *testing.T) {
 	body := []byte(`{"model":"m","instructions":"Be terse.","input":[{"role":"user","content":[{"type":"input_text","text":"hello"}]}]}`)
 	env, _ := openai.ScanRequest(body)
 	var sent []byte
-	d, err := p.Apply(Request{Model: "m", Body: body, Env: env, Responses: true, Count: true, Exact: func(m []byte) (int, error) { sent = m; return 42, nil }})
+	d, err := p.Apply(Request{Model: "m", Body: body, Env: env, Responses: true, Count: true, Exact: func(in ExactInput) (int, error) { sent = in.Messages; return 42, nil }})
 	var msgs []map[string]any
 	if err != nil || d.InputTokens != 42 || d.Estimated || json.Unmarshal(sent, &msgs) != nil || len(msgs) != 2 || msgs[0]["role"] != "system" || msgs[0]["content"] != "Be terse." {
 		t.Errorf("decision %+v (%v); the backend was asked to count %s", d, err, sent)
+	}
+}
+
+// TestChatExactCount: with tokenizer "backend", a chat request's messages,
+// tools and body reach the backend's count, whose count is the
+// decision's; a count that fails or is not positive leaves the estimate.
+func TestChatExactCount(t *testing.T) {
+	t.Parallel()
+	p := mustCompile(t, Config{Tokenizer: TokenizerBackend})
+	body := []byte(`{"model":"m","tools":[{"type":"function","function":{"name":"f"}}],"messages":[{"role":"user","content":"hello"}]}`)
+	env, _ := openai.ScanRequest(body)
+	for _, tc := range []struct {
+		name  string
+		n     int
+		err   error
+		exact bool
+	}{
+		{"counted", 42, nil, true},
+		{"failed", 0, errors.New("status 500"), false},
+		// llama.cpp's /tokenize answers a form it ignores with no tokens.
+		{"zero is not a count", 0, nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var in ExactInput
+			d, err := p.Apply(Request{Model: "m", Body: body, Env: env, Chat: true, Count: true, Exact: func(x ExactInput) (int, error) { in = x; return tc.n, tc.err }})
+			if err != nil || string(in.Messages) != `[{"role":"user","content":"hello"}]` || string(in.Tools) != `[{"type":"function","function":{"name":"f"}}]` || string(in.Body) != string(body) || in.Responses {
+				t.Fatalf("%v; the backend was asked %+v", err, in)
+			}
+			if tc.exact != !d.Estimated || tc.exact && d.InputTokens != tc.n || !tc.exact && d.InputTokens <= 0 {
+				t.Errorf("decision %+v", d)
+			}
+		})
 	}
 }

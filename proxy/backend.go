@@ -29,7 +29,11 @@ type backend struct {
 
 	hc *fasthttp.HostClient
 	mc *fasthttp.HostClient // its /metrics scrapes (selection load, prefix)
-	cb *gobreaker.TwoStepCircuitBreaker[struct{}]
+	tc *fasthttp.HostClient // its token counts (tokenizer backend)
+	// counts is the form its token counts take, once learned, and the
+	// counts by source (tokencount.go).
+	counts tokenCounts
+	cb     *gobreaker.TwoStepCircuitBreaker[struct{}]
 
 	// Selection load and prefix: the scraper's last word, a hash of the
 	// name for rendezvous ties, the prefix blocks routed to it and those
@@ -99,6 +103,7 @@ func newBackend(bc BackendConfig, pc PoolConfig, connect time.Duration) (*backen
 		WriteBufferSize:               4096,
 	}
 	b.mc = metricsClient(b.hc)
+	b.tc = countClient(b.hc)
 	b.nameHash = xxhash.Sum64String(bc.URL)
 	bs := pc.Breaker
 	b.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{

@@ -94,6 +94,7 @@ func observe(meter metric.Meter, g *Gateway) error {
 	breaker := gauge("infergate.breaker.state", "", "Each backend's circuit breaker: 0 closed, 1 half-open, 2 open.")
 	routed := counter("infergate.route.decisions", "{request}", "Picks of each backend by selection load and prefix, by reason (load, prefix_warm, prefix_cold, prefix_spill_queue, prefix_spill_kv, prefix_spill_imbalance).")
 	loadEst := gauge("infergate.backend.load", "{request}", "Requests in each backend's batch and queue as selection load and prefix count them; source metrics (its own reading, corrected by the gateway's since) or gateway (its scrape failed or is stale).")
+	tokenCounts := counter("infergate.backend.token_counts", "{request}", "Prompts counted for tokenizer backend, by source: the backend's form that counted it (tokenize, input_tokens, apply_template) or estimate (no exact count: the policy's estimate was used).")
 	scrapeFail := counter("infergate.backend.load_scrape_failures", "{scrape}", "Failed scrapes of each backend's metrics by selection load and prefix.")
 	prefixBlocks := counter("infergate.prefix.blocks", "{block}", "Prompt blocks routed to each backend by selection prefix (kind routed), and those the index expected it to hold (kind expected).")
 	usageTokens := counter("infergate.backend.usage_prompt_tokens", "{token}", "Prompt tokens of each backend's answers that reported cached tokens (kind prompt), and those cached (kind cached): the hit ratio the backend reports.")
@@ -146,6 +147,11 @@ func observe(meter metric.Meter, g *Gateway) error {
 				at := metric.WithAttributes(attribute.String("pool", p.name), attribute.String("backend", b.name))
 				o.ObserveInt64(upstream, b.Outstanding(), at)
 				o.ObserveInt64(breaker, breakerValue(b.BreakerState()), at)
+				for f := formTokenize; f < numCountForms; f++ {
+					if n := b.counts.by[f].Load(); n > 0 {
+						o.ObserveInt64(tokenCounts, n, metric.WithAttributes(attribute.String("pool", p.name), attribute.String("backend", b.name), attribute.String("source", f.String())))
+					}
+				}
 				if !p.scored {
 					continue
 				}

@@ -98,24 +98,25 @@ func (x *exchange) policyReject(rc *fasthttp.RequestCtx, err error) {
 }
 
 // exactCounter returns the count of a model whose tokenizer is "backend":
-// the backend's own /tokenize (vLLM's form: the messages, rendered by the
-// model's chat template, counted by its tokenizer), exact at the cost of
-// a round trip. An error leaves the policy's estimate.
-func (x *exchange) exactCounter() func(messages []byte) (int, error) {
+// the backend's own (tokencount.go: vLLM's /tokenize, llama.cpp's
+// input_tokens, whichever the backend speaks), exact at the cost of a
+// round trip. An error leaves the policy's estimate.
+func (x *exchange) exactCounter() func(policy.ExactInput) (int, error) {
 	if !x.st.pol.UsesBackend(x.model) {
 		return nil
 	}
-	return func(messages []byte) (int, error) {
+	return func(in policy.ExactInput) (int, error) {
+		model := x.model
+		if x.route.upstreamModel != "" {
+			model = x.route.upstreamModel
+			in.Body = openai.SetMember(in.Body, "model", openai.AppendJSONString(nil, model))
+		}
 		now := time.Now()
 		for _, b := range x.route.pool.backends {
 			if !b.Available(now) {
 				continue
 			}
-			model := x.model
-			if x.route.upstreamModel != "" {
-				model = x.route.upstreamModel
-			}
-			return b.tokenize(model, messages, x.st.cfg.Timeouts.Connect+time.Second)
+			return b.countTokens(model, in, x.st.cfg.Timeouts.Connect+time.Second, x.g.log)
 		}
 		return 0, ErrNoBackend
 	}

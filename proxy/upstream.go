@@ -3,7 +3,6 @@ package proxy
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/infergate/infergate/internal/httpbody"
 	"github.com/infergate/infergate/internal/roundtrip"
-	"github.com/infergate/infergate/openai"
 	"github.com/valyala/fasthttp"
 )
 
@@ -150,44 +148,4 @@ func (b *backend) probe(path string, timeout time.Duration) error {
 		return fmt.Errorf("health %s: status %d", b.name, c)
 	}
 	return nil
-}
-
-// tokenize asks the backend to count a chat's prompt: POST /tokenize with
-// the model and messages (vLLM's and SGLang's form), answered with a count
-// or the token ids.
-func (b *backend) tokenize(model string, messages []byte, timeout time.Duration) (int, error) {
-	req := fasthttp.AcquireRequest()
-	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
-	b.target(req, "/tokenize", "")
-	req.Header.SetMethod(fasthttp.MethodPost)
-	req.Header.SetContentType("application/json")
-	if b.auth != "" {
-		req.Header.Set("Authorization", b.auth)
-	}
-	body := openai.AppendJSONString([]byte(`{"model":`), model)
-	body = append(body, `,"add_generation_prompt":true,"messages":`...)
-	body = append(body, messages...)
-	req.SetBody(append(body, '}'))
-	if err := b.hc.DoTimeout(req, resp, timeout); err != nil {
-		return 0, fmt.Errorf("tokenize %s: %w", b.name, err)
-	}
-	if c := resp.StatusCode(); c != 200 {
-		return 0, fmt.Errorf("tokenize %s: status %d", b.name, c)
-	}
-	var r struct {
-		Count  *int              `json:"count"`
-		Tokens []json.RawMessage `json:"tokens"`
-	}
-	if err := json.Unmarshal(resp.Body(), &r); err != nil {
-		return 0, fmt.Errorf("tokenize %s: %w", b.name, err)
-	}
-	if r.Count != nil {
-		return *r.Count, nil
-	}
-	if r.Tokens != nil {
-		return len(r.Tokens), nil
-	}
-	return 0, fmt.Errorf("tokenize %s: no count in the answer", b.name)
 }

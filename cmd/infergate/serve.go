@@ -89,7 +89,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	maxInput := fs.Int("max-input-tokens", 0, "cap a chat request's messages at this many tokens (policy.max_input_tokens; 0: none)")
 	trim := fs.String("trim", "", "above --max-input-tokens: reject (default), drop_oldest or truncate_middle (policy.trim)")
 	maxOutput := fs.Int("max-output-tokens", 0, "clamp max_tokens to this, and set it when a request has none (policy.max_output_tokens; 0: none)")
-	tokenizer := fs.String("tokenizer", "", "count tokens with cl100k_base, o200k_base, hf:PATH (a tokenizer.json), backend (the backend's /tokenize) or estimate (policy.tokenizer; default estimate)")
+	tokenizer := fs.String("tokenizer", "", "count tokens with cl100k_base, o200k_base, hf:PATH (a tokenizer.json), backend (the backend's own count: vLLM's /tokenize, llama.cpp's input_tokens) or estimate (policy.tokenizer; default estimate)")
 	mirrorURL := fs.String("mirror", "", "copy requests to this candidate backend URL and record each pair of answers (mirror.rules)")
 	mirrorSample := fs.Float64("mirror-sample", 0, "with --mirror: the share of requests copied, by request id (default 1)")
 	mirrorAA := fs.Bool("mirror-aa", false, "with --mirror: also send each copied request once more to the primary (the A/A noise floor ab report shows)")

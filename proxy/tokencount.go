@@ -1,0 +1,260 @@
+package proxy
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/infergate/infergate/openai"
+	"github.com/infergate/infergate/policy"
+	"github.com/valyala/fasthttp"
+)
+
+// The backend's own count of a prompt (tokenizer "backend"). Servers
+// count a chat request in different dialects, and one answers another's
+// form wrongly rather than with an error: llama.cpp's /tokenize takes
+// vLLM's messages form and answers 200 {"tokens":[]}. So each backend's
+// form is learned once, by trying them in turn, and kept: a request costs
+// one count, not three. An answer that is not a count (an empty token
+// list for a prompt that has messages, a 404) says the form is not this
+// server's; a form that stops working is learned again, and a backend that
+// speaks none is estimated for countRelearn before it is tried again.
+
+// countForm is a dialect of counting a chat request's prompt.
+type countForm int32
+
+const (
+	// formUnknown: not learned yet; the forms are tried in turn.
+	formUnknown countForm = iota
+	// formTokenize: POST /tokenize {"model","messages","tools",
+	// "add_generation_prompt":true} → {"count":N} or {"tokens":[…]}
+	// (vLLM, SGLang, the simulator).
+	formTokenize
+	// formInputTokens: the request itself to POST
+	// /v1/chat/completions/input_tokens (or /v1/responses/input_tokens)
+	// → {"input_tokens":N} (llama.cpp's server).
+	formInputTokens
+	// formApplyTemplate: POST /apply-template → {"prompt":"…"}, then
+	// POST /tokenize {"content":"…","add_special":true} → {"tokens":[…]}
+	// (llama.cpp's server before input_tokens; two round trips).
+	formApplyTemplate
+	// formNone: no form gave a count; the estimate, until countRetry.
+	formNone
+	numCountForms
+)
+
+// countForms are the forms tried, in order, while a backend's is unknown.
+var countForms = [...]countForm{formTokenize, formInputTokens, formApplyTemplate}
+
+// String names a form for logs and the metric's source label.
+func (f countForm) String() string {
+	switch f {
+	case formTokenize:
+		return "tokenize"
+	case formInputTokens:
+		return "input_tokens"
+	case formApplyTemplate:
+		return "apply_template"
+	case formNone:
+		return "estimate"
+	}
+	return "unknown"
+}
+
+// countRelearn is how long a backend that gave no count in any form is
+// estimated before its forms are tried again (it may have been upgraded
+// or replaced); countWarnEvery spaces the warnings of counts that failed
+// on a backend whose form is known.
+const (
+	countRelearn   = time.Minute
+	countWarnEvery = time.Minute
+)
+
+// errNotThisForm: the backend does not speak the form (404, 405, 501, or
+// a 200 answer that holds no count).
+var errNotThisForm = errors.New("the backend does not count in this form")
+
+// tokenCounts is a backend's learned form and its counts by source.
+type tokenCounts struct {
+	form     atomic.Int32 // a countForm
+	retry    atomic.Int64 // unix nanoseconds: formNone holds until then
+	lastWarn atomic.Int64 // unix nanoseconds of the last failure logged
+	// by counts by the form that gave them; [formNone] the requests that
+	// fell back to the estimate.
+	by [numCountForms]atomic.Int64
+}
+
+// countClient is a backend's client for counts: its own small pool, as
+// the scrapes have, whose idle connections close before a server's
+// keep-alive (llama.cpp's is 5 s) would; a count is read-only, so one
+// that failed on a connection the server had closed is sent again.
+func countClient(hc *fasthttp.HostClient) *fasthttp.HostClient {
+	return &fasthttp.HostClient{
+		Addr: hc.Addr, Dial: hc.Dial, MaxConns: max(hc.MaxConns, 16), MaxIdleConnDuration: 4 * time.Second,
+		MaxResponseBodySize: 64 << 20, NoDefaultUserAgentHeader: true, DisableHeaderNamesNormalizing: true,
+		RetryIfErr: func(_ *fasthttp.Request, attempts int, _ error) (bool, bool) { return false, attempts < 2 },
+	}
+}
+
+// countTokens counts a prompt in the backend's form, learning the form
+// first. An error means no exact count: the policy keeps its estimate,
+// which is counted (source estimate) and, now and then, logged.
+func (b *backend) countTokens(model string, in policy.ExactInput, timeout time.Duration, log *slog.Logger) (int, error) {
+	c := &b.counts
+	now := time.Now()
+	f := countForm(c.form.Load())
+	if f == formNone && now.UnixNano() >= c.retry.Load() {
+		c.form.CompareAndSwap(int32(formNone), int32(formUnknown))
+		f = formUnknown
+	}
+	switch f {
+	case formNone:
+		c.by[formNone].Add(1)
+		return 0, fmt.Errorf("count %s: no form of counting answered; estimating until %s", b.name, time.Unix(0, c.retry.Load()).UTC().Format(time.TimeOnly))
+	case formUnknown:
+	default:
+		n, err := b.countBy(f, model, in, timeout)
+		if err == nil {
+			c.by[f].Add(1)
+			return n, nil
+		}
+		if !errors.Is(err, errNotThisForm) {
+			c.by[formNone].Add(1)
+			if last := c.lastWarn.Load(); now.UnixNano()-last >= int64(countWarnEvery) && c.lastWarn.CompareAndSwap(last, now.UnixNano()) {
+				log.Warn("backend token count failed; the prompt is estimated", "backend", b.name, "form", f.String(), "err", err)
+			}
+			return 0, err
+		}
+		// The server stopped speaking it (replaced, upgraded): learn again.
+		log.Warn("backend no longer counts tokens in its form; trying the others", "backend", b.name, "form", f.String(), "err", err)
+		c.form.CompareAndSwap(int32(f), int32(formUnknown))
+	}
+	var errs []error
+	for _, f := range countForms {
+		n, err := b.countBy(f, model, in, timeout)
+		if err == nil {
+			if old := countForm(c.form.Swap(int32(f))); old != f {
+				log.Info("backend counts tokens", "backend", b.name, "form", f.String())
+			}
+			c.by[f].Add(1)
+			return n, nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", f, err))
+		if !errors.Is(err, errNotThisForm) {
+			// The server answered, or could not be reached: whether it
+			// speaks the form is not known, and no other is tried.
+			c.by[formNone].Add(1)
+			return 0, errors.Join(errs...)
+		}
+	}
+	c.retry.Store(now.Add(countRelearn).UnixNano())
+	if old := countForm(c.form.Swap(int32(formNone))); old != formNone {
+		log.Warn("backend gives no token count in any form; prompts are estimated", "backend", b.name, "retry_in", countRelearn.String(), "err", errors.Join(errs...))
+	}
+	c.by[formNone].Add(1)
+	return 0, errors.Join(errs...)
+}
+
+// countBy asks the backend for a count in form f. model is the name the
+// backend serves, in.Body the request with that name.
+func (b *backend) countBy(f countForm, model string, in policy.ExactInput, timeout time.Duration) (int, error) {
+	switch f {
+	case formTokenize:
+		body := openai.AppendJSONString([]byte(`{"model":`), model)
+		body = append(body, `,"add_generation_prompt":true,"messages":`...)
+		body = append(body, in.Messages...)
+		if in.Tools != nil {
+			body = append(append(body, `,"tools":`...), in.Tools...)
+		}
+		var r struct {
+			Count  *int              `json:"count"`
+			Tokens []json.RawMessage `json:"tokens"`
+		}
+		if err := b.countCall("/tokenize", append(body, '}'), timeout, &r); err != nil {
+			return 0, err
+		}
+		switch {
+		case r.Count != nil && *r.Count > 0:
+			return *r.Count, nil
+		case len(r.Tokens) > 0:
+			return len(r.Tokens), nil
+		}
+		// llama.cpp: 200 {"tokens":[]}, its answer to a form it ignores.
+		return 0, fmt.Errorf("%w: no tokens for a prompt of messages", errNotThisForm)
+	case formInputTokens:
+		path := "/v1/chat/completions/input_tokens"
+		if in.Responses {
+			path = "/v1/responses/input_tokens"
+		}
+		var r struct {
+			InputTokens *int `json:"input_tokens"`
+		}
+		if err := b.countCall(path, in.Body, timeout, &r); err != nil {
+			return 0, err
+		}
+		if r.InputTokens == nil || *r.InputTokens <= 0 {
+			return 0, fmt.Errorf("%w: no input_tokens in the answer", errNotThisForm)
+		}
+		return *r.InputTokens, nil
+	case formApplyTemplate:
+		chat := in.Body
+		if in.Responses {
+			chat = append(append([]byte(`{"messages":`), in.Messages...), '}')
+		}
+		var t struct {
+			Prompt *string `json:"prompt"`
+		}
+		if err := b.countCall("/apply-template", chat, timeout, &t); err != nil {
+			return 0, err
+		}
+		if t.Prompt == nil || *t.Prompt == "" {
+			return 0, fmt.Errorf("%w: no prompt in /apply-template's answer", errNotThisForm)
+		}
+		// As llama.cpp counts a prompt it serves: special tokens added
+		// (the BOS) and parsed (the template's markers).
+		body := openai.AppendJSONString([]byte(`{"add_special":true,"parse_special":true,"content":`), *t.Prompt)
+		var r struct {
+			Tokens []json.RawMessage `json:"tokens"`
+		}
+		if err := b.countCall("/tokenize", append(body, '}'), timeout, &r); err != nil {
+			return 0, err
+		}
+		if len(r.Tokens) == 0 {
+			return 0, fmt.Errorf("%w: no tokens for the templated prompt", errNotThisForm)
+		}
+		return len(r.Tokens), nil
+	}
+	return 0, fmt.Errorf("count form %d", f)
+}
+
+// countCall posts body to path on b and decodes a 200 answer into v.
+func (b *backend) countCall(path string, body []byte, timeout time.Duration, v any) error {
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	b.target(req, path, "")
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.Header.SetContentType("application/json")
+	if b.auth != "" {
+		req.Header.Set("Authorization", b.auth)
+	}
+	req.SetBodyRaw(body)
+	if err := b.tc.DoTimeout(req, resp, timeout); err != nil {
+		return fmt.Errorf("POST %s: %w", path, err)
+	}
+	switch c := resp.StatusCode(); c {
+	case fasthttp.StatusOK:
+	case fasthttp.StatusNotFound, fasthttp.StatusMethodNotAllowed, fasthttp.StatusNotImplemented:
+		return fmt.Errorf("%w: POST %s: status %d", errNotThisForm, path, c)
+	default:
+		return fmt.Errorf("POST %s: status %d: %.200s", path, c, resp.Body())
+	}
+	if err := json.Unmarshal(resp.Body(), v); err != nil {
+		return fmt.Errorf("%w: POST %s: %v", errNotThisForm, path, err)
+	}
+	return nil
+}
