@@ -105,7 +105,10 @@ type Workload struct {
 	SLO           string `yaml:"slo" json:"slo,omitempty"`
 	SLOPercentile string `yaml:"slo_percentile" json:"slo_percentile,omitempty"`
 	// Order is the ranking's keys, first decides first (default
-	// slo,cost,ttft): slo, cost, ttft, ttft_p90, speed, errors.
+	// slo,errors,cost,ttft): slo, errors, cost, ttft, ttft_p90, speed.
+	// The default weighs failed requests twice over: an SLO's attainment
+	// counts each as a miss, and errors, before cost and TTFT (figures of
+	// answers only), ranks the endpoint that fails more below.
 	Order string `yaml:"order" json:"order"`
 	// Rate is the load the cost per hour is of, in requests/s; 0 prices
 	// an hour at the request rate measured at Concurrency.
@@ -147,7 +150,12 @@ const (
 )
 
 // OrderKeys are the figures a ranking may order by.
-var OrderKeys = []string{"slo", "cost", "ttft", "ttft_p90", "speed", "errors"}
+var OrderKeys = []string{"slo", "errors", "cost", "ttft", "ttft_p90", "speed"}
+
+// DefaultOrder is workload.order's default: the SLO (whose attainment
+// counts a failed request as a miss), then the error rate, then cost and
+// TTFT, which are figures of answers only and blind to failures.
+const DefaultOrder = "slo,errors,cost,ttft"
 
 // Load reads an endpoints file strictly (an unknown key is an error
 // naming its field) and checks it.
@@ -197,7 +205,7 @@ func (w *Workload) Defaults() {
 		w.SLOPercentile = "p90"
 	}
 	if w.Order == "" {
-		w.Order = "slo,cost,ttft"
+		w.Order = DefaultOrder
 	}
 }
 

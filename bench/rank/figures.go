@@ -125,7 +125,7 @@ var Formulas = map[string]string{
 	"blended_3to1":      "(3 × input + output) / 4 per M tokens: the configured price blended 3:1, the convention public leaderboards use",
 	"cost_per_hour":     "median round's requests/s × 3600 × cost_per_request: an hour with the workload's concurrency in flight",
 	"slo":               "meets when the Wilson interval of the share meeting every SLO lies at or above the percentile, fails when below, unsure when it straddles it",
-	"ranking":           "keys in workload.order, first decides first; two endpoints differ on a key only when the verdict package's test tells them apart beyond tolerance (5% for speed and cost, 2 points for errors); tied on every key, they share a rank",
+	"ranking":           "keys in workload.order (default slo,errors,cost,ttft), first decides first; two endpoints differ on a key only when the verdict package's test tells them apart beyond tolerance (5% for speed and cost, 2 points for errors) on enough values (20 answers each for cost, ttft and speed; 36 for ttft_p90); tied on every key, they share a rank, and the tie says key by key why",
 }
 
 func nan() float64 { return math.NaN() }

@@ -141,6 +141,12 @@ func result(name string, n, failed int, ttft, c float64, seed uint64) *Result {
 }
 
 func ranked(rs []*Result, order, slo string) string {
+	s, _ := rankedWhy(rs, order, slo)
+	return s
+}
+
+// rankedWhy is ranked with each place's why, a line each.
+func rankedWhy(rs []*Result, order, slo string) (string, string) {
 	w := Workload{Order: order, SLO: slo}
 	var slos []verdict.SLO
 	if slo != "" {
@@ -149,15 +155,16 @@ func ranked(rs []*Result, order, slo string) string {
 	for _, r := range rs {
 		r.Figures = figures(r, w, slos, 0.9)
 	}
-	var parts []string
+	var parts, whys []string
 	for _, p := range Order(rs, w) {
 		s := p.Name
 		if p.Tied {
 			s += "="
 		}
 		parts = append(parts, s)
+		whys = append(whys, p.Name+": "+p.Why)
 	}
-	return strings.Join(parts, " ")
+	return strings.Join(parts, " "), strings.Join(whys, "\n")
 }
 
 func TestOrder(t *testing.T) {
@@ -173,9 +180,110 @@ func TestOrder(t *testing.T) {
 		{"errors", "errors", "", []*Result{result("flaky", 50, 20, 40, 1, 1), result("steady", 50, 0, 40, 1, 2)}, "steady flaky"},
 		{"no answers last", "cost", "", []*Result{result("dead", 10, 10, 0, 0, 1), result("ok", 50, 0, 40, 5, 2)}, "ok dead"},
 		{"too few to tell is a tie", "ttft", "", []*Result{result("a", 10, 0, 80, 1, 1), result("b", 10, 0, 40, 1, 2)}, "a= b="},
+		// The default order: failing a third of the requests at the same
+		// speed and price ranks below, with or without an SLO.
+		{"failures weigh by default", DefaultOrder, "", []*Result{result("flaky", 48, 16, 40, 1, 1), result("steady", 48, 0, 40, 1, 2)}, "steady flaky"},
+		{"failures weigh by default with an SLO", DefaultOrder, "on", []*Result{result("flaky", 48, 16, 40, 1, 1), result("steady", 48, 0, 40, 1, 2)}, "steady flaky"},
+		{"a slower endpoint that answers all ranks above a failing one", DefaultOrder, "", []*Result{result("flaky", 48, 16, 40, 1, 1), result("slow", 48, 0, 90, 1, 2), result("fast", 48, 0, 40, 1, 3)}, "fast slow flaky"},
+		{"p90 needs its interval's values", "ttft_p90", "", []*Result{result("a", 30, 0, 80, 1, 1), result("b", 30, 0, 40, 1, 2)}, "a= b="},
+		{"p90 with enough values", "ttft_p90", "", []*Result{result("a", 40, 0, 80, 1, 1), result("b", 40, 0, 40, 1, 2)}, "b a"},
 	} {
 		if got := ranked(c.rs, c.order, c.slo); got != c.want {
 			t.Errorf("%s: %s, want %s", c.name, got, c.want)
+		}
+	}
+}
+
+// Every tie says why, key by key: the figures with their intervals and
+// p-values, or too few values for the key's test.
+func TestTieSaysWhy(t *testing.T) {
+	t.Parallel()
+	order, why := rankedWhy([]*Result{result("a", 50, 0, 50, 1, 1), result("b", 50, 0, 50, 1, 2)}, DefaultOrder, "")
+	if order != "a= b=" {
+		t.Fatalf("twins: %s", order)
+	}
+	for _, want := range []string{"b: tied with a: slo: no SLO set; error rate 0 of 50 against 0 of 50: +0.00pt [", "]pt, its interval straddles the 2-point tolerance",
+		"cost per request 1 against 1: +0.0% [+0.0, +0.0]%, p=1, within the 5% tolerance", "; TTFT p50 "} {
+		if !strings.Contains(why, want) {
+			t.Errorf("the twins' tie does not say %q:\n%s", want, why)
+		}
+	}
+	_, why = rankedWhy([]*Result{result("slow", 15, 0, 280, 2.6, 1), result("fast", 15, 0, 40, 1, 2)}, "cost,ttft,ttft_p90", "")
+	for _, want := range []string{"cost per request: too few answers (15 and 15; its test needs 20 each)", "TTFT p50: too few answers (15 and 15; its test needs 20 each)",
+		"TTFT p90: too few answers (15 and 15; its interval needs 36 each)"} {
+		if !strings.Contains(why, want) {
+			t.Errorf("a 7× TTFT and 2.6× cost gap on 15 answers ties without saying %q:\n%s", want, why)
+		}
+	}
+	_, why = rankedWhy([]*Result{result("a", 20, 0, 50, 1, 1), result("b", 20, 0, 50, 1, 2)}, "slo", "on")
+	if !strings.Contains(why, "slo: a unsure, too few requests (20; showing 90% met needs 35), b unsure, too few requests") {
+		t.Errorf("an SLO that 20 requests cannot show met:\n%s", why)
+	}
+}
+
+// The plan's sizes are where the ranking's tests start telling endpoints
+// apart: one request fewer, and they tie.
+func TestPlanSizesMatchTheTests(t *testing.T) {
+	t.Parallel()
+	plan := func(requests, rounds int, order, slo string) Plan {
+		f := &File{Endpoints: []Endpoint{{Name: "a"}, {Name: "b"}}, Workload: Workload{Requests: requests, Rounds: rounds, Order: order, SLO: slo}}
+		f.Workload.Defaults()
+		return PlanOf(f)
+	}
+	p := plan(0, 0, "", "")
+	if p.Requests != 48 || len(p.TooSmall()) != 0 || p.Blind || len(p.Keys) != 4 {
+		t.Errorf("the default workload: %+v", p)
+	}
+	var b strings.Builder
+	small := plan(5, 3, "", "ttft=1s")
+	small.Write(&b, "rank: ")
+	out := b.String()
+	if got := strings.Join(small.TooSmall(), ","); got != "slo,cost,ttft" {
+		t.Errorf("15 requests an endpoint: too small on %s, want slo,cost,ttft\n%s", got, out)
+	}
+	for _, want := range []string{"rank: order slo,errors,cost,ttft, first decides first; 15 measured requests an endpoint",
+		"too small: cost: at most 15 answers an endpoint, its test needs 20: every endpoint will tie on it; send --requests 7 (at 3 rounds) or --rounds 4",
+		"too small: slo: 15 requests an endpoint, and showing p90 met needs 35",
+		"errors: 15 requests an endpoint tell one failing 33% or more (5 of 15) from one failing none",
+		"the workload is too small to tell endpoints apart on slo, cost, ttft"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the plan does not say %q:\n%s", want, out)
+		}
+	}
+	if p := plan(3, 3, "cost,ttft", ""); !p.Blind || p.TooSmall()[0] != "cost" {
+		t.Errorf("an order without errors or an SLO: %+v", p)
+	}
+	need := map[string]int{}
+	for _, k := range plan(1, 1, "errors,slo,ttft,ttft_p90", "ttft=1s").Keys {
+		need[k.Key] = k.Need
+	}
+	// errors: one failing a third of n, against one failing none.
+	n := need["errors"]
+	for _, c := range []struct {
+		n    int
+		want string
+	}{{n - 1, "flaky= steady="}, {n, "steady flaky"}} {
+		k := (c.n + 2) / 3
+		if got := ranked([]*Result{result("flaky", c.n, k, 40, 1, 1), result("steady", c.n, 0, 40, 1, 2)}, "errors", ""); got != c.want {
+			t.Errorf("%d of %d failed against none: %s, want %s", k, c.n, got, c.want)
+		}
+	}
+	// slo: all n requests meeting it is "meets" from need on.
+	for _, c := range []struct {
+		n    int
+		want string
+	}{{need["slo"] - 1, Unsure}, {need["slo"], Meets}} {
+		if f := figures(result("a", c.n, 0, 40, 1, 1), Workload{}, []verdict.SLO{{Metric: "ttft", MaxMs: 100}}, 0.9); f.SLO != c.want {
+			t.Errorf("%d of %d met: %s, want %s", c.n, c.n, f.SLO, c.want)
+		}
+	}
+	// ttft and ttft_p90: a 2× gap is told apart from need answers on.
+	for _, key := range []string{"ttft", "ttft_p90"} {
+		if got := ranked([]*Result{result("slow", need[key]-1, 0, 80, 1, 1), result("fast", need[key]-1, 0, 40, 1, 2)}, key, ""); got != "slow= fast=" {
+			t.Errorf("%s on %d answers: %s, want a tie", key, need[key]-1, got)
+		}
+		if got := ranked([]*Result{result("slow", need[key], 0, 80, 1, 1), result("fast", need[key], 0, 40, 1, 2)}, key, ""); got != "fast slow" {
+			t.Errorf("%s on %d answers: %s, want fast slow", key, need[key], got)
 		}
 	}
 }

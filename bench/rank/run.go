@@ -32,7 +32,10 @@ type Record struct {
 	Workload Workload `json:"workload"`
 	// Bound is the most requests the run could send, in words, as it
 	// was stated before it started.
-	Bound       string    `json:"bound"`
+	Bound string `json:"bound"`
+	// Plan is what the run's size could tell apart, key by key, as it
+	// was stated before it started.
+	Plan        *Plan     `json:"plan,omitempty"`
 	Endpoints   []*Result `json:"endpoints"`
 	Ranking     []Place   `json:"ranking"`
 	Interrupted bool      `json:"interrupted,omitempty"`
@@ -178,6 +181,9 @@ func cost(p Price, prompt, cached, output int) float64 {
 type Options struct {
 	// Keys are the endpoints' keys, in the file's order (File.Keys).
 	Keys []string
+	// Plan receives the plan (PlanOf) before anything is sent; nil
+	// shows none.
+	Plan io.Writer
 	// Progress receives a line per endpoint and round; nil shows none.
 	Progress           io.Writer
 	InsecureSkipVerify bool
@@ -227,8 +233,12 @@ func Run(ctx context.Context, f *File, o Options) (*Record, error) {
 	if len(o.Keys) != len(f.Endpoints) {
 		return nil, errors.New("rank: one key (or none) per endpoint")
 	}
+	plan := PlanOf(f)
+	if o.Plan != nil {
+		plan.Write(o.Plan, "rank: ")
+	}
 	cond := bench.NewConditions()
-	rec := &Record{Schema: Schema, Start: cond.Start, Tool: cond.ToolVersion, Host: cond.Host, Workload: w, Bound: Bound(f), Formulas: Formulas}
+	rec := &Record{Schema: Schema, Start: cond.Start, Tool: cond.ToolVersion, Host: cond.Host, Workload: w, Bound: plan.Bound, Plan: &plan, Formulas: Formulas}
 	vslos := bench.VerdictSLOs(slos)
 	budget := cmp.Or(o.HoldBudget, DefaultHoldBudget)
 	// One tokenizer for all the endpoints' benches (~14 MB each).
@@ -365,6 +375,11 @@ rounds:
 	}
 	rec.Ranking = Order(rec.Endpoints, w)
 	rec.Warnings = warnings(rec.Endpoints)
+	for _, k := range plan.Keys {
+		if k.TooSmall {
+			rec.Warnings = append(rec.Warnings, "the workload was too small to tell endpoints apart on "+k.Says)
+		}
+	}
 	rec.End = time.Now().UTC()
 	if runErr != nil {
 		rec.Interrupted = true

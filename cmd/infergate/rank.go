@@ -28,9 +28,17 @@ the output speed of a request, throughput at the concurrency, error rate
 and availability, and cost from the usage each answer returned and the
 file's prices: per request, per million output tokens at the measured mix,
 blended 3:1, per hour at the concurrency. The order (workload.order,
-default slo,cost,ttft) calls two endpoints tied unless the verdict
-package's tests tell them apart. The most requests a run sends is printed
-before it starts.
+default slo,errors,cost,ttft) calls two endpoints tied unless the verdict
+package's tests tell them apart; a tie says, key by key, why (the
+intervals and p-values within tolerance, or too few answers). Failed
+requests weigh twice in the default: the SLO's attainment counts each as
+a miss, and errors (two proportions, 2 points) ranks the endpoint that
+fails more below before cost and TTFT, which are figures of answers only.
+Before anything is sent the plan is printed: the most requests the run
+sends, and for each key whether that many can tell endpoints apart (cost,
+ttft and speed need 20 answers an endpoint, ttft_p90 36, slo at p90 35
+requests, errors 10 to tell one failing a third from one failing none),
+and if not, the --requests or --rounds that would.
 
 The file lists endpoints:, each with name, url (the base URL, as an SDK's
 base_url), model, api_key_env or api_key_file (a key is never in the file
@@ -61,7 +69,7 @@ func runRank(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.DurationVar(&w.Timeout, "timeout", 0, "bound on one request (default 60s)")
 	fs.StringVar(&w.SLO, "slo", "", "objective, e.g. ttft=2s,tpot=50ms: an endpoint meets it when its share of requests meeting it is at or above --slo-percentile")
 	fs.StringVar(&w.SLOPercentile, "slo-percentile", "", "with --slo: the share that must meet it (default p90)")
-	fs.StringVar(&w.Order, "order", "", "ranking keys, first decides first: slo, cost, ttft, ttft_p90, speed, errors (default slo,cost,ttft)")
+	fs.StringVar(&w.Order, "order", "", "ranking keys, first decides first: slo, errors, cost, ttft, ttft_p90, speed (default slo,errors,cost,ttft)")
 	fs.Float64Var(&w.Rate, "rate", 0, "the load the cost per hour is of, requests/s (default: the rate measured at --concurrency)")
 	out := fs.String("out", "", "save the run's record (rank-TIME.json) in this folder")
 	history := fs.String("history", "", "folder of earlier records: save this run there too, show each endpoint's figures over the runs and flag changes beyond noise")
@@ -108,8 +116,7 @@ func runRank(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return fmt.Errorf("endpoint %q (endpoints[%d]): its key would go over plain HTTP to %s, off this machine: use https, or pass --allow-plaintext-key", e.Name, i, u.Host)
 		}
 	}
-	fmt.Fprintf(stderr, "rank: %s\n", rank.Bound(f))
-	o := rank.Options{Keys: keys, InsecureSkipVerify: *insecure}
+	o := rank.Options{Keys: keys, InsecureSkipVerify: *insecure, Plan: stderr}
 	if !*quiet {
 		o.Progress = stderr
 	}

@@ -149,6 +149,9 @@ func TestRankOrdersEndpointsAsTheirSettingsImply(t *testing.T) {
 	if !strings.Contains(out, "6 endpoints × 3 rounds × (1 probes + 4 warm-up + 16 measured requests") || !strings.Contains(out, "at most 378 requests") {
 		t.Errorf("the bound is not stated up front\n%s", out)
 	}
+	if !strings.Contains(out, "rank: order slo,errors,cost,ttft, first decides first; 48 measured requests an endpoint") || !strings.Contains(out, "slo: 48 requests an endpoint (showing p90 met needs at least 35") || strings.Contains(out, "too small") {
+		t.Errorf("the plan does not give the default order and what 48 requests can tell apart\n%s", out)
+	}
 	paths, _ := filepath.Glob(filepath.Join(hist, "rank-*.json"))
 	if len(paths) != 1 {
 		t.Fatalf("records: %v", paths)
@@ -167,6 +170,9 @@ func TestRankOrdersEndpointsAsTheirSettingsImply(t *testing.T) {
 	}
 	if !rec.Ranking[0].Tied || !rec.Ranking[1].Tied || rec.Ranking[2].Tied || rec.Ranking[5].Tied {
 		t.Errorf("the twins must be tied, and only they: %+v", rec.Ranking)
+	}
+	if why := rec.Ranking[1].Why; !strings.Contains(why, "tied with fast: slo: both meet it; error rate 0 of 48 against 0 of 48") || !strings.Contains(why, "; TTFT p50 ") || !strings.Contains(out, why) {
+		t.Errorf("the twins' tie does not say why, key by key, in the record and the table: %q", why)
 	}
 	by := map[string]*rank.Result{}
 	for _, e := range rec.Endpoints {
