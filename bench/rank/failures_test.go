@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/infergate/infergate/internal/llamatest"
 	"github.com/infergate/infergate/sim/simtest"
 )
 
@@ -188,3 +189,53 @@ func TestRankTwinsTie(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
+
+// failingEvery puts a proxy in front of backend that answers every nth
+// POST with a 500 and an OpenAI error body, and passes the rest.
+func failingEvery(t *testing.T, backend string, nth int64) string {
+	t.Helper()
+	u, err := url.Parse(backend)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(u) }, FlushInterval: -1}
+	var posts atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && posts.Add(1)%nth == 0 {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusInternalServerError)
+			w.Write([]byte(`{"error":{"message":"injected","type":"server_error"}}`))
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// The real engine: llama.cpp's server ranked against itself behind a
+// proxy that fails every third request. Same server, same price: the
+// one answering every request ranks first alone, the failing one below
+// for its error rate (llama.cpp closes the connection after each stream
+// and counts the end-of-sequence token: the ranking does not care).
+func TestRankCountsFailuresOnLlamaCpp(t *testing.T) {
+	s := llamatest.Start(t, llamatest.Options{Parallel: 2, Predict: 16})
+	f := endpointsFile(t, 12, 2, [2]string{"llama", s.URL}, [2]string{"llama-failing", failingEvery(t, s.URL, 3)})
+	f.Workload.Concurrency, f.Workload.OutputTokens = 2, "8"
+	var plan bytes.Buffer
+	rec, err := Run(context.Background(), f, Options{Keys: []string{"", ""}, Plan: &plan})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table bytes.Buffer
+	rec.Write(&table)
+	first, failing := rec.Ranking[0], place(rec, "llama-failing")
+	if first.Name != "llama" || first.Tied || failing.Rank != 2 || !strings.Contains(failing.Why, "error rate") {
+		t.Errorf("ranking %s (%s): want llama first alone, llama-failing below for its error rate\n%s\n%s", ranking(rec), failing.Why, plan.String(), table.String())
+	}
+	for _, e := range rec.Endpoints {
+		if e.Figures.OK == 0 || e.Figures.OutputTokens == 0 {
+			t.Errorf("%s: no answers with usage from llama.cpp: %+v", e.Name, e.Figures)
+		}
+	}
+}

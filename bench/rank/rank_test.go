@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -382,6 +383,7 @@ func FuzzFile(f *testing.F) {
 			t.Fatalf("valid, then invalid with defaults: %v", err)
 		}
 		_ = Bound(&file)
+		PlanOf(&file).Write(io.Discard, "")
 		for i := range file.Endpoints {
 			_ = file.Endpoints[i].headers("k")
 		}
