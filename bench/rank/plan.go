@@ -56,7 +56,11 @@ func PlanOf(f *File) Plan {
 	keys := orderKeys(w.Order)
 	p.Blind = !slices.Contains(keys, "errors") && !(slices.Contains(keys, "slo") && w.SLO != "")
 	more := func(need int) string {
-		return fmt.Sprintf("send --requests %d (at %d rounds) or --rounds %d", ceilDiv(need, w.Rounds), w.Rounds, ceilDiv(need, w.Requests))
+		rounds := fmt.Sprintf("%d rounds", w.Rounds)
+		if w.Rounds == 1 {
+			rounds = "1 round"
+		}
+		return fmt.Sprintf("send --requests %d (at %s) or --rounds %d", ceilDiv(need, w.Rounds), rounds, ceilDiv(need, w.Requests))
 	}
 	answers := func(k KeyPlan, what string) KeyPlan {
 		k.TooSmall = n < k.Need
@@ -73,11 +77,11 @@ func PlanOf(f *File) Plan {
 		case "errors":
 			k.Need = needErrors(planShare)
 			k.TooSmall = n < k.Need
-			told := "no share of failures"
 			if m := minFailures(n); m > 0 {
-				told = fmt.Sprintf("%.0f%% or more (%d of %d)", 100*float64(m)/float64(n), m, n)
+				k.Says = fmt.Sprintf("errors: %d requests an endpoint tell one failing %.0f%% or more (%d of %d) from one failing none", n, 100*float64(m)/float64(n), m, n)
+			} else {
+				k.Says = fmt.Sprintf("errors: %d requests an endpoint cannot tell even one failing them all from one failing none", n)
 			}
-			k.Says = fmt.Sprintf("errors: %d requests an endpoint tell one failing %s from one failing none", n, told)
 			if k.TooSmall {
 				k.Says += fmt.Sprintf(": one failing a third would tie with it; that needs %d: %s", k.Need, more(k.Need))
 			}

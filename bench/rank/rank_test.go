@@ -254,6 +254,9 @@ func TestPlanSizesMatchTheTests(t *testing.T) {
 	if p := plan(3, 3, "cost,ttft", ""); !p.Blind || p.TooSmall()[0] != "cost" {
 		t.Errorf("an order without errors or an SLO: %+v", p)
 	}
+	if p := plan(2, 1, "errors", ""); !p.Keys[0].TooSmall || !strings.Contains(p.Keys[0].Says, "2 requests an endpoint cannot tell even one failing them all from one failing none: one failing a third would tie with it; that needs 10: send --requests 10 (at 1 round) or --rounds 5") {
+		t.Errorf("two requests: %+v", p.Keys)
+	}
 	need := map[string]int{}
 	for _, k := range plan(1, 1, "errors,slo,ttft,ttft_p90", "ttft=1s").Keys {
 		need[k.Key] = k.Need
