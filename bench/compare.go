@@ -219,7 +219,10 @@ func (c *Comparison) Write(w io.Writer) {
 	for _, ch := range c.Changes {
 		base, nw, delta, ci, p := ch.Cells()
 		j := ch.Judgement
-		if ch.Judgement == verdict.Unsure && ch.Need > 0 {
+		switch {
+		case ch.Judgement == verdict.Unsure && ch.Edge:
+			j += " (at its tolerance)"
+		case ch.Judgement == verdict.Unsure && ch.Need > 0:
 			j += fmt.Sprintf(" (≈%d needed)", ch.Need)
 		}
 		fmt.Fprintf(w, "%-5d %-24s %12s %12s %9s %20s %8s  %s\n", ch.Stage, ch.Metric+unitOf(ch.Metric), base, nw, delta, ci, p, j)

@@ -305,7 +305,10 @@ func (r *ABReport) Write(w io.Writer) {
 	for _, ch := range r.Changes {
 		base, nw, delta, ci, p := ch.Cells()
 		j := ch.Judgement
-		if ch.Judgement == verdict.Unsure && ch.Need > 0 {
+		switch {
+		case ch.Judgement == verdict.Unsure && ch.Edge:
+			j += " (at its tolerance)"
+		case ch.Judgement == verdict.Unsure && ch.Need > 0:
 			j += fmt.Sprintf(" (≈%d pairs)", ch.Need)
 		}
 		if n := noiseOf(r.Noise, ch.Metric); n != nil {

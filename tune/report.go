@@ -33,11 +33,17 @@ func (r *Result) WriteSummary(w io.Writer) {
 		return
 	}
 	fmt.Fprintf(w, "\n== summary (objective: %s; bottleneck: %s)\n", r.Objective, r.Bottleneck)
+	if r.Rule != "" {
+		fmt.Fprintf(w, "size: %s\nrule: %s\n", r.Size, r.Rule)
+	}
 	fmt.Fprintf(w, "%-4s %-11s %-42s %12s %11s  %s\n", "step", "knob", "change", "goodput/s", "attainment", "decision")
 	for _, e := range d {
 		change, decision := "", "baseline"
 		if e.Event != "baseline" {
 			change, decision = strings.Join(e.Diff, "; "), e.Event
+		}
+		if e.Decided != "" {
+			decision += " (" + e.Verdict + ": " + e.Decided + ")"
 		}
 		fmt.Fprintf(w, "%-4d %-11s %-42s %12.2f %10.1f%%  %s\n", e.Step, e.Knob, clip(change, 42), e.Goodput, e.Attainment*100, decision)
 	}
@@ -66,6 +72,9 @@ func (r *Result) WriteHTML(w io.Writer) error {
 	svgchart.PageStart(bw, "infergate tune")
 	esc := html.EscapeString
 	fmt.Fprintf(bw, "<p>objective: %s; bottleneck: %s: %s</p>\n", esc(r.Objective), esc(r.Bottleneck), esc(r.Diagnosis))
+	if r.Rule != "" {
+		fmt.Fprintf(bw, "<p>size: %s</p>\n<p>rule: %s</p>\n", esc(r.Size.String()), esc(r.Rule))
+	}
 	d := r.decided()
 	var x, good, att []float64
 	for i, e := range d {

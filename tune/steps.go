@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/infergate/infergate/bench"
@@ -193,7 +195,7 @@ func (t *tuner) try(ctx context.Context, s step) (bool, error) {
 			t.res.Final = v
 			fmt.Fprintf(t.out, "  KEEP: it held twice; later steps are judged against it\n")
 			t.res.Steps = append(t.res.Steps, Entry{Time: time.Now().UTC(), Step: n, Event: "keep", Knob: s.knob, Settings: settings, Diff: diff,
-				Record: file2, Verdict: e2.Verdict, Reasons: e2.Reasons, Goodput: e2.Goodput, Attainment: e2.Attainment, Version: v.Version, Hash: v.Hash})
+				Record: file2, Verdict: e2.Verdict, Reasons: e2.Reasons, Decided: e2.Decided, Goodput: e2.Goodput, Attainment: e2.Attainment, Version: v.Version, Hash: v.Hash})
 			t.journal(t.res.Steps[len(t.res.Steps)-1])
 			return true, nil
 		}
@@ -207,7 +209,7 @@ func (t *tuner) try(ctx context.Context, s step) (bool, error) {
 	t.res.Final = back
 	fmt.Fprintf(t.out, "  rolled back to %s (version %d)\n", back.Hash, back.Version)
 	t.res.Steps = append(t.res.Steps, Entry{Time: time.Now().UTC(), Step: n, Event: "roll back", Knob: s.knob, Settings: settings, Diff: diff,
-		Record: e.Record, Verdict: e.Verdict, Reasons: e.Reasons, Hint: e.Hint, Goodput: e.Goodput, Attainment: e.Attainment, Version: back.Version, Hash: back.Hash})
+		Record: e.Record, Verdict: e.Verdict, Reasons: e.Reasons, Hint: e.Hint, Decided: e.Decided, Goodput: e.Goodput, Attainment: e.Attainment, Version: back.Version, Hash: back.Hash})
 	t.journal(t.res.Steps[len(t.res.Steps)-1])
 	return false, nil
 }
@@ -216,30 +218,74 @@ func (t *tuner) try(ctx context.Context, s step) (bool, error) {
 func (t *tuner) judge(rec *bench.Record, file string, n int, knob string) (bool, Entry) {
 	g, a := figures(rec, t.cfg.Options.Objective)
 	e := Entry{Time: time.Now().UTC(), Step: n, Knob: knob, Record: file, Against: t.bestFile, Goodput: g, Attainment: a}
-	if err := bench.Unjudged(rec, 0.5); err != nil {
+	fmt.Fprintf(t.out, "%s\n%s\n", headline(rec, g, a), answersLine(rec, t.res.Size))
+	if err := bench.Unjudged(rec, maxFailed); err != nil {
 		e.Verdict, e.Reasons = verdict.RollBack, []string{"not judged: " + err.Error()}
-		fmt.Fprintf(t.out, "%s\n  ROLL BACK: %s\n", headline(rec, g, a), err)
+		e.Decided = "not judged: more than half of its requests failed, or none was answered"
+		fmt.Fprintf(t.out, "  verdict: ROLL BACK\n    - not judged: %s\n", err)
 		return false, e
 	}
 	c := bench.Compare(t.best, rec, t.cfg.Options)
 	e.Verdict, e.Reasons, e.Hint = c.Verdict, c.Reasons, c.Hint
-	gained := false
+	var gains []string
 	for _, ch := range c.Changes {
 		if (ch.Metric == "goodput" && ch.Judgement != verdict.Info || ch.Metric == "slo_attainment") && ch.CILow > 0 {
-			gained = true
+			gains = append(gains, fmt.Sprintf("%s %s", ch.Metric, verdict.FormatDelta(ch)))
 			e.Reasons = append(e.Reasons, fmt.Sprintf("%s rose beyond doubt: %s", ch.Metric, verdict.FormatDelta(ch)))
 		}
 	}
-	fmt.Fprintf(t.out, "%s\n  verdict: %s", headline(rec, g, a), c.Verdict)
+	e.Decided = decidedBy(c.Verdict, c.Changes, gains)
+	fmt.Fprintf(t.out, "  verdict: %s\n", c.Verdict)
 	for _, r := range c.Reasons {
-		fmt.Fprintf(t.out, "; %s", r)
+		fmt.Fprintf(t.out, "    - %s\n", r)
 	}
-	fmt.Fprintln(t.out)
-	if c.Verdict == verdict.Keep && !gained {
+	switch {
+	case c.Verdict == verdict.Keep && len(gains) == 0:
 		e.Reasons = append(e.Reasons, "no gain: neither goodput nor attainment rose beyond doubt, so the change is not worth keeping")
 		fmt.Fprintln(t.out, "  no gain beyond doubt: not worth keeping")
+	case c.Verdict == verdict.Keep:
+		fmt.Fprintf(t.out, "  rose beyond doubt: %s\n", strings.Join(gains, "; "))
 	}
-	return c.Verdict == verdict.Keep && gained, e
+	return c.Verdict == verdict.Keep && len(gains) > 0, e
+}
+
+// decidedBy names, in one line, the figures that decided a step: the
+// ones that regressed, the ones not settled, or the gain and the
+// quality that held.
+func decidedBy(v string, changes []verdict.Change, gains []string) string {
+	var names []string
+	pick := func(j string) string {
+		names = names[:0]
+		for _, ch := range changes {
+			if ch.Judgement == j && !slices.Contains(names, ch.Metric) {
+				names = append(names, ch.Metric)
+			}
+		}
+		return strings.Join(names, ", ")
+	}
+	switch v {
+	case verdict.RollBack:
+		if r := pick(verdict.Regressed); r != "" {
+			return "regressed: " + r
+		}
+		return "no gain"
+	case verdict.Inconclusive:
+		return "not settled: " + pick(verdict.Unsure)
+	}
+	if len(gains) == 0 {
+		return "no gain beyond doubt"
+	}
+	var held []string
+	for _, ch := range changes {
+		if ch.Quality && ch.Judgement == verdict.Holds && ch.Count != nil {
+			held = append(held, strings.TrimSuffix(ch.Metric, "_rate"))
+		}
+	}
+	out := "rose: " + strings.Join(gains, "; ")
+	if len(held) > 0 {
+		out += "; quality held: " + strings.Join(held, ", ")
+	}
+	return out
 }
 
 // plan prints what a walk would do, measuring and changing nothing.
@@ -266,6 +312,7 @@ func (t *tuner) plan() {
 		i++
 	}
 	fmt.Fprintf(t.out, "%d. name the backend's own knobs to shadow-test next\n", i)
-	fmt.Fprintf(t.out, "\nbounds: --budget %v, at most %d steps; about %v a measurement\n", t.cfg.Budget, t.cfg.MaxSteps, t.perRun())
+	fmt.Fprintf(t.out, "\nsize: %s\nrule: %s\n", t.res.Size, t.res.Rule)
+	fmt.Fprintf(t.out, "bounds: --budget %v, at most %d steps; about %v a measurement\n", t.cfg.Budget, t.cfg.MaxSteps, t.perRun())
 	t.res.Stopped = "dry run"
 }

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -85,6 +86,10 @@ type Result struct {
 	// Stopped says why the walk ended before its plan did (budget, steps,
 	// interrupted, an error), empty when it ran its plan.
 	Stopped string `json:"stopped,omitempty"`
+	// Size is each measurement's size and the quality tolerance it can
+	// settle; Rule says when a step is kept, at that size.
+	Size Size   `json:"size"`
+	Rule string `json:"rule"`
 }
 
 // Entry is one step of the walk: one line of the journal.
@@ -112,6 +117,8 @@ type Entry struct {
 	Version int    `json:"version,omitempty"`
 	Hash    string `json:"hash,omitempty"`
 	Note    string `json:"note,omitempty"`
+	// Decided names the figures that decided a judged step, in one line.
+	Decided string `json:"decided,omitempty"`
 }
 
 // Validate refuses a walk that cannot be judged or bounded.
@@ -147,6 +154,8 @@ type tuner struct {
 	// stepN counts the changes tried.
 	stepN      int
 	journalErr error
+	// took is how long the last measurement ran.
+	took time.Duration
 }
 
 // Run walks the loop. Whatever happens, the gateway ends on a
@@ -164,9 +173,12 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	cfg.MaxSteps = cmp.Or(cfg.MaxSteps, 8)
 	cfg.Bench.SLOs = fromVerdict(cfg.Options.Objective.SLOs)
 	cfg.Bench.SLOPercentile = cfg.Options.Objective.Percentile
+	cfg.Bench.Load.Defaults(cfg.Bench.Workload.Replay != "")
+	var size Size
+	cfg.Bench.Load, size = SizeLoad(cfg.Bench.Load, cfg.Options.QualityTolerance)
 	t := &tuner{cfg: cfg, out: cmp.Or[io.Writer](cfg.Out, io.Discard), deadline: time.Now().Add(cfg.Budget),
 		adm: &admin{c: &adminapi.Client{URL: cfg.Admin, Key: cfg.AdminKey, HTTP: cfg.HTTP}},
-		res: &Result{Objective: cfg.Options.Objective.String()}}
+		res: &Result{Objective: cfg.Options.Objective.String(), Size: size, Rule: Rule(size)}}
 	start, err := t.adm.current(ctx)
 	if err != nil {
 		return nil, err
@@ -201,10 +213,23 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 func (t *tuner) walk(ctx context.Context) error {
 	fmt.Fprintf(t.out, "objective: %s\n", t.res.Objective)
 	fmt.Fprintf(t.out, "load: %s\n", loadText(t.cfg.Bench.Load))
+	fmt.Fprintf(t.out, "size: %s\n", t.res.Size)
+	fmt.Fprintf(t.out, "rule: %s\n", t.res.Rule)
 	fmt.Fprintf(t.out, "\n== baseline (configuration version %d, %s)\n", t.res.Start.Version, t.res.Start.Hash)
 	base, file, win, err := t.measure(ctx, "baseline", true)
 	if err != nil {
 		return err
+	}
+	if l := &t.cfg.Bench.Load; l.Mode == "closed" && l.Duration > 0 && base.Stages[0].Requests < t.res.Size.Requests {
+		// A closed loop's pace is the server's: lengthen every
+		// measurement so it reaches the size, and measure again.
+		got := max(base.Stages[0].Requests, 1)
+		l.Duration = time.Duration(math.Ceil(l.Duration.Seconds()*1.2*float64(t.res.Size.Requests)/float64(got))) * time.Second
+		t.res.Size.Duration = l.Duration
+		fmt.Fprintf(t.out, "  %d requests, fewer than the %d the size needs: each measurement now runs %v; the baseline again\n", base.Stages[0].Requests, t.res.Size.Requests, l.Duration)
+		if base, file, win, err = t.measure(ctx, "baseline", true); err != nil {
+			return err
+		}
 	}
 	if err := bench.Unjudged(base, 0.5); err != nil {
 		return fmt.Errorf("tune: the baseline cannot be judged: %w", err)
@@ -214,7 +239,7 @@ func (t *tuner) walk(ctx context.Context) error {
 	be := Entry{Time: nowUTC(), Event: "baseline", Record: file, Goodput: g, Attainment: a, Version: t.res.Start.Version, Hash: t.res.Start.Hash}
 	t.res.Steps = append(t.res.Steps, be)
 	t.journal(be)
-	fmt.Fprintf(t.out, "%s\n", headline(base, g, a))
+	fmt.Fprintf(t.out, "%s\n%s\n", headline(base, g, a), answersLine(base, t.res.Size))
 
 	rep := diagnose.Diagnose(diagnose.Input{Backends: win.Backends, Gateway: win.Gateway})
 	t.res.Bottleneck, t.res.Diagnosis, t.res.Report = rep.Bottleneck, rep.Summary, &rep
@@ -254,12 +279,23 @@ func (t *tuner) walk(ctx context.Context) error {
 
 // perRun is about how long one measurement takes.
 func (t *tuner) perRun() time.Duration {
+	return t.expected() + t.cfg.Bench.Load.WarmupTime + 3*time.Second
+}
+
+// expected is about how long a measurement's measured part runs: its
+// duration, or its count of requests at its rate; in closed loop
+// bounded by a count, as long as the last one took.
+func (t *tuner) expected() time.Duration {
 	l := t.cfg.Bench.Load
-	d := l.Duration + l.WarmupTime + 3*time.Second
-	if l.Duration == 0 {
-		d += 30 * time.Second // a count of requests: a guess
+	switch {
+	case l.Duration > 0:
+		return l.Duration
+	case l.Mode == "open" && l.Rate > 0:
+		return time.Duration(float64(l.Requests) / l.Rate * float64(time.Second))
+	case t.took > 0:
+		return t.took
 	}
-	return d
+	return 30 * time.Second // a count of requests at an unknown pace: a guess
 }
 
 // measure runs one measurement and saves its record; with sample, it
@@ -275,12 +311,13 @@ func (t *tuner) measure(ctx context.Context, name string, sample bool) (*bench.R
 		}
 	}
 	if sample {
+		d := t.expected()
 		sc := collect.Config{Gateway: t.cfg.Admin, AdminKey: t.cfg.AdminKey, Backends: t.cfg.Backends, Interval: 500 * time.Millisecond,
-			Window: max(t.cfg.Bench.Load.Duration*3/4, time.Second)}
+			Window: max(d*3/4, time.Second)}
 		go func() {
 			defer close(done)
 			select {
-			case <-time.After(t.cfg.Bench.Load.Duration / 5):
+			case <-time.After(d / 5):
 				win, werr = collect.Sample(ctx, sc)
 			case <-ctx.Done():
 				werr = ctx.Err()
@@ -291,7 +328,9 @@ func (t *tuner) measure(ctx context.Context, name string, sample bool) (*bench.R
 	}
 	bc := t.cfg.Bench
 	bc.GatewayAdmin, bc.GatewayAdminKey = t.cfg.Admin, t.cfg.AdminKey
+	began := time.Now()
 	rec, err := bench.Run(ctx, bc)
+	t.took = time.Since(began)
 	<-done
 	if err != nil {
 		return nil, "", win, err
@@ -330,9 +369,13 @@ func fromVerdict(slos []verdict.SLO) []bench.SLO {
 func loadText(l bench.LoadSpec) string {
 	switch l.Mode {
 	case "closed":
-		return fmt.Sprintf("closed loop, %d users for %v: the server sets the rate, so attainment judges (open loop at a fixed --rate makes goodput the figure)", l.Concurrency, l.Duration)
+		return fmt.Sprintf("closed loop, %d users: the server sets the rate, so attainment judges (open loop at a fixed --rate makes goodput the figure)", l.Concurrency)
 	}
-	return fmt.Sprintf("open loop at %g requests/s for %v: goodput judges", l.Rate, l.Duration)
+	if l.Duration > 0 {
+		return fmt.Sprintf("open loop at %g requests/s for %v: goodput judges", l.Rate, l.Duration)
+	}
+	return fmt.Sprintf("open loop at %g requests/s, %d requests (about %v): goodput judges", l.Rate, l.Requests,
+		time.Duration(float64(l.Requests)/l.Rate*float64(time.Second)).Round(100*time.Millisecond))
 }
 
 func headline(r *bench.Record, goodput, attainment float64) string {

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -76,8 +77,10 @@ func (s *stack) config(t *testing.T, rate float64, d time.Duration, slo string) 
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
+	// A 5-point quality tolerance keeps the tests' measurements short:
+	// 114 requests settle it (292 settle the default 2 points).
 	return Config{Admin: s.admin, Budget: 2 * time.Minute, MaxSteps: 3, Dir: dir, Journal: filepath.Join(dir, "journal.jsonl"),
-		Options: verdict.Options{Objective: verdict.Objective{SLOs: slos}},
+		Options: verdict.Options{Objective: verdict.Objective{SLOs: slos}, QualityTolerance: 0.05},
 		Bench: bench.Config{URL: s.api, Workload: bench.WorkloadSpec{Model: "sim-model", Stream: true, InputTokens: "256", OutputTokens: "64"},
 			Load: bench.LoadSpec{Mode: "open", Rate: rate, Duration: d, WarmupTime: 300 * time.Millisecond}}}
 }
@@ -113,13 +116,20 @@ func readJournal(t *testing.T, path string) []Entry {
 }
 
 // Against the memory-bound simulator at an open-loop rate above what it
-// can serve, the walk finishes within its budget, leaves the gateway on
-// the configuration its journal's last line names, and keeps nothing
-// that did not hold on a second measurement.
+// can serve (the demo's load and SLOs), the walk finishes within its
+// budget, leaves the gateway on the configuration its journal's last
+// line names, keeps nothing that did not hold on a second measurement,
+// and keeps every step whose goodput rose beyond doubt while no quality
+// rate rose (checkGainsKept).
 func TestTuneMemoryBound(t *testing.T) {
 	s := serveStack(t, "memory-bound")
-	cfg := s.config(t, 40, 2*time.Second, "ttft=1s,tpot=50ms")
-	cfg.Knobs = []string{KnobCap, KnobQueue}
+	cfg := s.config(t, 24, 2*time.Second, "ttft=2s,tpot=50ms")
+	// The demo's load with a 3-point quality tolerance: 194 requests a
+	// measurement (8 s), long enough for the overload to show; the demo's
+	// 2 points take 292.
+	cfg.Options.QualityTolerance = 0.03
+	cfg.Bench.Load.WarmupTime = 500 * time.Millisecond
+	cfg.Knobs, cfg.MaxSteps = []string{KnobCap, KnobQueue}, 2
 	var out bytes.Buffer
 	cfg.Out = &out
 	began := time.Now()
@@ -156,7 +166,65 @@ func TestTuneMemoryBound(t *testing.T) {
 	if !strings.Contains(out.String(), "knobs only the backend owns") || len(res.Next) == 0 {
 		t.Errorf("no backend knob named for a memory bottleneck\n%s", out.String())
 	}
+	checkGainsKept(t, cfg, j, out.String())
 	t.Logf("\n%s", out.String())
+}
+
+// checkGainsKept holds the walk to its rule: every measurement whose
+// goodput rose beyond doubt, with no quality rate risen and at least the
+// settling size of answers, was judged KEEP; every measurement sent the
+// size printed before it, with the tolerance that size settles; and each
+// judged step names the figures that decided it. At least one step must
+// have gained, or the rule was not put to the test.
+func checkGainsKept(t *testing.T, cfg Config, j []Entry, out string) {
+	t.Helper()
+	size := verdict.SettlingSize(cfg.Options.QualityTolerance)
+	if want := fmt.Sprintf("each measurement sends %d requests", 2*size); !strings.Contains(out, want) || !strings.Contains(out, fmt.Sprintf("%d answers a run settle a quality rate at 0 in both runs within the %.3g-point tolerance", size, cfg.Options.QualityTolerance*100)) {
+		t.Errorf("the size is not printed with its tolerance (want %q)\n%s", want, out)
+	}
+	gains := 0
+	for _, e := range j {
+		if e.Event != "try" && e.Event != "confirm" {
+			continue
+		}
+		if e.Decided == "" {
+			t.Errorf("step %d (%s): no figure named as deciding it", e.Step, e.Event)
+		}
+		base, err := bench.LoadRecord(e.Against)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, err := bench.LoadRecord(e.Record)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := rec.Stages[0].Requests; n != 2*size {
+			t.Errorf("step %d measured %d requests, want %d", e.Step, n, 2*size)
+		}
+		if bench.Unjudged(rec, maxFailed) != nil {
+			continue
+		}
+		c := bench.Compare(base, rec, cfg.Options)
+		rose, qualityRose, answers := false, false, rec.Stages[0].OK
+		for _, ch := range c.Changes {
+			switch {
+			case ch.Metric == "goodput" && ch.CILow > 0:
+				rose = true
+			case ch.Quality && !strings.HasPrefix(ch.Metric, "failure") && ch.Count != nil &&
+				ch.Count.New*ch.Count.BaseOf > ch.Count.Base*ch.Count.NewOf:
+				qualityRose = true
+			}
+		}
+		if rose && !qualityRose && answers >= size {
+			gains++
+			if e.Verdict != verdict.Keep {
+				t.Errorf("step %d (%s): goodput rose beyond doubt, no quality rate rose, %d answers: %s %q", e.Step, e.Event, answers, e.Verdict, e.Reasons)
+			}
+		}
+	}
+	if gains == 0 {
+		t.Errorf("no step's goodput rose beyond doubt with quality unchanged: the rule was not tested\n%s", out)
+	}
 }
 
 // A healthy server under light load: nothing to tune, nothing changed.

@@ -66,6 +66,7 @@ func Decide(changes []Change, o Options) Result {
 		r.Reasons = []string{"no request's latencies were kept to judge the SLOs by (a record written before per-request figures)"}
 		return r
 	}
+	var unsettled []string
 	for _, ch := range changes {
 		switch ch.Judgement {
 		case Regressed:
@@ -73,6 +74,11 @@ func Decide(changes []Change, o Options) Result {
 		case Unsure:
 			unsure++
 			r.Need = max(r.Need, ch.Need)
+			tol := tolerance(ch, o)
+			if r.Mode == Trade && ch.Metric == obj.Target && !ch.Quality {
+				tol = 0 // the target must improve: no tolerance
+			}
+			unsettled = append(unsettled, "not settled: "+Unsettled(ch, tol))
 		}
 	}
 	r.Reasons = append(r.Reasons, noGain...)
@@ -84,12 +90,30 @@ func Decide(changes []Change, o Options) Result {
 		}
 	case unsure > 0:
 		r.Verdict = Inconclusive
-		r.Reasons = append(r.Reasons, fmt.Sprintf("%d figure(s) could not be settled; about %d requests would likely settle them", unsure, r.Need))
+		r.Reasons = unsettled
 	default:
 		r.Verdict = Keep
 		r.Reasons = append(keepReasons(changes, obj), failures...)
+		if q := settledText(changes); q != "" {
+			r.Reasons = append(r.Reasons, fmt.Sprintf("quality held within %.3g points: %s", o.QualityTolerance*100, q))
+		}
 	}
 	return r
+}
+
+// tolerance is the tolerance a figure was judged against: points for a
+// rate or a share, relative for speed (a trade's allowance where one is
+// given).
+func tolerance(ch Change, o Options) float64 {
+	switch {
+	case ch.Quality || ch.Share:
+		return o.QualityTolerance
+	case o.Objective.Mode() == Trade:
+		if a, ok := o.Objective.Allow[ch.Metric]; ok {
+			return a
+		}
+	}
+	return o.SpeedTolerance
 }
 
 // isFailureRate names the figures of requests that got no answer.
@@ -131,7 +155,7 @@ func judgeTarget(changes []Change, target string, tol float64) (noGain []string,
 			noGain = append(noGain, fmt.Sprintf("no gain: %s, the change's objective, did not improve (%s)", target, FormatDelta(*ch)))
 		default:
 			ch.Judgement = Unsure
-			ch.Need = needFor(ch.N, (hi-lo)/2, math.Max(math.Abs(ch.Delta), 1e-3))
+			setNeed(ch, needFor(ch.N, (hi-lo)/2, math.Abs(ch.Delta)))
 			unsure++
 		}
 	}

@@ -29,21 +29,26 @@ func Rates(stage int, metric string, x, na, y, nb int, tol float64) Change {
 	ch := Change{Stage: stage, Metric: metric, Better: "lower", Quality: true, P: math.NaN(), Test: "two-proportion z", N: min(na, nb)}
 	if na == 0 || nb == 0 {
 		ch.Judgement = Unsure
-		ch.Need = MinSamples
+		ch.Need = max(MinSamples, SettlingSize(tol))
+		ch.Count = &Count{Base: x, BaseOf: na, New: y, NewOf: nb}
 		return ch
 	}
 	ch.Base, ch.New = float64(x)/float64(na), float64(y)/float64(nb)
+	ch.Count = &Count{Base: x, BaseOf: na, New: y, NewOf: nb}
 	ch.Delta = ch.New - ch.Base
-	// Agresti-Caffo: one success and one failure added to each sample
-	// keeps the interval honest at rates of zero.
-	pa, pb := float64(x+1)/float64(na+2), float64(y+1)/float64(nb+2)
-	se := math.Sqrt(pa*(1-pa)/float64(na+2) + pb*(1-pb)/float64(nb+2))
-	ch.CILow, ch.CIHigh = pb-pa-1.96*se, pb-pa+1.96*se
+	ch.CILow, ch.CIHigh = acInterval(float64(x), float64(na), float64(y), float64(nb))
 	if pooled := float64(x+y) / float64(na+nb); pooled > 0 && pooled < 1 {
 		z := ch.Delta / math.Sqrt(pooled*(1-pooled)*(1/float64(na)+1/float64(nb)))
 		ch.P = math.Erfc(math.Abs(z) / math.Sqrt2)
 	}
-	judgeRate(&ch, min(na, nb), tol)
+	judgeRate(&ch, tol, func() int { return rateNeed(x, na, y, nb, tol) })
+	if ch.Judgement == Unsure && x == 0 && y == 0 && min(na, nb) >= SettlingSize(tol) {
+		// 0 of N in both with N at least the settling size holds,
+		// whatever the other run's size: the interval's upper end is
+		// widest against a base of unbounded size, and SettlingSize is
+		// taken there.
+		ch.Judgement, ch.Need, ch.Edge = Holds, 0, false
+	}
 	return ch
 }
 

@@ -285,7 +285,7 @@ func Crossing(stage int, s SLO, pct float64, base, next []float64) Change {
 			within++
 		}
 	}
-	lo, hi := Wilson(within, len(next))
+	_, hi := Wilson(within, len(next))
 	switch {
 	case len(next) < MinSamples:
 		ch.Judgement, ch.Need = Unsure, MinSamples
@@ -297,8 +297,14 @@ func Crossing(stage int, s SLO, pct float64, base, next []float64) Change {
 	case hi < pct:
 		ch.Judgement = Regressed
 	default:
+		// Too near the percentile to say: the size at which the share
+		// seen within the SLO would be below it beyond doubt.
 		ch.Judgement = Unsure
-		ch.Need = needFor(len(next), (hi-lo)/2, math.Max(pct-float64(within)/float64(len(next)), 1e-3))
+		share := float64(within) / float64(len(next))
+		setNeed(&ch, fewest(func(n int) bool {
+			_, hi := wilsonF(share*float64(n), float64(n))
+			return hi < pct
+		}))
 	}
 	return ch
 }

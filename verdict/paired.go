@@ -101,7 +101,7 @@ func PairedRates(metric string, a, b []bool, tol float64) Change {
 	ch := Change{Metric: metric, Better: "lower", Quality: true, P: math.NaN(), Test: "mcnemar", N: n}
 	if n == 0 {
 		ch.Judgement = Unsure
-		ch.Need = MinSamples
+		ch.Need = max(MinSamples, PairedSettlingSize(tol))
 		return ch
 	}
 	var x, y, onlyA, onlyB int
@@ -120,13 +120,11 @@ func PairedRates(metric string, a, b []bool, tol float64) Change {
 		}
 	}
 	ch.Base, ch.New = float64(x)/float64(n), float64(y)/float64(n)
+	ch.Count = &Count{Base: x, BaseOf: n, New: y, NewOf: n}
 	ch.Delta = ch.New - ch.Base
-	nn, p01, p10 := float64(n)+2, (float64(onlyB) + 0.5), (float64(onlyA) + 0.5)
-	d := (p01 - p10) / nn
-	se := math.Sqrt((p01+p10)/nn-d*d) / math.Sqrt(nn)
-	ch.CILow, ch.CIHigh = d-1.96*se, d+1.96*se
+	ch.CILow, ch.CIHigh = pairedInterval(float64(onlyA), float64(onlyB), float64(n))
 	ch.P = mcnemar(onlyA, onlyB)
-	judgeRate(&ch, n, tol)
+	judgeRate(&ch, tol, func() int { return pairedNeed(onlyA, onlyB, n, tol) })
 	return ch
 }
 

@@ -98,17 +98,23 @@ type Change struct {
 	// SLOCheck marks one SLO's check at the objective's percentile.
 	SLOCheck  bool   `json:"slo_check,omitempty"`
 	Judgement string `json:"judgement"`
-	// Need is the number of requests (pairs) that would likely settle an
-	// unsure figure.
+	// Need is the number of requests (answers for a quality rate, pairs
+	// for pairs) each run would likely need to settle an unsure figure.
 	Need int `json:"need,omitempty"`
+	// Edge marks an unsure figure that no run of practical size would
+	// settle (past MaxNeed): it sits at its tolerance.
+	Edge bool `json:"edge,omitempty"`
+	// Count is what a rate was counted from, nil for other figures.
+	Count *Count `json:"count,omitempty"`
 }
 
 // Result is a verdict and what decided it.
 type Result struct {
 	Verdict string   `json:"verdict"`
 	Reasons []string `json:"reasons"`
-	// Need is how many requests (pairs) would likely settle an
-	// INCONCLUSIVE verdict.
+	// Need is how many requests (answers, pairs) each run would likely
+	// need to settle an INCONCLUSIVE verdict: the most any unsure figure
+	// needs (0 when none can be settled at a practical size).
 	Need int `json:"need,omitempty"`
 	// Mode is how it was judged: strict, slo or trade.
 	Mode string `json:"mode"`
@@ -144,13 +150,18 @@ func rel(a, b float64) float64 {
 // on.
 const MinSamples = 20
 
-// needFor scales n so a 95% interval of half-width hw shrinks to margin.
+// needFor scales n so a 95% interval of half-width hw shrinks to margin
+// (the interval narrows as 1/√n); 0 past MaxNeed, where the figure sits
+// at its tolerance.
 func needFor(n int, hw, margin float64) int {
-	if margin < 1e-3 {
-		margin = 1e-3
+	if margin <= 0 {
+		return 0
 	}
-	need := float64(n) * (hw / margin) * (hw / margin)
-	return int(math.Min(math.Ceil(need), 1e7))
+	need := math.Ceil(float64(n) * (hw / margin) * (hw / margin))
+	if need > MaxNeed || math.IsNaN(need) {
+		return 0
+	}
+	return max(int(need), n+1)
 }
 
 // judgeSpeed sets ch's judgement from its delta and interval: a latency
@@ -177,12 +188,13 @@ func judgeSpeed(ch *Change, n int, tol, floor float64) {
 		ch.Judgement = Holds
 	default:
 		ch.Judgement = Unsure
-		ch.Need = needFor(n, (hi-lo)/2, math.Abs(tol-worse))
+		setNeed(ch, needFor(n, (hi-lo)/2, math.Abs(tol-worse)))
 	}
 }
 
-// judgeRate sets ch's judgement for a rate that should not rise.
-func judgeRate(ch *Change, n int, tol float64) {
+// judgeRate sets ch's judgement for a rate that should not rise; need
+// is the size that would settle it when it is unsure.
+func judgeRate(ch *Change, tol float64, need func() int) {
 	switch {
 	case ch.CILow > 0 && ch.Delta > tol:
 		ch.Judgement = Regressed
@@ -190,7 +202,7 @@ func judgeRate(ch *Change, n int, tol float64) {
 		ch.Judgement = Holds
 	default:
 		ch.Judgement = Unsure
-		ch.Need = needFor(n, (ch.CIHigh-ch.CILow)/2, math.Abs(tol-ch.Delta))
+		setNeed(ch, need())
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/infergate/infergate/bench"
+	"github.com/infergate/infergate/verdict"
 )
 
 // exitCode runs the binary and returns its status and output.
@@ -80,19 +81,23 @@ func TestBenchCompareEndToEnd(t *testing.T) {
 	}
 }
 
-// TestDemoRunsOnItsOwn runs the whole workflow on its defaults, shortened:
-// tune's baseline, diagnosis and cap steps (each kept or rolled back, and
-// the gateway left on the configuration the journal names), then the two
-// shadow tests; every record and report lands in the folder.
+// TestDemoRunsOnItsOwn runs the whole workflow on its defaults, shortened
+// by a 10-point quality tolerance (each measurement sized to settle it:
+// 56 requests, 36 for a shadow test): tune's baseline, diagnosis and cap
+// steps (each kept or rolled back, and the gateway left on the
+// configuration the journal names), then the two shadow tests, each
+// saying what is in force; every record and report lands in the folder.
 func TestDemoRunsOnItsOwn(t *testing.T) {
 	dir := t.TempDir()
-	code, out := exitCode(t, "demo", "--duration", "4s", "--dir", dir)
+	code, out := exitCode(t, "demo", "--quality-tolerance", "10%", "--dir", dir)
 	if code != 0 {
 		t.Fatalf("demo exit %d\n%s", code, out)
 	}
-	for _, want := range []string{"probe http://127.0.0.1:", "== 1. tune", "open loop at 24 requests/s", "== baseline", "== diagnose: memory",
+	for _, want := range []string{"probe http://127.0.0.1:", "== 1. tune", "open loop at 24 requests/s", fmt.Sprintf("size: each measurement sends %d requests", 2*verdict.SettlingSize(0.1)),
+		"within the 10-point tolerance", "rule: a step is kept when", "== baseline", "== diagnose: memory",
 		"== step 1, cap: cap the gateway at", "+shaping.global.max_requests: ", "verdict: ", "== summary", "the gateway runs configuration version",
-		"== 2. shadow test", "== 3. shadow test", "paired change", "in short: ", "records and reports: " + dir} {
+		"== 2. shadow test", "== 3. shadow test", "in force at the gateway: ", fmt.Sprintf("size: %d requests", 2*verdict.PairedSettlingSize(0.1)), "paired change", "in short: ",
+		"== decisions\ntune step 1: ", "\nshadow int4: ", "\nshadow kv-share: ", "records and reports: " + dir} {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q\n%s", want, out)
 		}

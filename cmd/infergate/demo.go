@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,7 +24,7 @@ import (
 	"github.com/infergate/infergate/verdict"
 )
 
-const demoSynopsis = `demo [--preset NAME] [--rate R] [--duration D] [--slo ttft=2s,tpot=50ms] [--dir DIR] [--no-mirror]
+const demoSynopsis = `demo [--preset NAME] [--rate R] [--duration D] [--slo ttft=2s,tpot=50ms] [--quality-tolerance 2%] [--dir DIR] [--no-mirror]
 
 The workflow in one command, with no setup, ending in decisions the
 measurements support. It starts a simulator (a continuous-batching server
@@ -33,7 +34,9 @@ process on loopback ports, then:
 
   1. tune (infergate tune): a baseline through the gateway in open loop
      at --rate requests/s, above what the server can serve, judged at the
-     SLOs (--slo, p90); a diagnosis of the gateway's and the server's
+     SLOs (--slo, p90), sized so the 2-point quality tolerance can be
+     settled from the answers (292 requests, unless --requests or
+     --duration says more); a diagnosis of the gateway's and the server's
      metrics; then the concurrency cap the diagnosis proposes, re-measured
      at the same load and kept or rolled back through the gateway's
      configuration history as the verdict at the SLOs says;
@@ -44,6 +47,10 @@ process on loopback ports, then:
   3. a shadow test of a build with a larger KV-cache share (the same
      model, four times the cache), judged on goodput at the SLOs.
 
+Steps 2 and 3 run behind what step 1 left in force, and say so. The
+output ends with one line per decision (== decisions), which
+scripts/demo-repeat.sh tabulates over repeated runs.
+
 Every record, the journal and a self-contained HTML report of each step
 go to --dir (default: a new folder under the system's temporary folder,
 named at the end). --no-mirror leaves steps 2 and 3 out.`
@@ -53,9 +60,14 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	preset := fs.String("preset", "memory-bound", "simulator preset: "+fmt.Sprint(sim.Presets()))
 	noMirror := fs.Bool("no-mirror", false, "leave out the shadow tests of candidate builds")
 	dir := fs.String("dir", "", "folder for the records and reports (default: a new one under the temporary folder)")
+	qualityTol := fs.String("quality-tolerance", "2%", "accepted rise of a quality rate, in points; every measurement is sized to settle it")
 	f := registerBenchFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	qt, err := percent(*qualityTol)
+	if err != nil {
+		return fmt.Errorf("--quality-tolerance: %w", err)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
@@ -113,10 +125,14 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if !set["concurrency"] && !set["rate"] && !set["sweep"] {
 		*f.load, *f.rate = "open", 24
 	}
+	opts := verdict.Options{QualityTolerance: qt}
+	opts.Defaults()
 	if !set["duration"] && !set["requests"] {
-		// Long enough for ~150 answers a run: fewer cannot show that a
-		// quality rate rose by less than its 2-point tolerance.
-		*f.duration = 8 * time.Second
+		// As many requests as settle the quality tolerance from the
+		// answers a judged run will have, refused ones left out (tune
+		// says so as it starts).
+		_, size := tune.SizeLoad(bench.LoadSpec{Mode: "open"}, opts.QualityTolerance)
+		*f.requests = size.Requests
 	}
 	if !set["warmup"] {
 		*f.warmup = "500ms"
@@ -149,8 +165,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	// 1. The loop, walked by tune: baseline, diagnosis, the cap.
 	obj := verdict.Objective{SLOs: bench.VerdictSLOs(cfg.SLOs), Percentile: cfg.SLOPercentile}
 	step(stdout, 1, "tune: baseline, diagnosis and the gateway's own knob, judged at %s", obj.String())
-	res, err := tune.Run(ctx, tune.Config{Admin: adminURL, Bench: cfg, Options: verdict.Options{Objective: obj},
-		Knobs: []string{tune.KnobCap}, Budget: time.Minute, MaxSteps: 2, Backends: []string{simURL + "/metrics"},
+	// The budget is generous: the plan is bounded by its two steps, and a
+	// busy machine must not cut the second one short.
+	res, err := tune.Run(ctx, tune.Config{Admin: adminURL, Bench: cfg, Options: verdict.Options{Objective: obj, QualityTolerance: qt},
+		Knobs: []string{tune.KnobCap}, Budget: 4 * time.Minute, MaxSteps: 2, Backends: []string{simURL + "/metrics"},
 		Dir: out, Journal: filepath.Join(out, "tune-journal.jsonl"), Out: stdout})
 	if res != nil {
 		res.WriteSummary(stdout)
@@ -166,30 +184,68 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	decisions := tuneDecisions(res)
 	if !*noMirror {
-		// 2. The server's knobs, shadow-tested on live traffic.
+		// 2. The server's knobs, shadow-tested on live traffic, behind
+		// whatever tune left in force.
+		sh := shadow{g: g, log: log, f: f, set: set, stdout: stdout, stderr: stderr, dir: out, obj: obj, tol: opts.QualityTolerance, inForce: inForce(res)}
 		int4 := scfg
 		if err := int4.ApplyVariant("int4"); err != nil {
 			return err
 		}
-		if err := shadowTest(ctx, g, int4, "int4", 2, "a quantized build (int4)", log, f, set, stdout, stderr, out, obj, true); err != nil {
+		v, err := sh.run(ctx, int4, "int4", 2, "a quantized build (int4)", true)
+		if err != nil {
 			return err
 		}
+		decisions = append(decisions, fmt.Sprintf("shadow int4: %s (behind %s)", v, sh.inForce))
 		kv := scfg
 		kv.Engine.KVCacheTokens *= 4
-		if err := shadowTest(ctx, g, kv, "kv-share", 3, fmt.Sprintf("a larger KV-cache share (the same model, %d tokens of cache instead of %d)", kv.Engine.KVCacheTokens, scfg.Engine.KVCacheTokens),
-			log, f, set, stdout, stderr, out, obj, false); err != nil {
+		v, err = sh.run(ctx, kv, "kv-share", 3, fmt.Sprintf("a larger KV-cache share (the same model, %d tokens of cache instead of %d)", kv.Engine.KVCacheTokens, scfg.Engine.KVCacheTokens), false)
+		if err != nil {
 			return err
 		}
+		decisions = append(decisions, fmt.Sprintf("shadow kv-share: %s (behind %s)", v, sh.inForce))
+	}
+	// One line per decision, in a fixed form (scripts/demo-repeat.sh
+	// tabulates them over runs).
+	fmt.Fprintf(stdout, "\n== decisions\n")
+	for _, d := range decisions {
+		fmt.Fprintf(stdout, "%s\n", d)
 	}
 	fmt.Fprintf(stdout, "\nrecords and reports: %s\n", out)
 	return nil
 }
 
+// tuneDecisions are tune's steps and what each came to, one line each.
+func tuneDecisions(res *tune.Result) []string {
+	var out []string
+	for _, e := range res.Steps {
+		if e.Event == "keep" || e.Event == "roll back" {
+			out = append(out, fmt.Sprintf("tune step %d: %s (%s; %s: %s)", e.Step, strings.ToUpper(e.Event), strings.Join(e.Diff, "; "), e.Verdict, e.Decided))
+		}
+	}
+	return out
+}
+
+// inForce says what the gateway runs after tune: the configuration it
+// started with, or the one a step kept and what that step changed.
+func inForce(res *tune.Result) string {
+	if res.Final.Hash == res.Start.Hash {
+		return fmt.Sprintf("the configuration it started with (version %d): tune kept no change", res.Final.Version)
+	}
+	for _, e := range slices.Backward(res.Steps) {
+		if e.Event == "keep" && e.Hash == res.Final.Hash {
+			return fmt.Sprintf("configuration version %d, kept by tune's step %d (%s)", res.Final.Version, e.Step, strings.Join(e.Diff, "; "))
+		}
+	}
+	return fmt.Sprintf("configuration version %d (%s)", res.Final.Version, res.Final.Hash)
+}
+
 // brief says in one line what decided a verdict: the quality signal
-// that vetoed it, or how the SLOs' percentiles and goodput moved.
+// that vetoed it, the figures not settled, or how the SLOs' percentiles
+// and goodput moved.
 func brief(changes []verdict.Change, v string) string {
-	var slo, quality []string
+	var slo, quality, unsure []string
 	var goodput string
 	gained := false
 	for _, ch := range changes {
@@ -202,12 +258,15 @@ func brief(changes []verdict.Change, v string) string {
 			goodput = fmt.Sprintf("goodput %.2f → %.2f req/s", ch.Base, ch.New)
 			gained = ch.CILow > 0
 		}
+		if ch.Judgement == verdict.Unsure {
+			unsure = append(unsure, ch.Metric)
+		}
 	}
 	switch {
 	case len(quality) > 0:
 		return fmt.Sprintf("the candidate breaks answers (%s): quality is a veto, so %s whatever speed did", strings.Join(quality, ", "), v)
 	case v == verdict.Inconclusive:
-		return "too few pairs to settle it (the report says how many would); run the shadow test longer"
+		return fmt.Sprintf("not settled: %s (the verdict names their counts and the pairs that would settle them); run the shadow test longer", strings.Join(unsure, ", "))
 	case v == verdict.Keep && !gained:
 		return fmt.Sprintf("%s; %s: nothing got worse and nothing better; at the load the gateway admits (the copy leaves after admission, so a cap in force bounds it) this change buys nothing, so it is not worth shipping for speed", strings.Join(slo, ", "), goodput)
 	}
@@ -243,19 +302,37 @@ func saveDiagnosis(dir string, rep *diagnose.Report) error {
 	return writeFileWith(filepath.Join(dir, "2-diagnose.html"), func(w io.Writer) error { return rep.WriteHTML(w, "infergate diagnose: "+rep.Bottleneck) })
 }
 
-// shadowTest mirrors the gateway's traffic to a candidate simulator and
-// judges the pairs at the objective. With json, the traffic asks for
-// JSON answers at a low closed-loop load (what a quantized build breaks
-// first); without, it is the tuning load itself (what a build for
-// throughput must carry).
-func shadowTest(ctx context.Context, g *proxy.Gateway, ccfg sim.Config, name string, n int, what string, log *slog.Logger, f *benchFlags, set map[string]bool,
-	stdout, stderr io.Writer, dir string, obj verdict.Objective, json bool) error {
-	candURL, stopCand, err := startSim(ccfg, log)
+// shadow is what the demo's shadow tests share.
+type shadow struct {
+	g              *proxy.Gateway
+	log            *slog.Logger
+	f              *benchFlags
+	set            map[string]bool
+	stdout, stderr io.Writer
+	dir            string
+	obj            verdict.Objective
+	// tol is the quality tolerance the pairs are sized for.
+	tol float64
+	// inForce says what the gateway runs while the copies are made.
+	inForce string
+}
+
+// run mirrors the gateway's traffic to a candidate simulator and judges
+// the pairs at the objective; it returns the verdict. With json, the
+// traffic asks for JSON answers at a low closed-loop load (what a
+// quantized build breaks first); without, it is the tuning load itself
+// (what a build for throughput must carry). Each test sends twice the
+// pairs that settle a quality rate at 0 in both arms: the copy leaves
+// after admission, so requests the gateway refuses make no pair.
+func (sh shadow) run(ctx context.Context, ccfg sim.Config, name string, n int, what string, json bool) (string, error) {
+	candURL, stopCand, err := startSim(ccfg, sh.log)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer stopCand()
+	g, stdout := sh.g, sh.stdout
 	step(stdout, n, "shadow test: mirror every request to %s at %s, judge it on the same requests", what, candURL)
+	fmt.Fprintf(stdout, "in force at the gateway: %s; the copies leave after admission, so what it admits is what both arms see\n", sh.inForce)
 	before := g.Config()
 	next := g.Config()
 	pools := maps.Clone(next.Pools)
@@ -263,27 +340,33 @@ func shadowTest(ctx context.Context, g *proxy.Gateway, ccfg sim.Config, name str
 	next.Pools = pools
 	next.Mirror.Rules = []mirror.Rule{{Name: name, Pool: "candidate", Sample: 1, MaxInFlight: 1024}}
 	if err := g.ReloadFrom("demo: mirror to the "+name+" candidate", next); err != nil {
-		return err
+		return "", err
 	}
 	defer g.ReloadFrom("demo: mirror off", before) //nolint:errcheck // the running configuration was accepted before
-	fb := *f
+	settle := verdict.PairedSettlingSize(sh.tol)
+	requests := 2 * settle
+	fb := *sh.f
+	var zero time.Duration
 	if json {
 		// JSON answers show what the candidate breaks; a JSON answer cut
 		// at max_tokens is broken on both sides, so none is sent.
-		j, out, c, load, d := true, "none", 24, "closed", 6*time.Second
-		fb.json, fb.output, fb.concurrency, fb.load, fb.duration = &j, &out, &c, &load, &d
-	} else if !set["duration"] {
-		d := 5 * time.Second
-		fb.duration = &d
+		j, out, c, load := true, "none", 24, "closed"
+		fb.json, fb.output, fb.concurrency, fb.load, fb.duration, fb.requests = &j, &out, &c, &load, &zero, &requests
+	} else if !sh.set["duration"] && !sh.set["requests"] {
+		fb.duration, fb.requests = &zero, &requests
 	}
-	cfg, err := fb.config(set, stderr)
+	cfg, err := fb.config(sh.set, sh.stderr)
 	if err != nil {
-		return err
+		return "", err
 	}
 	cfg.GatewayAdmin = ""
+	if cfg.Load.Requests > 0 {
+		fmt.Fprintf(stdout, "size: %d requests: at least %d pairs unless more than half are refused; %d pairs settle a rate at 0 in both arms within %.3g points\n",
+			cfg.Load.Requests, cfg.Load.Requests/2, settle, sh.tol*100)
+	}
 	skip := len(g.Pairs().Pairs)
 	if _, err := bench.Run(ctx, cfg); err != nil {
-		return err
+		return "", err
 	}
 	for wait := time.Now().Add(10 * time.Second); g.MirrorsInFlight() > 0 && time.Now().Before(wait); {
 		time.Sleep(20 * time.Millisecond)
@@ -291,14 +374,18 @@ func shadowTest(ctx context.Context, g *proxy.Gateway, ccfg sim.Config, name str
 	pairs := g.Pairs().Pairs
 	if len(pairs) <= skip {
 		fmt.Fprintln(stdout, "no pairs were recorded")
-		return nil
+		return verdict.Inconclusive, nil
 	}
 	pairs = pairs[skip:]
-	fmt.Fprintf(stdout, "%d pairs: each request answered by the primary and the candidate\n\n", len(pairs))
-	r := mirror.Report(pairs, verdict.Options{Objective: obj})
+	enough := "at least"
+	if len(pairs) < settle {
+		enough = "fewer than"
+	}
+	fmt.Fprintf(stdout, "%d pairs: each request answered by the primary and the candidate (%s the %d that settle a rate at 0 in both arms)\n\n", len(pairs), enough, settle)
+	r := mirror.Report(pairs, verdict.Options{Objective: sh.obj, QualityTolerance: sh.tol})
 	r.Write(stdout)
 	fmt.Fprintf(stdout, "in short: %s\n", brief(r.Changes, r.Verdict))
-	return writeFileWith(filepath.Join(dir, fmt.Sprintf("%d-shadow-%s.html", n, name)), func(w io.Writer) error {
+	return r.Verdict, writeFileWith(filepath.Join(sh.dir, fmt.Sprintf("%d-shadow-%s.html", n, name)), func(w io.Writer) error {
 		return r.WriteHTML(w, "infergate ab report: "+name, mirror.Examples(pairs, 5))
 	})
 }

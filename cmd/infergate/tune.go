@@ -29,7 +29,12 @@ input caps (at p90, when the tail is long). Each change goes through the
 gateway's admin API as a kept configuration version, is re-measured at the
 same load, and is kept only when compare's verdict at the SLOs is KEEP with
 goodput or attainment risen beyond doubt, on two measurements; otherwise
-it is rolled back. For the knobs only the backend owns (quantization,
+it is rolled back. Every measurement is sized before it runs so that
+--quality-tolerance can be settled from the answers it gets (refused
+requests are not answers): twice the answers at which a quality rate at 0
+in both runs is shown within the tolerance, 292 requests at 2 points; the
+size, the tolerance and the rule are printed first, and a quality rate at
+0 of N in both runs, N at least that size, holds. For the knobs only the backend owns (quantization,
 KV-cache share, batch size, parallelism) it stops and prints the shadow
 test to run next.
 
