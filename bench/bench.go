@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strings"
@@ -73,7 +75,26 @@ type Config struct {
 	// Tokenizer counts prompt and answer tokens (cl100k_base); nil loads
 	// one. Benches side by side share one: each costs ~14 MB.
 	Tokenizer *tokens.Tokenizer
+	// Cache is the server's prefix-cache state the run asks for: "cold"
+	// (prompts the server has not seen: a fresh seed, drawn when
+	// Workload.Seed is 0, and refused with a given seed) or "warm" (each
+	// stage sends one unmeasured pass of its prompts first, then the
+	// same prompts measured). Empty is cold without a seed; with a seed
+	// the run repeats that seed's prompts, which the server may hold
+	// (Conditions.Cache "seeded"). See CacheModes.
+	Cache string
+	// Log receives what the run says while it runs (the seed it drew,
+	// a warm pass, the paired requests' plan and progress); nil says
+	// nothing.
+	Log io.Writer
 }
+
+// The cache modes a record names (Conditions.Cache).
+const (
+	CacheCold   = "cold"
+	CacheWarm   = "warm"
+	CacheSeeded = "seeded"
+)
 
 // Endpoint resolves the request URL and sets the workload's endpoint
 // when the URL names one.
@@ -170,6 +191,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Pairs < 0 {
 		return errors.New("bench: pairs (--pairs): must not be negative")
+	}
+	switch {
+	case c.Cache != "" && c.Cache != CacheCold && c.Cache != CacheWarm:
+		return fmt.Errorf("bench: cache (--cache) %q: want cold or warm", c.Cache)
+	case c.Cache == CacheCold && c.Workload.Seed != 0:
+		return fmt.Errorf("bench: cache (--cache) cold with seed (--seed) %d: a given seed repeats its prompts, which the server may hold; drop --seed (a fresh one is drawn and recorded) or --cache cold", c.Workload.Seed)
 	}
 	for i, v := range c.Sweep {
 		if v <= 0 {
@@ -276,6 +303,21 @@ func Open(ctx context.Context, cfg Config) (*Bench, error) {
 	if err != nil {
 		return nil, err
 	}
+	mode := cfg.Cache
+	switch {
+	case cfg.Workload.Seed == 0:
+		// A fresh seed: prompts no earlier run sent (CacheCold).
+		cfg.Workload.Seed = freshSeed()
+		if mode == "" {
+			mode = CacheCold
+		}
+		cfg.Workload.Salt = saltOf(&cfg.Workload)
+		say(cfg.Log, "prompts: seed %d, drawn for this run (--seed %d repeats them)", cfg.Workload.Seed, cfg.Workload.Seed)
+	case mode == "":
+		mode = CacheSeeded
+		say(cfg.Log, "prompts: seed %d given: the same prompts as every run with it, which the server may still hold (the report shows the cached share)", cfg.Workload.Seed)
+	}
+	cfg.Cache = mode
 	tok := cfg.Tokenizer
 	if tok == nil {
 		var err error
@@ -300,6 +342,7 @@ func Open(ctx context.Context, cfg Config) (*Bench, error) {
 	rec.Conditions.URL = endpoint
 	rec.Conditions.Workload = cfg.Workload
 	rec.Conditions.Load = cfg.Load
+	rec.Conditions.Cache = cfg.Cache
 	rec.Conditions.Sweep = cfg.Sweep
 	rec.Conditions.SLOs = cfg.SLOs
 	rec.Conditions.SLOPercentile = cfg.SLOPercentile
@@ -361,6 +404,12 @@ func (b *Bench) Stage(ctx context.Context, i int, level float64) (*Summary, erro
 	case "open":
 		l.Rate = level
 	}
+	if b.cfg.Cache == CacheWarm {
+		if err := b.warmPass(ctx, i, l); err != nil {
+			return b.col.Summarize(i, l, Window{Start: time.Now()}, b.cfg.SLOs), err
+		}
+		defer b.endCycle()
+	}
 	sctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	b.stopStage = stop
@@ -377,6 +426,47 @@ func (b *Bench) Stage(ctx context.Context, i int, level float64) (*Summary, erro
 	return s, err
 }
 
+// warmPass sends stage i's prompts once, unmeasured, and sets the
+// runner to send the same prompts again, from the first, for the
+// measured pass (Config.Cache warm). A measured pass that sends more
+// requests than the warm pass did starts over from its first prompt.
+func (b *Bench) warmPass(ctx context.Context, i int, l LoadSpec) error {
+	rn := b.rn
+	start, sessions := int(rn.next.Load()), int(rn.nextSession.Load())
+	say(b.cfg.Log, "stage %d: warm pass: the stage's prompts once, unmeasured, before they are measured", i)
+	sctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	b.stopStage = stop
+	rn.prime = true
+	begin := time.Now()
+	b.col.Begin(i, begin)
+	stopProgress := startProgress(b.cfg.Progress, b.col, rn, &l, i, max(len(b.cfg.Sweep), 1), begin)
+	_, err := rn.Run(sctx, i, l)
+	stopProgress()
+	rn.prime = false
+	b.stopStage = nil
+	if af := stoppedEarly(sctx, context.Cause(sctx), b.endpoint, b.cfg.Headers); af != nil {
+		return af
+	}
+	if err != nil {
+		return err
+	}
+	rn.cycle = cycle{start: start, n: int(rn.next.Load()) - start}
+	rn.session = cycle{start: sessions, n: int(rn.nextSession.Load()) - sessions}
+	rn.next.Store(int64(start))
+	rn.nextSession.Store(int64(sessions))
+	return nil
+}
+
+// endCycle ends a warm stage's mapping: the next stage's prompts are
+// past every prompt either pass sent.
+func (b *Bench) endCycle() {
+	rn := b.rn
+	rn.next.Store(max(rn.next.Load(), int64(rn.cycle.start+rn.cycle.n)))
+	rn.nextSession.Store(max(rn.nextSession.Load(), int64(rn.session.start+rn.session.n)))
+	rn.cycle, rn.session = cycle{}, cycle{}
+}
+
 // warnings are what the stages so far showed that a reader of their
 // figures should know: answers of another length than forced, usage
 // that disagrees with the counted tokens, stages that measured nothing.
@@ -387,7 +477,12 @@ func (b *Bench) warnings() []string {
 	}
 	for _, s := range b.rec.Stages {
 		if s.UsageMismatch > 0 {
-			out = append(out, fmt.Sprintf("stage %d: %d of %d answers checked report usage that disagrees with cl100k_base's count by more than 10%% (a different tokenizer, or wrong usage)", s.Stage, s.UsageMismatch, s.UsageChecked))
+			out = append(out, fmt.Sprintf("stage %d: %d of %d answers report fewer completion tokens than the content events they came in: the server's usage is wrong, and so are token figures drawn from it", s.Stage, s.UsageMismatch, s.UsageChecked))
+		}
+		// A chat template adds its own few tokens to every prompt: a
+		// miss within 16 tokens is that, not the length.
+		if a, v := s.InputTokensAsked, s.InputTokensServer; v > 0 && math.Abs(v-a) > max(0.1*a, 16) {
+			out = append(out, fmt.Sprintf("stage %d: the prompts arrived as %.1f tokens on average by the server's own count (usage.prompt_tokens), for %.1f asked in cl100k_base tokens (%+.0f%%): its tokenizer and chat template are not cl100k_base; to hold the server to a length, set --input-tokens by its count", s.Stage, v, a, 100*(v/a-1)))
 		}
 		if s.Requests == 0 {
 			out = append(out, fmt.Sprintf("stage %d measured no request: lengthen --duration or lower the warm-up", s.Stage))
@@ -464,6 +559,34 @@ func gatewaySettings(ctx context.Context, admin, key, hash string) (map[string]s
 		}
 	}
 	return nil, fmt.Errorf("bench: --gateway-admin: %s does not know the configuration %q the gateway at the URL reports", u, hash)
+}
+
+// freshSeed draws a seed no earlier run is likely to have used (never 0,
+// which asks for one).
+func freshSeed() uint64 {
+	for {
+		if s := rand.Uint64(); s != 0 {
+			return s
+		}
+	}
+}
+
+// saltOf is the tag a run's fixed-text prompts (a dataset's, a request
+// log's bodies) start with, so that a fresh seed makes them unseen too:
+// their text does not come from the seed. Synthetic prompts and traces
+// draw their text from the seed and need none.
+func saltOf(w *WorkloadSpec) string {
+	if w.Dataset == "" && w.Replay == "" {
+		return ""
+	}
+	return fmt.Sprintf("[run %016x] ", w.Seed)
+}
+
+// say writes one line of what the run is doing to w, when there is one.
+func say(w io.Writer, format string, args ...any) {
+	if w != nil {
+		fmt.Fprintf(w, format+"\n", args...)
+	}
 }
 
 func btoi(b bool) int {

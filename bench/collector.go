@@ -22,6 +22,7 @@ type row struct {
 	cached                          int32 // usage's cached prompt tokens; -1: not reported
 	turn                            int16 // a session's turn, from 1; 0 outside sessions
 	out, usage, counted, prompt     int32
+	input                           int32 // the prompt length asked for (cl100k_base), 0 unknown
 	events                          int32
 	gw                              *GatewayTiming
 	ok, invalidJSON, empty, refusal bool
@@ -54,6 +55,7 @@ type stageData struct {
 	errSample map[string]string
 	cancelled int
 	warmup    int
+	primed    int
 }
 
 // NewCollector returns an empty collector.
@@ -100,6 +102,9 @@ func (c *Collector) Add(r *Result) {
 	}
 	sd := c.stage(r.Stage)
 	switch {
+	case r.Prime:
+		sd.primed++
+		return
 	case r.Warmup:
 		sd.warmup++
 		return
@@ -120,7 +125,7 @@ func (c *Collector) Add(r *Result) {
 	w := row{
 		sent: r.Sent.Sub(sd.begin).Nanoseconds(), lag: r.SendLag().Nanoseconds(),
 		gw: r.Gateway, server: int64(r.ServerTTFT), ttfb: int64(r.TTFB), first: int64(r.FirstEvent), ttft: int64(r.TTFT), last: int64(r.LastToken), end: int64(r.End),
-		out: int32(r.OutputTokens), usage: int32(r.UsageTokens), counted: int32(r.CountedTokens), prompt: int32(r.PromptTokens),
+		out: int32(r.OutputTokens), usage: int32(r.UsageTokens), counted: int32(r.CountedTokens), prompt: int32(r.PromptTokens), input: int32(min(r.InputTokens, math.MaxInt32)),
 		events: int32(r.ContentEvents), ok: r.OK(), invalidJSON: r.InvalidJSON, empty: r.Empty, refusal: r.Refusal,
 		jsonAsked: r.Ask.JSON, schemaAsked: r.Ask.Schema != nil && r.OK() && !r.InvalidJSON, schemaInvalid: r.SchemaInvalid,
 		finishLength: r.Finish == "length" && !r.ClampedByGateway, lengthByPolicy: r.Finish == "length" && r.ClampedByGateway,

@@ -42,12 +42,15 @@ func (r *Record) WriteHTML(w io.Writer) error {
 		}
 	}
 	row("load", load)
+	if cache := c.CacheText(); cache != "" {
+		row("cache", cache)
+	}
 	if c.GatewayConfigHash != "" {
 		row("gateway config hash", c.GatewayConfigHash)
 	}
 	row("started", c.Start.Format("2006-01-02 15:04:05 MST"))
 	row("tool, host", fmt.Sprintf("%s, %s (%d CPUs)", c.ToolVersion, c.Host, c.CPUs))
-	fmt.Fprintf(bw, "</table>\n<h2>Results</h2>\n<table class=\"num\">\n<tr><th>stage</th><th>level</th><th>requests</th><th>failed</th><th>output tok/s</th><th>TTFT p50 ms</th><th>TTFT p99 ms</th><th>TPOT p50 ms</th><th>e2e p50 ms</th></tr>\n")
+	fmt.Fprintf(bw, "</table>\n<h2>Results</h2>\n<table class=\"num\">\n<tr><th>stage</th><th>level</th><th>requests</th><th>failed</th><th>output tok/s</th><th>TTFT p50 ms</th><th>TTFT p99 ms</th><th>TPOT p50 ms</th><th>e2e p50 ms</th><th>cached prompt tokens</th><th>input tokens asked / by the server</th></tr>\n")
 	for _, s := range r.Stages {
 		p := func(key string, p99 bool) string {
 			m := s.Metrics[key]
@@ -61,8 +64,15 @@ func (r *Record) WriteHTML(w io.Writer) error {
 			}
 			return fmt.Sprintf("%.1f", m.P50)
 		}
-		fmt.Fprintf(bw, "<tr><td>%d</td><td>%g</td><td>%d</td><td>%d</td><td>%.1f</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>\n",
-			s.Stage, s.Level, s.Requests, s.Failed, s.OutputTokenThroughput, p("ttft", false), p("ttft", true), p("tpot", false), p("e2e", false))
+		cached, input := "not reported", "-"
+		if s.CachedShare != nil {
+			cached = fmt.Sprintf("%.1f%% (%d answers)", *s.CachedShare*100, s.CachedAnswers)
+		}
+		if s.InputTokensServer > 0 {
+			input = fmt.Sprintf("%.1f / %.1f", s.InputTokensAsked, s.InputTokensServer)
+		}
+		fmt.Fprintf(bw, "<tr><td>%d</td><td>%g</td><td>%d</td><td>%d</td><td>%.1f</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>\n",
+			s.Stage, s.Level, s.Requests, s.Failed, s.OutputTokenThroughput, p("ttft", false), p("ttft", true), p("tpot", false), p("e2e", false), cached, input)
 	}
 	fmt.Fprintf(bw, "</table>\n")
 	if r.Knee >= 0 && r.Knee < len(r.Stages) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"math"
 	"os"
 	"reflect"
 	"runtime"
@@ -41,6 +42,13 @@ type Conditions struct {
 	URL      string       `json:"url"`
 	Workload WorkloadSpec `json:"workload"`
 	Load     LoadSpec     `json:"load"`
+	// Cache is the server's cache state the run asked for: "cold" (a
+	// fresh seed: prompts no earlier run sent), "warm" (each stage's
+	// prompts sent once, unmeasured, before they were measured) or
+	// "seeded" (a given seed's prompts, which the server may hold). What
+	// the server did hold is each stage's CachedShare; empty in records
+	// made before it was recorded.
+	Cache string `json:"cache,omitempty"`
 	// Sweep lists the stage levels of a sweep.
 	Sweep []float64 `json:"sweep,omitempty"`
 	// Headers are the names (never the values) of the extra headers sent.
@@ -111,7 +119,10 @@ func LoadRecord(path string) (*Record, error) {
 // Differences lists the conditions of a and b that make them not
 // comparable: anything about the workload or the load, and the SLOs.
 // The URL, host, tool version, time and gateway configuration may differ:
-// those are what a comparison is for.
+// those are what a comparison is for. So may the seed: two seeds draw
+// two samples of one workload (and a fresh one per run is what keeps
+// the server's cache out of the comparison). The cache state the
+// server showed is compared by CacheDifferences.
 func Differences(a, b *Conditions) []string {
 	var out []string
 	diff := func(name string, x, y any) {
@@ -130,7 +141,6 @@ func Differences(a, b *Conditions) []string {
 	diff("workload.prefix_tokens", wa.PrefixTokens, wb.PrefixTokens)
 	diff("workload.force_output_length", wa.ForceOutputLength, wb.ForceOutputLength)
 	diff("workload.json", wa.JSON, wb.JSON)
-	diff("workload.seed", wa.Seed, wb.Seed)
 	diff("workload.dataset_sha256", wa.DatasetSHA256, wb.DatasetSHA256)
 	diff("workload.replay_sha256", wa.ReplaySHA256, wb.ReplaySHA256)
 	diff("workload.trace_sha256", wa.TraceSHA256, wb.TraceSHA256)
@@ -154,6 +164,43 @@ func Differences(a, b *Conditions) []string {
 	diff("slos", a.SLOs, b.SLOs)
 	diff("slo_percentile", a.SLOPercentile, b.SLOPercentile)
 	return out
+}
+
+// DefaultCacheTolerance is how far, in points of prompt tokens, the
+// cached shares of two runs' stages may differ for them to be compared
+// (CacheDifferences).
+const DefaultCacheTolerance = 0.10
+
+// CacheDifferences lists the stages of a and b whose cached shares (the
+// share of prompt tokens the server reported it found cached) differ by
+// more than tol: their servers held different shares of their prompts,
+// so their TTFTs measure the cache, not the change. A stage whose server
+// reported no cached tokens in one run or both (or a record made before
+// the share was recorded) cannot be checked: unknown lists those stages,
+// for a note.
+func CacheDifferences(a, b *Record, tol float64) (diffs []string, unknown []int) {
+	for i := range min(len(a.Stages), len(b.Stages)) {
+		x, y := a.Stages[i].CachedShare, b.Stages[i].CachedShare
+		switch {
+		case x == nil || y == nil:
+			unknown = append(unknown, i)
+		case math.Abs(*x-*y) > tol:
+			diffs = append(diffs, fmt.Sprintf("stage %d cached share of prompt tokens: %s ≠ %s (more than %.0f points apart): the server held more of one run's prompts, so its TTFT measures the cache, not the change; run both cold (the default: a fresh seed per run) or both with --cache warm", i, ShareText(x, a.Conditions.Cache), ShareText(y, b.Conditions.Cache), tol*100))
+		}
+	}
+	return diffs, unknown
+}
+
+// shareText is a cached share with the run's cache mode.
+func ShareText(share *float64, mode string) string {
+	s := "not reported"
+	if share != nil {
+		s = fmt.Sprintf("%.1f%%", *share*100)
+	}
+	if mode != "" {
+		s += " (" + mode + ")"
+	}
+	return s
 }
 
 // ConfigChanges lists what changed between the runs a and b besides the

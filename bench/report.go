@@ -63,6 +63,9 @@ func (r *Record) WriteText(w io.Writer) {
 		load += fmt.Sprintf(", warm-up %d requests / %v", l.WarmupRequests, l.WarmupTime)
 	}
 	fmt.Fprintf(w, "load: %s\n", load)
+	if cache := c.CacheText(); cache != "" {
+		fmt.Fprintf(w, "cache: %s\n", cache)
+	}
 	for _, s := range r.Stages {
 		fmt.Fprintln(w)
 		s.writeText(w, l.Mode, len(r.Stages) > 1)
@@ -93,6 +96,13 @@ func (s *Summary) writeText(w io.Writer, mode string, sweep bool) {
 		fmt.Fprintf(w, " (+%d cancelled)", s.Cancelled)
 	}
 	fmt.Fprintf(w, " in %.2fs\n", s.Window)
+	if s.Primed > 0 {
+		fmt.Fprintf(w, "warm pass: %d requests of the same prompts sent first, not counted\n", s.Primed)
+	}
+	fmt.Fprintf(w, "cached: %s\n", s.CachedText())
+	if s.InputTokensServer > 0 {
+		fmt.Fprintf(w, "input: %.1f tokens asked (cl100k_base), %.1f by the server's count (%+.1f%%)\n", s.InputTokensAsked, s.InputTokensServer, 100*(s.InputTokensServer/s.InputTokensAsked-1))
+	}
 	fmt.Fprintf(w, "throughput: %.2f req/s, %.1f output tok/s", s.RequestThroughput, s.OutputTokenThroughput)
 	if s.SteadyWindow > 0 {
 		fmt.Fprintf(w, " (steady %.1f tok/s over %.1fs)", s.SteadyOutputTokenThroughput, s.SteadyWindow)
@@ -167,8 +177,31 @@ func (s *Summary) writeText(w io.Writer, mode string, sweep bool) {
 		fmt.Fprintf(w, "usage: %d answers came without usage; their tokens were counted with cl100k_base\n", s.UsageMissing)
 	}
 	if s.UsageMismatch > 0 {
-		fmt.Fprintf(w, "usage: %d of %d answers checked disagree with the tokenizer's count by more than 10%%\n", s.UsageMismatch, s.UsageChecked)
+		fmt.Fprintf(w, "usage: %d of %d answers report fewer completion tokens than the content events they came in: the server's usage is wrong\n", s.UsageMismatch, s.UsageChecked)
 	}
+}
+
+// CachedText says what share of the stage's prompt tokens the server
+// reported cached, and over how many answers.
+func (s *Summary) CachedText() string {
+	if s.CachedShare == nil {
+		return "the server reported no cached prompt tokens (no usage.prompt_tokens_details.cached_tokens, no timings.cache_n): the cache state is unknown"
+	}
+	return fmt.Sprintf("%.1f%% of prompt tokens, by the server's usage (%d answers)", *s.CachedShare*100, s.CachedAnswers)
+}
+
+// CacheText says what cache state the run asked for, "" in a record
+// made before it was recorded.
+func (c *Conditions) CacheText() string {
+	switch c.Cache {
+	case CacheCold:
+		return fmt.Sprintf("cold: seed %d drawn for this run, so the server had seen none of its prompts", c.Workload.Seed)
+	case CacheWarm:
+		return "warm: each stage's prompts sent once, unmeasured, before the same prompts were measured"
+	case CacheSeeded:
+		return fmt.Sprintf("seed %d given: the prompts of every run with that seed, which the server may hold (see the cached share)", c.Workload.Seed)
+	}
+	return ""
 }
 
 func (r *Record) writeSweep(w io.Writer) {

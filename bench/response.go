@@ -22,6 +22,9 @@ type Result struct {
 	Index  int
 	Stage  int
 	Warmup bool
+	// Prime marks a request of a warm pass (Config.Cache warm): sent to
+	// fill the server's cache, in no figure (Warmup is set too).
+	Prime bool
 	// Intended is when the schedule meant to send it (open loop, replay);
 	// equal to Sent in a closed loop. Sent is when it was sent.
 	Intended, Sent time.Time
@@ -150,6 +153,29 @@ type parser struct {
 	// r is the result of the request under way (the round trip's
 	// observer stamps it).
 	r *Result
+	// cacheN and promptN are llama.cpp's timings.cache_n and prompt_n of
+	// the answer under way, -1 until seen.
+	cacheN, promptN int
+}
+
+// timings reads llama.cpp's top-level "timings" object from a chunk or
+// body, when it has one with cache_n.
+func (p *parser) timings(data []byte) {
+	i := bytes.Index(data, keyTimings)
+	if i < 0 {
+		return
+	}
+	var t struct {
+		CacheN  *int `json:"cache_n"`
+		PromptN *int `json:"prompt_n"`
+	}
+	if json.NewDecoder(bytes.NewReader(data[i+len(keyTimings)-1:])).Decode(&t) != nil || t.CacheN == nil || *t.CacheN < 0 {
+		return
+	}
+	p.cacheN, p.promptN = *t.CacheN, 0
+	if t.PromptN != nil && *t.PromptN > 0 {
+		p.promptN = *t.PromptN
+	}
 }
 
 // The parser observes its request's round trips (roundtrip.Observer).
@@ -248,6 +274,7 @@ func (p *parser) read(ctx context.Context, b io.Reader, r *Result, stream bool) 
 	}
 	defer func() { p.text = p.tally.Text }()
 	r.UsageTokens, r.CountedTokens, r.PromptTokens = -1, -1, -1
+	p.cacheN, p.promptN = -1, -1
 	if r.Status != 200 {
 		p.body = readSome(p.body[:0], b, 4096)
 		r.End = time.Since(r.Sent)
@@ -302,6 +329,11 @@ func (p *parser) readStream(ctx context.Context, b io.Reader, r *Result) {
 			r.fail(ctx, ErrEvent, fmt.Errorf("error event: %s", bytes.TrimSpace(data)))
 			continue
 		}
+		if usage || (t.Finish != "" && p.cacheN < 0) {
+			// llama.cpp's timings ride on the usage chunk (on the finish
+			// chunk when usage was not asked for).
+			p.timings(data)
+		}
 		if usage {
 			if i := bytes.Index(data, keySimTTFT); i >= 0 {
 				r.ServerTTFT = time.Duration(leadingInt(data[i+len(keySimTTFT):])) * time.Microsecond
@@ -341,6 +373,16 @@ func (p *parser) settle(r *Result) {
 			r.CachedTokens = c
 		}
 		r.UsageTokens, r.PromptTokens = t.Usage.CompletionTokens, t.Usage.PromptTokens
+	}
+	if r.CachedTokens < 0 && p.cacheN >= 0 {
+		// llama.cpp's own account: cache_n of the prompt was cached,
+		// prompt_n computed.
+		r.CachedTokens = p.cacheN
+		if r.PromptTokens <= 0 {
+			r.PromptTokens = p.cacheN + p.promptN
+		}
+	}
+	if t.HasUsage {
 		if t.ReasoningEvents > 0 || t.Usage.CompletionTokensDetails.ReasoningTokens > 0 {
 			r.ReasoningTokens = t.Usage.CompletionTokensDetails.ReasoningTokens
 		}
@@ -367,6 +409,7 @@ func (p *parser) readPlain(ctx context.Context, b io.Reader, r *Result) {
 	// reasoning_content) or the completion's text, tool calls,
 	// finish_reason and usage.
 	p.tally.AddBody(p.body, time.Now())
+	p.timings(p.body)
 	p.settle(r)
 	// Without a stream the first token arrives with the whole answer.
 	r.TTFT, r.LastToken, r.FirstEvent, r.TTFO = r.End, r.End, r.End, r.End
@@ -403,6 +446,7 @@ func parseGatewayTiming(b []byte) *GatewayTiming {
 var (
 	keyGatewayTiming = []byte(`"infergate_timing":{`)
 	keySimTTFT       = []byte(`"sim_timing":{"ttft_us":`)
+	keyTimings       = []byte(`"timings":{`)
 	keyChoices       = []byte(`"choices"`)
 	keyOutput        = []byte(`"output"`)
 )

@@ -170,7 +170,16 @@ type Runner struct {
 	HonorRetryAfter bool
 
 	next     atomic.Int64 // the next request index, across stages
-	inFlight atomic.Int64
+	// nextSession is the next session's number, across stages, so a
+	// sweep's stages hold conversations of their own.
+	nextSession atomic.Int64
+	// prime marks the requests sent as a warm pass (Config.Cache warm):
+	// results with Prime set, in no figure. cycle maps the request and
+	// session numbers of the measured pass after it onto those the warm
+	// pass sent. Both are set between runs, never during one.
+	prime          bool
+	cycle, session cycle
+	inFlight       atomic.Int64
 	// noUsage is set once an answer came without usage although it was
 	// asked for: from then on answers are kept whole, to be counted.
 	noUsage atomic.Bool
@@ -179,6 +188,21 @@ type Runner struct {
 	// latest Retry-After); held is the time it added up to, in ns.
 	holdUntil, held atomic.Int64
 }
+
+// cycle maps the numbers from start on onto the n the warm pass sent,
+// over and over; n 0 maps nothing.
+type cycle struct{ start, n int }
+
+func (c cycle) of(i int) int {
+	if c.n > 0 && i >= c.start {
+		return c.start + (i-c.start)%c.n
+	}
+	return i
+}
+
+// request is the workload's request for number i (after a warm pass,
+// one the pass sent).
+func (rn *Runner) request(i int) Request { return rn.Workload.Request(rn.cycle.of(i)) }
 
 // Held is how long the runner has held its requests back for
 // Retry-After answers, in all.
@@ -237,7 +261,9 @@ type stage struct {
 	start    atomic.Int64 // unix ns of the first measured send
 	stop     atomic.Int64 // unix ns when sending stopped
 	deadline atomic.Int64 // unix ns when the measured part ends (0: not yet known)
-	wg       sync.WaitGroup
+	// firstSession is the number of the stage's first session.
+	firstSession int
+	wg           sync.WaitGroup
 }
 
 // take decides whether the request about to be sent at now goes, and
@@ -276,7 +302,7 @@ func (rn *Runner) Run(ctx context.Context, stageNo int, l LoadSpec) (Window, err
 	if l.WarmupPerUser && l.Mode == "closed" {
 		l.WarmupRequests = l.Concurrency
 	}
-	s := &stage{rn: rn, l: l, n: stageNo, begin: time.Now()}
+	s := &stage{rn: rn, l: l, n: stageNo, begin: time.Now(), firstSession: int(rn.nextSession.Load())}
 	s.warmEnd = s.begin.Add(l.WarmupTime)
 	switch l.Mode {
 	case "closed":
@@ -329,7 +355,7 @@ func (s *stage) closed(ctx context.Context) {
 					return
 				}
 				i := int(s.rn.next.Add(1) - 1)
-				s.doAt(ctx, p, i, warm, now, s.rn.Workload.Request(i))
+				s.doAt(ctx, p, i, warm, now, s.rn.request(i))
 			}
 		}()
 	}
@@ -382,7 +408,7 @@ func (s *stage) open(ctx context.Context) {
 			p := s.rn.parser()
 			defer s.rn.parsers.Put(p)
 			if req.Body == nil {
-				s.doAt(ctx, p, i, warm, intended, s.rn.Workload.Request(i))
+				s.doAt(ctx, p, i, warm, intended, s.rn.request(i))
 			} else {
 				s.doAt(ctx, p, i, warm, intended, req)
 			}
@@ -434,7 +460,7 @@ func (s *stage) doWith(ctx context.Context, p *parser, i int, warm bool, intende
 	rn := s.rn
 	rn.inFlight.Add(1)
 	defer rn.inFlight.Add(-1)
-	r := &Result{Index: i, Stage: s.n, Warmup: warm, Intended: intended, InputTokens: req.InputTokens, MaxTokens: req.MaxTokens, Ask: req.Ask}
+	r := &Result{Index: i, Stage: s.n, Warmup: warm || rn.prime, Prime: rn.prime, Intended: intended, InputTokens: req.InputTokens, MaxTokens: req.MaxTokens, Ask: req.Ask}
 	if rn.HonorRetryAfter {
 		// Outside the request's own timeout: the hold is not its time.
 		rn.waitHold(ctx)

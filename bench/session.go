@@ -123,7 +123,11 @@ func newSessions(s *WorkloadSpec, in, out Lengths, tok *tokens.Tokenizer) (Workl
 			if c.From != "human" && c.From != "user" || c.Value == "" {
 				continue
 			}
-			t := Turn{Text: c.Value, InputTokens: tok.Count(c.Value), MaxTokens: out.Sample(rng)}
+			text := c.Value
+			if len(turns) == 0 {
+				text = s.Salt + text // the conversation's start: every turn carries it
+			}
+			t := Turn{Text: text, InputTokens: tok.Count(text), MaxTokens: out.Sample(rng)}
 			if out.zero() && i+1 < len(obj.Conversations) && obj.Conversations[i+1].Value != "" {
 				t.MaxTokens = max(1, tok.Count(obj.Conversations[i+1].Value))
 			}
@@ -154,7 +158,7 @@ func newSessions(s *WorkloadSpec, in, out Lengths, tok *tokens.Tokenizer) (Workl
 // neither bound, every conversation of a dataset was held once. A failed
 // turn ends its session.
 func (s *stage) sessions(ctx context.Context, sw Sessions) {
-	var next, users atomic.Int64
+	var users atomic.Int64
 	users.Store(int64(s.l.Concurrency))
 	for range s.l.Concurrency {
 		s.wg.Add(1)
@@ -168,11 +172,11 @@ func (s *stage) sessions(ctx context.Context, sw Sessions) {
 			p := s.rn.parser()
 			defer s.rn.parsers.Put(p)
 			for {
-				u := int(next.Add(1) - 1)
-				if c := sw.Count(); c > 0 && u >= c && s.l.Requests == 0 && s.l.Duration == 0 {
+				u := int(s.rn.nextSession.Add(1) - 1)
+				if c := sw.Count(); c > 0 && u-s.firstSession >= c && s.l.Requests == 0 && s.l.Duration == 0 {
 					return
 				}
-				if !s.session(ctx, p, sw, u) {
+				if !s.session(ctx, p, sw, s.rn.session.of(u)) {
 					return
 				}
 			}

@@ -30,6 +30,9 @@ var Formulas = map[string]string{
 	"speed":                          "per-request output speed: (output tokens − 1) / (last content − first content), tokens/s",
 	"output_tokens":                  "usage.completion_tokens when reported, else the answer counted with cl100k_base",
 	"prompt_tokens":                  "usage.prompt_tokens, per request that reports it",
+	"input_tokens_server":            "mean usage.prompt_tokens (the server's count) of the requests that report it, beside input_tokens_asked, the mean length they asked for in cl100k_base tokens; session turns left out",
+	"cached_share":                   "Σ cached prompt tokens / Σ prompt tokens over the answers that report them: usage.prompt_tokens_details.cached_tokens (the Responses API's input_tokens_details), else llama.cpp's timings.cache_n",
+	"usage_mismatch":                 "answers whose usage.completion_tokens is below the content events they came in (wrong usage: a server streams at least one token per event)",
 	"tokens_per_event":               "output tokens / content events, per request",
 	"request_throughput":             "successful requests / (last end − first send), measured requests only",
 	"output_token_throughput":        "Σ output tokens / (last end − first send), measured requests only",
@@ -132,12 +135,31 @@ type Summary struct {
 	Errors       map[string]int    `json:"errors,omitempty"`
 	ErrorSamples map[string]string `json:"error_samples,omitempty"`
 	Quality      QualityCounts     `json:"quality"`
-	// Usage: answers whose usage disagreed with the counted tokens by
-	// more than 10% (and 2 tokens), of those checked; and answers without
-	// usage.
+	// Usage: answers whose usage.completion_tokens is below the number
+	// of content events they came in (a server cannot stream more pieces
+	// of text than tokens: the usage is wrong), of those checked (every
+	// answer with usage and content); and answers without usage.
 	UsageChecked  int `json:"usage_checked"`
 	UsageMismatch int `json:"usage_mismatch"`
 	UsageMissing  int `json:"usage_missing"`
+	// InputTokensAsked is the mean prompt length the requests asked for
+	// (cl100k_base tokens: --input-tokens, a dataset's counted prompts),
+	// InputTokensServer the mean of the same requests' usage.prompt_tokens,
+	// the server's own count (its tokenizer, its chat template); both 0
+	// when the server reported none. Session turns are left out: their
+	// prompt is the whole conversation.
+	InputTokensAsked  float64 `json:"input_tokens_asked,omitempty"`
+	InputTokensServer float64 `json:"input_tokens_server,omitempty"`
+	// CachedShare is the share of prompt tokens the server reported it
+	// found cached (usage.prompt_tokens_details.cached_tokens, or
+	// llama.cpp's timings.cache_n), over the CachedAnswers answers that
+	// reported it; nil when none did. A run's cache state is a condition
+	// (CacheDifferences).
+	CachedShare   *float64 `json:"cached_share,omitempty"`
+	CachedAnswers int      `json:"cached_answers,omitempty"`
+	// Primed counts the warm pass's requests (Config.Cache warm), sent
+	// before the measured ones and in no figure.
+	Primed int `json:"primed,omitempty"`
 
 	OutputTokens int64 `json:"output_tokens"`
 	PromptTokens int64 `json:"prompt_tokens,omitempty"`
@@ -227,6 +249,7 @@ func (c *Collector) Summarize(n int, l LoadSpec, win Window, slos []SLO) *Summar
 	for k, v := range sd.errSample {
 		s.ErrorSamples[k] = v
 	}
+	s.Primed = sd.primed
 	exact := sd.seen // rows may be a reservoir of it
 	begin := sd.begin
 	c.mu.Unlock()
@@ -237,6 +260,8 @@ func (c *Collector) Summarize(n int, l LoadSpec, win Window, slos []SLO) *Summar
 	ms := func(ns int64) float64 { return float64(ns) / 1e6 }
 	var first, lastEnd, lastSend int64 = math.MaxInt64, 0, 0
 	met, vslos, perReq := 0, VerdictSLOs(slos), map[string][]float64{}
+	var asked, served, cached, cachedOf float64
+	inputs := 0
 	for i := range rows {
 		w := &rows[i]
 		s.Requests++
@@ -283,11 +308,21 @@ func (c *Collector) Summarize(n int, l LoadSpec, win Window, slos []SLO) *Summar
 		}
 		if w.usage < 0 {
 			s.UsageMissing++
-		} else if w.counted >= 0 {
+		} else if w.events > 0 {
 			s.UsageChecked++
-			if d := math.Abs(float64(w.usage - w.counted)); d > 2 && d > 0.1*float64(w.usage) {
+			if w.usage < w.events {
 				s.UsageMismatch++
 			}
+		}
+		if w.prompt > 0 && w.turn == 0 && w.input > 0 {
+			asked += float64(w.input)
+			served += float64(w.prompt)
+			inputs++
+		}
+		if w.prompt > 0 && w.cached >= 0 {
+			cached += float64(min(w.cached, w.prompt))
+			cachedOf += float64(w.prompt)
+			s.CachedAnswers++
 		}
 		add("ttfb", ms(w.ttfb))
 		add("e2e", ms(w.e2e()))
@@ -353,6 +388,13 @@ func (c *Collector) Summarize(n int, l LoadSpec, win Window, slos []SLO) *Summar
 	}
 	for k, v := range vals {
 		s.Metrics[k] = percentiles(v)
+	}
+	if inputs > 0 {
+		s.InputTokensAsked, s.InputTokensServer = asked/float64(inputs), served/float64(inputs)
+	}
+	if cachedOf > 0 {
+		share := cached / cachedOf
+		s.CachedShare = &share
 	}
 	if itl != nil {
 		s.Metrics["itl"] = itl

@@ -66,8 +66,16 @@ type WorkloadSpec struct {
 	// ForceOutputLength sends ignore_eos and min_tokens = max_tokens.
 	ForceOutputLength bool `json:"force_output_length,omitempty"`
 	// JSON asks for response_format json_object and checks the answers.
-	JSON bool   `json:"json,omitempty"`
+	JSON bool `json:"json,omitempty"`
+	// Seed draws the prompts' text and lengths, a dataset's order and
+	// the arrivals; 0 asks Open for a fresh one (Config.Cache). Two
+	// seeds are two samples of one workload: runs with different seeds
+	// compare.
 	Seed uint64 `json:"seed"`
+	// Salt starts the text of each fixed prompt (a dataset's, a request
+	// log's bodies) in a run with a fresh seed, so that the server has
+	// not seen them either; empty otherwise.
+	Salt string `json:"salt,omitempty"`
 	// Dataset and Replay are file paths; their SHA-256 is recorded.
 	Dataset       string  `json:"dataset,omitempty"`
 	DatasetSHA256 string  `json:"dataset_sha256,omitempty"`
@@ -488,7 +496,7 @@ func (s *WorkloadSpec) shareGPT(conv json.RawMessage, out Lengths, rng *rand.Ran
 	if out.zero() && reply != "" {
 		maxTokens = max(1, tok.Count(reply))
 	}
-	q, _ := json.Marshal(prompt)
+	q, _ := json.Marshal(s.Salt + prompt)
 	b, _ := json.Marshal(s.Model)
 	body := append([]byte(`{"model":`), b...)
 	if s.Endpoint == "completions" {
@@ -532,12 +540,58 @@ func (s *WorkloadSpec) openAIRequest(obj map[string]json.RawMessage, out Lengths
 	if s.JSON {
 		obj["response_format"] = json.RawMessage(`{"type":"json_object"}`)
 	}
+	if s.Salt != "" {
+		saltRequest(obj, s.Salt)
+	}
 	if s.Endpoint == "responses" {
 		asResponse(obj)
 	}
 	var err error
 	r.Body, err = json.Marshal(obj)
 	return r, true, err
+}
+
+// saltRequest starts the text of the request's first message (or its
+// prompt, or its input) with salt; a prompt of token ids stays as it is.
+func saltRequest(obj map[string]json.RawMessage, salt string) {
+	for _, k := range []string{"messages", "input", "prompt"} {
+		v, ok := obj[k]
+		if !ok {
+			continue
+		}
+		var text string
+		if json.Unmarshal(v, &text) == nil {
+			obj[k], _ = json.Marshal(salt + text)
+			return
+		}
+		var items []json.RawMessage
+		if json.Unmarshal(v, &items) != nil || len(items) == 0 {
+			return
+		}
+		if json.Unmarshal(items[0], &text) == nil { // a list of prompts
+			items[0], _ = json.Marshal(salt + text)
+		} else {
+			var msg map[string]json.RawMessage
+			if json.Unmarshal(items[0], &msg) != nil {
+				return
+			}
+			if json.Unmarshal(msg["content"], &text) == nil {
+				msg["content"], _ = json.Marshal(salt + text)
+			} else if parts := []json.RawMessage{}; json.Unmarshal(msg["content"], &parts) == nil {
+				kind := "text"
+				if len(parts) > 0 && bytes.Contains(parts[0], []byte(`"input_text"`)) {
+					kind = "input_text" // the Responses API's part
+				}
+				part, _ := json.Marshal(map[string]string{"type": kind, "text": salt})
+				msg["content"], _ = json.Marshal(append([]json.RawMessage{part}, parts...))
+			} else {
+				return
+			}
+			items[0], _ = json.Marshal(msg)
+		}
+		obj[k], _ = json.Marshal(items)
+		return
+	}
 }
 
 // asResponse rewrites a chat or completion request object as the

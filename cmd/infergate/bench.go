@@ -38,6 +38,14 @@ figures by turn). --sweep 1,2,4,8 runs one stage per level and marks the
 knee. Every stage is bounded by --duration and/or --requests; --warmup
 (a count, or a duration such as 5s) is left out of every figure.
 
+Cache: a server with a prefix cache answers prompts it has seen faster.
+Each run draws a fresh --seed (recorded), so its prompts are ones the
+server has not seen (a dataset's or a request log's text is tagged with
+it); --seed N repeats a run's prompts exactly, and the server may hold
+them; --cache warm sends each stage's prompts once, unmeasured, before
+measuring them. Every stage reports the share of prompt tokens the server
+reported cached; compare refuses runs whose shares differ.
+
 Latency in open loop is reported from the intended send time too
 (ttft_sched) with the send lag, so client-side queueing cannot hide.`
 
@@ -54,6 +62,7 @@ type benchFlags struct {
 	input, output                      *string
 	shared, prefixGroups, prefixTokens *int
 	seed                               *uint64
+	cache                              *string
 	dataset, replay                    *string
 	trace, traceFormat, traceWindow    *string
 	sessions, turns                    *int
@@ -96,7 +105,8 @@ func registerBenchFlags(fs *flag.FlagSet) *benchFlags {
 	f.prefixTokens = fs.Int("prefix-tokens", 0, "with --prefix-groups: tokens of each group's system prompt")
 	f.force = fs.Bool("force-output-length", false, "send ignore_eos and min_tokens = max_tokens (vLLM) and warn when lengths differ")
 	f.json = fs.Bool("json", false, "ask for response_format json_object and count answers that are not JSON")
-	f.seed = fs.Uint64("seed", 1, "seed of prompts, sampling and arrivals")
+	f.seed = fs.Uint64("seed", 0, "seed of prompts, sampling and arrivals; repeats a run's prompts exactly, which the server may hold (default: a fresh one per run, recorded)")
+	f.cache = fs.String("cache", "", "the server's prefix cache as the run finds it: cold (prompts it has not seen: a fresh seed; not with --seed) or warm (each stage's prompts sent once, unmeasured, first) (default cold, or as --seed leaves it)")
 	f.dataset = fs.String("dataset", "", "JSONL of OpenAI requests or ShareGPT conversations")
 	f.replay = fs.String("replay", "", "request log (JSONL with time, and body or input_tokens/output_tokens) to replay")
 	f.speedup = fs.Float64("speedup", 0, "replay (or --trace) this many times faster than recorded (default 1)")
@@ -144,7 +154,7 @@ func registerBenchFlags(fs *flag.FlagSet) *benchFlags {
 
 // config turns the flags into a bench.Config; set says which flags were given.
 func (f *benchFlags) config(set map[string]bool, stderr io.Writer) (bench.Config, error) {
-	cfg := bench.Config{URL: *f.url, Refusals: f.refusals, InsecureSkipVerify: *f.insecure}
+	cfg := bench.Config{URL: *f.url, Refusals: f.refusals, InsecureSkipVerify: *f.insecure, Cache: *f.cache, Log: stderr}
 	cfg.Workload = bench.WorkloadSpec{Endpoint: *f.endpoint, Model: *f.model, Stream: !*f.noStream, InputTokens: *f.input, OutputTokens: *f.output,
 		SharedPrefix: *f.shared, PrefixGroups: *f.prefixGroups, PrefixTokens: *f.prefixTokens, ForceOutputLength: *f.force, JSON: *f.json, Seed: *f.seed, Dataset: *f.dataset, Replay: *f.replay, Speedup: *f.speedup,
 		Trace: *f.trace, TraceFormat: *f.traceFormat, TraceWindow: *f.traceWindow, Turns: *f.turns}

@@ -43,7 +43,10 @@ veto in every mode.
   INCONCLUSIVE  too few requests to tell; it says how many          exit 2
 
 Runs measured under different conditions (workload, load mode or level,
-warm-up, SLOs) are refused with the differing fields (exit 3) unless --force;
+warm-up, SLOs, and the server's cache: stages whose cached shares of
+prompt tokens differ by more than --cache-tolerance) are refused with the
+differing fields (exit 3) unless --force; the seed may differ (bench draws
+a fresh one per run, so that no run finds its prompts cached);
 so is a run with no successful request or more failures than
 --max-failure-rate, with the error that dominated. Any other error exits 3.`
 
@@ -53,6 +56,7 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	change := fs.String("change", "", "what changed between the runs (for the journal)")
 	force := fs.Bool("force", false, "compare runs whose conditions differ")
 	maxFailed := fs.String("max-failure-rate", "50%", "refuse to judge a run in which more requests than this failed")
+	cacheTol := fs.String("cache-tolerance", "10%", "refuse runs whose stages' cached shares of prompt tokens (as the server reported them) differ by more than this, in points")
 	tol := registerTolerances(fs)
 	files, err := parseWithFiles(fs, args)
 	if err != nil {
@@ -83,17 +87,24 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return exitError{3, fmt.Errorf("compare: %s cannot be judged: %w", files[i], err)}
 		}
 	}
+	ct, err := percent(*cacheTol)
+	if err != nil {
+		return exitError{3, fmt.Errorf("--cache-tolerance: %w", err)}
+	}
 	d := bench.Differences(&base.Conditions, &next.Conditions)
 	if len(opts.Objective.SLOs) > 0 {
 		// The command's SLOs judge both runs: the records' own may differ.
 		d = slices.DeleteFunc(d, func(s string) bool { return strings.HasPrefix(s, "slo") })
 	}
+	cd, unknown := bench.CacheDifferences(base, next, ct)
+	d = append(d, cd...)
 	if len(d) > 0 {
 		if !*force {
 			return exitError{3, errors.New(bench.Mismatch(d))}
 		}
 		fmt.Fprintf(stdout, "warning: compared under --force although %s\n\n", strings.Join(d, "; "))
 	}
+	writeCache(stdout, base, next, unknown)
 	writeChanges(stdout, &base.Conditions, &next.Conditions)
 	c := bench.Compare(base, next, opts)
 	c.Base, c.New = files[0], files[1]
@@ -194,6 +205,24 @@ func percent(s string) (float64, error) {
 		return 0, fmt.Errorf("%q: want e.g. 5%% or 0.05", s)
 	}
 	return f, nil
+}
+
+// writeCache shows each stage's cached share of prompt tokens in both
+// runs, a condition of the comparison, and says which stages' could not
+// be checked.
+func writeCache(w io.Writer, base, next *bench.Record, unknown []int) {
+	for i := range min(len(base.Stages), len(next.Stages)) {
+		fmt.Fprintf(w, "stage %d cached prompt tokens: base %s, new %s\n", i, shareOf(base, i), shareOf(next, i))
+	}
+	if len(unknown) > 0 {
+		fmt.Fprintf(w, "warning: stages %v: a server reported no cached tokens, so the runs' cache states could not be matched\n", unknown)
+	}
+	fmt.Fprintln(w)
+}
+
+// shareOf is stage i's cached share with the run's cache mode.
+func shareOf(r *bench.Record, i int) string {
+	return bench.ShareText(r.Stages[i].CachedShare, r.Conditions.Cache)
 }
 
 // writeChanges says what changed between the runs besides the workload,
