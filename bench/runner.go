@@ -169,7 +169,7 @@ type Runner struct {
 	// Retry-After until the time it named (Config.HonorRetryAfter).
 	HonorRetryAfter bool
 
-	next     atomic.Int64 // the next request index, across stages
+	next atomic.Int64 // the next request index, across stages
 	// nextSession is the next session's number, across stages, so a
 	// sweep's stages hold conversations of their own.
 	nextSession atomic.Int64
