@@ -22,7 +22,7 @@ import (
 func cacheConfig(url string, seed uint64, cache string) Config {
 	return Config{
 		Tokenizer: sharedTokenizer(),
-		URL: url,
+		URL:       url,
 		Workload: WorkloadSpec{Endpoint: "chat", Model: "sim-model", Stream: true, InputTokens: "128", OutputTokens: "8",
 			ForceOutputLength: true, Seed: seed},
 		Load:  LoadSpec{Mode: "closed", Concurrency: 4, Requests: 24, WarmupRequests: 2},
