@@ -256,12 +256,19 @@ func Run(ctx context.Context, cfg Config) (*Record, error) {
 				hdr = append(hdr, h)
 			}
 		}
-		direct, err := NewClient(dEndpoint, ClientOptions{Headers: hdr, InsecureSkipVerify: cfg.InsecureSkipVerify})
+		tokens := pairedTokens(&cfg.Workload)
+		held := heldTo(cfg.Overrides, cfg.Workload.Endpoint, tokens)
+		direct, err := NewClient(dEndpoint, ClientOptions{Headers: hdr, InsecureSkipVerify: cfg.InsecureSkipVerify, Overrides: held})
 		if err != nil {
 			return rec, fmt.Errorf("--direct-url: %w", err)
 		}
 		defer direct.Close()
-		rec.Paired = runPaired(ctx, b.client, direct, b.wl, cfg.Workload.Stream, b.count, b.rn.Quality, cfg.Pairs, dEndpoint)
+		gw, err := NewClient(b.endpoint, ClientOptions{Headers: cfg.Headers, InsecureSkipVerify: cfg.InsecureSkipVerify, Overrides: held})
+		if err != nil {
+			return rec, fmt.Errorf("--direct-url: %w", err)
+		}
+		defer gw.Close()
+		rec.Paired = b.runPaired(ctx, gw, direct, int(b.rn.next.Load()), cfg.Pairs, tokens, dEndpoint)
 	}
 	rec.Knee = Knee(rec.Stages)
 	rec.Warnings = append(rec.Warnings, b.warnings()...)
