@@ -64,8 +64,12 @@ type Arm struct {
 	TTFOms          float64 `json:"ttfo_ms,omitempty"`
 	ReasoningTokens int     `json:"reasoning_tokens,omitempty"`
 	// OutputTokens is the usage's count, else the content events.
-	OutputTokens int    `json:"output_tokens,omitempty"`
-	PromptTokens int    `json:"prompt_tokens,omitempty"`
+	OutputTokens int `json:"output_tokens,omitempty"`
+	PromptTokens int `json:"prompt_tokens,omitempty"`
+	// CachedTokens is the prompt tokens the backend reported it found
+	// cached (usage's cached_tokens), nil when it did not say: the arms'
+	// cached shares are a condition of the comparison (CacheConditions).
+	CachedTokens *int   `json:"cached_tokens,omitempty"`
 	Finish       string `json:"finish_reason,omitempty"`
 	// Output is the answer's text (mirror.record.output: full, up to
 	// max_output_bytes); OutputSHA256 and OutputBytes are of all of it.

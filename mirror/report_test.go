@@ -89,3 +89,42 @@ func TestSplitFindsARegression(t *testing.T) {
 		t.Errorf("the same arm twice: %s %v", r.Verdict, r.Reasons)
 	}
 }
+
+// The arms' cached shares: within the tolerance they compare; beyond it
+// the reason names both; an arm whose backend said nothing is unknown.
+func TestCacheConditions(t *testing.T) {
+	t.Parallel()
+	arm := func(cached int) Arm {
+		a := Arm{Status: 200, PromptTokens: 100, TTFTms: 10, E2Ems: 20}
+		if cached >= 0 {
+			a.CachedTokens = &cached
+		}
+		return a
+	}
+	cases := []struct {
+		name                 string
+		primary, candidate   int
+		wantReason, wantUnkn bool
+	}{
+		{"both cold", 2, 0, false, false},
+		{"both warm", 95, 97, false, false},
+		{"warm primary, cold candidate", 95, 3, true, false},
+		{"candidate silent", 95, -1, false, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var pairs []Pair
+			for range 30 {
+				pairs = append(pairs, Pair{Primary: arm(tc.primary), Candidate: arm(tc.candidate)})
+			}
+			r := AB(pairs, verdict.Options{})
+			reason, unknown := r.CacheConditions(DefaultCacheTolerance)
+			if (reason != "") != tc.wantReason || unknown != tc.wantUnkn {
+				t.Errorf("primary %d%%, candidate %d%%: reason %q, unknown %v", tc.primary, tc.candidate, reason, unknown)
+			}
+			if tc.wantReason && !strings.Contains(reason, "primary 95.0%, candidate 3.0%") {
+				t.Errorf("reason %q: want both shares", reason)
+			}
+		})
+	}
+}

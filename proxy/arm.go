@@ -41,6 +41,10 @@ func (x *exchange) primaryDone() {
 	}
 	a.OutputTokens, a.PromptTokens, a.Finish = tl.OutputTokens, tl.PromptTokens, tl.FinishReason
 	a.ReasoningTokens = tl.ReasoningTokens
+	if tl.CachedReported {
+		c := tl.CachedTokens
+		a.CachedTokens = &c
+	}
 	if a.OutputTokens == 0 {
 		a.OutputTokens = tl.ContentEvents
 	}
@@ -137,6 +141,9 @@ func readArm(ctx context.Context, b *backend, req *fasthttp.Request, stream, res
 	if ta.HasUsage {
 		a.PromptTokens = ta.Usage.PromptTokens
 		a.ReasoningTokens = ta.Usage.CompletionTokensDetails.ReasoningTokens
+		if c, ok := ta.Usage.Cached(); ok {
+			a.CachedTokens = &c
+		}
 	}
 	if !sse {
 		a.TTFOms = 0

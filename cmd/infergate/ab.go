@@ -27,7 +27,11 @@ difference's interval for rates. The verdict, by the rule compare uses:
   ROLL BACK     quality (or speed) regressed beyond its tolerance exit 1
   INCONCLUSIVE  too few pairs to tell; it says how many          exit 2
 
-No pairs, or a file that cannot be read, exits 3.`
+The arms' cache states are a condition: when the share of prompt tokens
+their backends reported cached differs by more than --cache-tolerance
+(a candidate that sees only the mirrored share of the traffic holds less
+of it in its prefix cache), the report is refused with the reason, exit
+3, unless --force. No pairs, or a file that cannot be read, exits 3.`
 
 func runAB(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("ab report", abSynopsis, stderr)
@@ -47,6 +51,7 @@ func runAB(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	judgeKey := fs.String("judge-key", "", "with --judge: its API key (default $OPENAI_API_KEY)")
 	judgeN := fs.Int("judge-sample", 50, "with --judge: how many pairs to grade")
 	htmlOut := fs.String("html", "", "also write the report as one self-contained HTML page to this file")
+	force := fs.Bool("force", false, "judge the arms although their backends' cached shares differ (--cache-tolerance)")
 	tol := registerTolerances(fs)
 	files, err := parseWithFiles(fs, args)
 	if err != nil {
@@ -72,7 +77,19 @@ func runAB(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(pairs) == 0 {
 		return exitError{3, errors.New("ab report: no pairs")}
 	}
+	ct, err := tol.cacheTolerance()
+	if err != nil {
+		return exitError{3, err}
+	}
 	r := mirror.Report(pairs, opts)
+	switch reason, unknown := r.CacheConditions(ct); {
+	case reason != "" && !*force:
+		return exitError{3, fmt.Errorf("ab report: the arms were measured under different conditions: %s\n(--force judges them anyway)", reason)}
+	case reason != "":
+		fmt.Fprintf(stderr, "warning: judged under --force although %s\n", reason)
+	case unknown:
+		fmt.Fprintln(stderr, "warning: a backend reported no cached tokens, so the arms' cache states could not be matched")
+	}
 	if *judgeURL != "" {
 		if *judgeModel == "" {
 			return exitError{3, errors.New("--judge needs --judge-model")}

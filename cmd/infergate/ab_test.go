@@ -130,3 +130,36 @@ func TestABJudge(t *testing.T) {
 		t.Errorf("the candidate's answer was shown first %d times of 30: the order is not random", n)
 	}
 }
+
+// The arms' cache states are a condition: a primary that had seen the
+// prompts before (its prefix cache warm, as a primary's is from the
+// traffic it always serves) against a candidate that had not: ab report
+// refuses to judge, with both arms' cached shares, and --force judges.
+func TestABRefusesDifferentCacheStates(t *testing.T) {
+	primary := start(t, "sim", "--listen", "127.0.0.1:0").url(t)
+	candidate := start(t, "sim", "--listen", "127.0.0.1:0").url(t)
+	pairs := filepath.Join(t.TempDir(), "pairs.jsonl")
+	gw := start(t, "serve", "--listen", "127.0.0.1:0", "--upstream", primary, "--mirror", candidate, "--mirror-record", pairs)
+	run := func(url string) {
+		t.Helper()
+		code, out := exitCode(t, "bench", "--url", url, "--seed", "9", "--input-tokens", "128", "--output-tokens", "4", "--concurrency", "4",
+			"--requests", "30", "--warmup", "0")
+		if code != 0 {
+			t.Fatalf("bench %s: exit %d\n%s", url, code, out)
+		}
+	}
+	run(primary)   // the primary sees the prompts first
+	run(gw.url(t)) // then the same prompts, mirrored
+	gw.cmd.Process.Signal(syscall.SIGTERM)
+	if err := gw.wait(t); err != nil {
+		t.Fatalf("gateway exit: %v\n%s", err, gw.log())
+	}
+	code, out := exitCode(t, "ab", "report", pairs)
+	if code != 3 || !strings.Contains(out, "different conditions") || !strings.Contains(out, "primary 9") || !strings.Contains(out, "candidate 0.0%") || !strings.Contains(out, "--force") {
+		t.Errorf("ab report on a warm primary and a cold candidate: exit %d, want 3 naming both shares\n%s", code, out)
+	}
+	code, out = exitCode(t, "ab", "report", "--force", pairs)
+	if code == 3 || !strings.Contains(out, "cached prompt tokens") || !strings.Contains(out, "judged under --force") {
+		t.Errorf("--force: exit %d\n%s", code, out)
+	}
+}

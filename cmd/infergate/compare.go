@@ -56,7 +56,6 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	change := fs.String("change", "", "what changed between the runs (for the journal)")
 	force := fs.Bool("force", false, "compare runs whose conditions differ")
 	maxFailed := fs.String("max-failure-rate", "50%", "refuse to judge a run in which more requests than this failed")
-	cacheTol := fs.String("cache-tolerance", "10%", "refuse runs whose stages' cached shares of prompt tokens (as the server reported them) differ by more than this, in points")
 	tol := registerTolerances(fs)
 	files, err := parseWithFiles(fs, args)
 	if err != nil {
@@ -87,9 +86,9 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return exitError{3, fmt.Errorf("compare: %s cannot be judged: %w", files[i], err)}
 		}
 	}
-	ct, err := percent(*cacheTol)
+	ct, err := tol.cacheTolerance()
 	if err != nil {
-		return exitError{3, fmt.Errorf("--cache-tolerance: %w", err)}
+		return exitError{3, err}
 	}
 	d := bench.Differences(&base.Conditions, &next.Conditions)
 	if len(opts.Objective.SLOs) > 0 {
@@ -123,7 +122,7 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 // tolerances are the flags of the verdict's rule, shared by compare and
 // ab report.
 type tolerances struct {
-	speed, quality               *string
+	speed, quality, cache        *string
 	floor                        *time.Duration
 	slo, pct, objective, allowed *string
 }
@@ -132,12 +131,22 @@ func registerTolerances(fs *flag.FlagSet) tolerances {
 	return tolerances{
 		speed:     fs.String("speed-tolerance", "5%", "accepted worsening of a latency median (and of goodput)"),
 		quality:   fs.String("quality-tolerance", "2%", "accepted rise of a failure or quality-signal rate, and fall of SLO attainment, in points"),
+		cache:     fs.String("cache-tolerance", "10%", "refuse to judge when the cached shares of prompt tokens (as the servers reported them) differ by more than this, in points: a difference in conditions"),
 		floor:     fs.Duration("speed-floor", time.Millisecond, "latency changes smaller than this hold, however significant"),
 		slo:       fs.String("slo", "", "judge speed by goodput and attainment at these SLOs, e.g. ttft=2s,tpot=50ms (ttft, ttft_sched, tpot, e2e); default: the SLOs both records carry"),
 		pct:       fs.String("slo-percentile", "p90", "with --slo: the share of requests that must meet each SLO"),
 		objective: fs.String("objective", "", "without SLOs, judge a trade: the figure the change is for (ttft, ttft_sched, tpot, e2e), which must improve"),
 		allowed:   fs.String("allow", "", "with --objective: how much other figures may worsen, e.g. tpot=+50%,e2e=+10%"),
 	}
+}
+
+// cacheTolerance is --cache-tolerance as a fraction.
+func (t tolerances) cacheTolerance() (float64, error) {
+	v, err := percent(*t.cache)
+	if err != nil {
+		return 0, fmt.Errorf("--cache-tolerance: %w", err)
+	}
+	return v, nil
 }
 
 func (t tolerances) options() (verdict.Options, error) {
