@@ -104,6 +104,10 @@ func (c *Collector) Add(r *Result) {
 	switch {
 	case r.Prime:
 		sd.primed++
+		c.done++ // the warm pass's bar counts it
+		if !r.OK() {
+			c.failed++
+		}
 		return
 	case r.Warmup:
 		sd.warmup++
@@ -142,8 +146,8 @@ func (c *Collector) Add(r *Result) {
 	}
 }
 
-// Live returns finished and failed measured requests so far and the TTFT
-// median of the successes.
+// Live returns finished and failed requests so far (measured, and a warm
+// pass's) and the TTFT median of the measured successes.
 func (c *Collector) Live() (done, failed int64, ttftP50 time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -24,6 +24,9 @@ func startProgress(w io.Writer, col *Collector, rn *Runner, l *LoadSpec, stage, 
 		total = int64(rn.Workload.Len())
 	}
 	desc := fmt.Sprintf("stage %d/%d", stage+1, stages)
+	if rn.prime {
+		desc += " warm pass"
+	}
 	bar := progressbar.NewOptions64(max(total, 1),
 		progressbar.OptionSetWriter(w),
 		progressbar.OptionSetDescription(desc),
