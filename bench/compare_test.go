@@ -75,8 +75,11 @@ func TestDifferencesRefuseOtherConditions(t *testing.T) {
 	a := Conditions{Workload: WorkloadSpec{Endpoint: "chat", InputTokens: "256", OutputTokens: "128"}, Load: LoadSpec{Mode: "closed", Concurrency: 8}}
 	b := a
 	b.URL, b.Host = "http://other", "elsewhere" // what a comparison is for
+	// Two fresh seeds are two samples of one workload; the cache state
+	// is judged by what the server held (CacheDifferences).
+	b.Workload.Seed, b.Workload.Salt, b.Cache = 99, "[run 63] ", CacheWarm
 	if d := Differences(&a, &b); len(d) != 0 {
-		t.Errorf("URL and host differ only, got %v", d)
+		t.Errorf("URL, host, seed and cache mode differ only, got %v", d)
 	}
 	b.Load.Concurrency, b.Workload.InputTokens = 16, "512"
 	d := Differences(&a, &b)
