@@ -191,7 +191,11 @@ func (c *Client) do(ctx context.Context, body []byte, stream bool, p *parser, r 
 	}
 	isSSE := stream && r.Status == 200 && bytes.HasPrefix(resp.Header.ContentType(), textEventStream)
 	// An infergate gateway says when its policy set the output limit.
-	r.ClampedByGateway = len(resp.Header.Peek("X-Infergate-Max-Tokens-Clamped")) > 0
+	clamp := resp.Header.Peek("X-Infergate-Max-Tokens-Clamped")
+	r.ClampedByGateway = len(clamp) > 0
+	if c.responses {
+		c.outputCap(r, clamp)
+	}
 	var b httpbody.Reader
 	b.Reset(trip.Reader, httpbody.Mode(req, resp), int64(resp.Header.ContentLength()))
 	closeAfter := resp.ConnectionClose()
@@ -204,6 +208,24 @@ func (c *Client) do(ctx context.Context, body []byte, stream bool, p *parser, r 
 	// Nothing may be left unread: the connection carries no other
 	// response.
 	trip.Finish(b.Complete() && !closeAfter && trip.Reader.Buffered() == 0)
+}
+
+// outputCap sets the max_output_tokens a Responses answer is judged by
+// (quality.Truncated): the gateway's clamp when it set one, else an
+// override's, else the request's.
+func (c *Client) outputCap(r *Result, clamp []byte) {
+	if n, err := strconv.Atoi(string(clamp)); err == nil && n > 0 {
+		r.Ask.MaxOutputTokens = n
+		return
+	}
+	if v, ok := c.overrides["max_output_tokens"]; ok {
+		n, _ := strconv.Atoi(string(v))
+		r.Ask.MaxOutputTokens = max(n, 0)
+		return
+	}
+	if r.Ask.MaxOutputTokens == 0 && r.MaxTokens > 0 {
+		r.Ask.MaxOutputTokens = r.MaxTokens
+	}
 }
 
 // fail records a failure of class, unless ctx ended first: then it is a

@@ -132,7 +132,7 @@ func (c *Collector) Add(r *Result) {
 		out: int32(r.OutputTokens), usage: int32(r.UsageTokens), counted: int32(r.CountedTokens), prompt: int32(r.PromptTokens), input: int32(min(r.InputTokens, math.MaxInt32)),
 		events: int32(r.ContentEvents), ok: r.OK(), invalidJSON: r.InvalidJSON, empty: r.Empty, refusal: r.Refusal,
 		jsonAsked: r.Ask.JSON, schemaAsked: r.Ask.Schema != nil && r.OK() && !r.InvalidJSON, schemaInvalid: r.SchemaInvalid,
-		finishLength: r.Finish == "length" && !r.ClampedByGateway, lengthByPolicy: r.Finish == "length" && r.ClampedByGateway,
+		finishLength: r.Truncated && !r.LengthByPolicy, lengthByPolicy: r.LengthByPolicy,
 		reasoning: int32(r.ReasoningTokens), cached: int32(r.CachedTokens), turn: int16(min(r.Turn, math.MaxInt16)),
 	}
 	if r.ReasoningEvents > 0 || r.ReasoningTokens > 0 {

@@ -162,7 +162,7 @@ func (s *Summary) writeText(w io.Writer, mode string, sweep bool) {
 		}
 	}
 	q := s.Quality
-	fmt.Fprintf(w, "\nquality of %d answers: finish_reason length %d, empty %d, refusals %d", s.OK, q.FinishLength, q.Empty, q.Refusal)
+	fmt.Fprintf(w, "\nquality of %d answers: cut at the output limit %d, empty %d, refusals %d", s.OK, q.FinishLength, q.Empty, q.Refusal)
 	if q.LengthByPolicy > 0 {
 		fmt.Fprintf(w, ", length at the gateway's output cap %d", q.LengthByPolicy)
 	}

@@ -465,11 +465,20 @@ func (p *parser) judge(r *Result) {
 		// without usage) one token per content event, a lower bound.
 		r.OutputTokens = max(r.CountedTokens, r.ContentEvents)
 	}
+	// The output the server counted, else the content events: a lower
+	// bound, which reaching the cap is as good a sign.
+	out := r.UsageTokens
+	if out < 0 {
+		out = r.ContentEvents
+	}
+	a := quality.Answer{Text: text, ToolCalls: p.tally.ToolCalls, Finish: r.Finish, ByPolicy: r.ClampedByGateway, OutputTokens: out, Ask: r.Ask}
 	if p.jd == nil {
 		r.Empty = len(bytes.TrimSpace(text)) == 0 && !p.tally.ToolCalls
+		r.Truncated = quality.Truncated(a)
+		r.LengthByPolicy = r.Truncated && r.ClampedByGateway
 		return
 	}
-	r.Signals = p.jd.Judge(quality.Answer{Text: text, ToolCalls: p.tally.ToolCalls, Finish: r.Finish, ByPolicy: r.ClampedByGateway, Ask: r.Ask})
+	r.Signals = p.jd.Judge(a)
 }
 
 // readAll appends r's bytes to dst, at most limit.

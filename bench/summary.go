@@ -210,8 +210,11 @@ type QualityCounts struct {
 	// the request's schema, SchemaInvalid those off it.
 	SchemaChecked int `json:"schema_checked,omitempty"`
 	SchemaInvalid int `json:"schema_invalid,omitempty"`
-	// FinishLength counts answers the model cut at their output limit;
-	// LengthByPolicy those cut at a limit a gateway's policy set.
+	// FinishLength counts answers cut at their output limit
+	// (quality.Truncated: finish_reason "length", or a Responses answer
+	// whose output tokens reached max_output_tokens, which llama.cpp
+	// calls completed); LengthByPolicy those cut at a limit a gateway's
+	// policy set.
 	FinishLength   int `json:"finish_length"`
 	LengthByPolicy int `json:"length_by_policy,omitempty"`
 	Empty          int `json:"empty"`

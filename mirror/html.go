@@ -41,7 +41,7 @@ func (r *ABReport) WriteHTML(w io.Writer, title string, examples []Example) erro
 		{"invalid JSON", pct(r.Primary.InvalidJSONRate), pct(r.Candidate.InvalidJSONRate)},
 		{"refusals", pct(r.Primary.RefusalRate), pct(r.Candidate.RefusalRate)},
 		{"empty", pct(r.Primary.EmptyRate), pct(r.Candidate.EmptyRate)},
-		{"finish_reason length (not the gateway's cap)", pct(r.Primary.TruncatedRate), pct(r.Candidate.TruncatedRate)},
+		{"cut at the output limit (not the gateway's cap)", pct(r.Primary.TruncatedRate), pct(r.Candidate.TruncatedRate)},
 	} {
 		fmt.Fprintf(bw, "<tr><th>%s</th><td>%s</td><td>%s</td></tr>\n", row[0], row[1], row[2])
 	}

@@ -102,8 +102,8 @@ type Answer struct {
 	Text, Body []byte
 	// ToolCalls: the answer called tools.
 	ToolCalls bool
-	// ByPolicy: a gateway's output cap set the limit a "length" finish
-	// reached.
+	// ByPolicy: a gateway's output cap set the request's output limit
+	// (the judge counts a cut at it as the policy's, LengthByPolicy).
 	ByPolicy bool
 }
 

@@ -95,7 +95,22 @@ func (r *Recorder) record(f *Flight) {
 	if f.Noise != nil {
 		answers = append(answers, f.Noise)
 	}
+	// The served arm's ByPolicy says the gateway's policy set the output
+	// limit of the body the copies carry too: a copy's cut at it is the
+	// policy's as well, unless the rule sets a limit of its own.
+	clamped := f.Served().ByPolicy
 	for _, a := range answers {
+		aAsk, byPolicy := ask, a.ByPolicy
+		if p.Split == "" && a != &f.Primary {
+			byPolicy = clamped
+			if a == &f.Candidate && f.Rule != nil {
+				changed, setsCap := f.Rule.Overrides("max_tokens", "max_completion_tokens", "max_output_tokens")
+				if changed {
+					aAsk = quality.AskOf(f.Rule.Copy(f.Body))
+				}
+				byPolicy = clamped && !setsCap
+			}
+		}
 		if a.Body != nil {
 			// The one account of an answer (openai.Tally), as a stream's
 			// events are counted and as bench reads a plain body.
@@ -104,7 +119,7 @@ func (r *Recorder) record(f *Flight) {
 			a.Text, a.ToolCalls, a.Body = t.Text[:min(len(t.Text), maxCapture)], t.ToolCalls, nil
 		}
 		if a.OK() {
-			a.Signals = r.judge.Judge(quality.Answer{Text: a.Text, ToolCalls: a.ToolCalls, Finish: a.Finish, ByPolicy: a.ByPolicy, Ask: ask})
+			a.Signals = r.judge.Judge(quality.Answer{Text: a.Text, ToolCalls: a.ToolCalls, Finish: a.Finish, ByPolicy: byPolicy, OutputTokens: a.OutputTokens, Ask: aAsk})
 		}
 	}
 	p.Primary, p.Candidate = f.Primary.Arm, f.Candidate.Arm

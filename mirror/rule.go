@@ -131,6 +131,17 @@ func (m *LiveRule) Copy(body []byte) []byte {
 	return out
 }
 
+// Overrides reports whether the copy's body differs from the primary's
+// (the rule sets members), and whether it sets any of names.
+func (m *LiveRule) Overrides(names ...string) (any, named bool) {
+	for _, o := range m.overrides {
+		if slices.Contains(names, o.name) {
+			named = true
+		}
+	}
+	return len(m.overrides) > 0, named
+}
+
 // LiveSplit is the canary made live. It is safe for concurrent use.
 type LiveSplit struct {
 	pool      string

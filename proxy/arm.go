@@ -48,7 +48,9 @@ func (x *exchange) primaryDone() {
 	if a.OutputTokens == 0 {
 		a.OutputTokens = tl.ContentEvents
 	}
-	a.ByPolicy = tl.LengthByPolicy()
+	// The policy set the output limit: the judge counts a cut at it as
+	// the policy's (a Responses cut on llama.cpp says completed, not length).
+	a.ByPolicy = tl.Policy.MaxTokens > 0
 	a.Text, a.ToolCalls = t.Text, t.ToolCalls // a plain answer's Body was handed over by commit
 	t.Text = nil
 	if x.outcome == outcomeClientGone && f.Stop != nil {

@@ -2,6 +2,7 @@ package quality
 
 import (
 	"bytes"
+	"strconv"
 
 	"github.com/infergate/infergate/openai"
 )
@@ -13,10 +14,16 @@ type Ask struct {
 	JSON bool
 	// Schema is response_format.json_schema.schema, when given (a copy).
 	Schema []byte
+	// MaxOutputTokens is the Responses API's max_output_tokens, 0 when
+	// not set: an answer whose output tokens reach it is truncated
+	// (Truncated). Chat's max_tokens is not read: a chat answer is
+	// judged by its finish_reason.
+	MaxOutputTokens int
 }
 
 // AskOf reads a request body's response_format (chat and completions)
-// or text.format (the Responses API), in one pass over the body.
+// or text.format and max_output_tokens (the Responses API), in one pass
+// over the body.
 func AskOf(body []byte) Ask {
 	var a Ask
 	openai.EachMember(body, func(key []byte, f openai.Field) bool {
@@ -24,7 +31,11 @@ func AskOf(body []byte) Ask {
 		switch {
 		case openai.KeyIs(key, "response_format"):
 			a.format(v, true)
-			return false
+		case openai.KeyIs(key, "max_output_tokens"):
+			// A bound that is not a positive integer bounds nothing.
+			if n, err := strconv.Atoi(string(v)); err == nil && n > 0 {
+				a.MaxOutputTokens = n
+			}
 		case openai.KeyIs(key, "text"):
 			openai.EachMember(v, func(k []byte, mf openai.Field) bool {
 				if !openai.KeyIs(k, "format") {

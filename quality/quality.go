@@ -30,9 +30,9 @@ type Signals struct {
 	Refusal bool `json:"refusal,omitempty"`
 	// Empty: no text and no tool calls.
 	Empty bool `json:"empty,omitempty"`
-	// Truncated: finish_reason "length", whoever set the limit;
-	// LengthByPolicy: the limit was a gateway's output cap, not the
-	// client's or the model's.
+	// Truncated: cut at the output limit, whoever set it (the rule:
+	// Truncated); LengthByPolicy: the limit was a gateway's output cap,
+	// not the client's or the model's.
 	Truncated      bool `json:"truncated,omitempty"`
 	LengthByPolicy bool `json:"length_by_policy,omitempty"`
 }
@@ -45,10 +45,15 @@ type Answer struct {
 	// ToolCalls is set when the answer called tools: not empty, and not
 	// judged as JSON text.
 	ToolCalls bool
-	// Finish is the finish_reason; ByPolicy says a gateway's output cap
-	// set the limit a "length" reached.
+	// Finish is the finish_reason (a Responses answer's status as
+	// openai.Response.Finish reads it: completed is "stop", incomplete
+	// "length"); ByPolicy says a gateway's output cap set the request's
+	// output limit.
 	Finish   string
 	ByPolicy bool
+	// OutputTokens is the answer's output tokens as the server counted
+	// them (usage), or a lower bound of them; 0 when not known.
+	OutputTokens int
 	// Ask is what the request asked of the answer's form (AskOf).
 	Ask Ask
 }
@@ -103,7 +108,7 @@ func NewJudge(refusals []string) (*Judge, error) {
 // Judge returns the signals of a successful answer.
 func (j *Judge) Judge(a Answer) Signals {
 	t := bytes.TrimSpace(a.Text)
-	s := Signals{Empty: len(t) == 0 && !a.ToolCalls, Truncated: a.Finish == "length"}
+	s := Signals{Empty: len(t) == 0 && !a.ToolCalls, Truncated: Truncated(a)}
 	s.LengthByPolicy = s.Truncated && a.ByPolicy
 	if a.Ask.JSON && !a.ToolCalls {
 		s.InvalidJSON = !json.Valid(t)
@@ -115,6 +120,31 @@ func (j *Judge) Judge(a Answer) Signals {
 	}
 	s.Refusal = j.Refusal(t)
 	return s
+}
+
+// Truncated reports whether an answer was cut at its output limit:
+//
+//   - finish_reason "length" (a Responses answer's status incomplete), or
+//   - a Responses answer whose output tokens reached the request's
+//     max_output_tokens, whatever its status: llama.cpp's server says
+//     completed of an answer max_output_tokens cut (its Responses API is
+//     converted from chat and drops the finish reason).
+//
+// A chat or completions answer is judged by its finish_reason alone.
+// There, completion_tokens equal to max_tokens with finish_reason "stop"
+// is an answer that ended at the cap by itself: the servers say "length"
+// when they cut a chat answer (vLLM, SGLang, llama.cpp, OpenAI), and
+// llama.cpp counts the end-of-sequence token in completion_tokens, so
+// when the cap-th token is the EOS (or completes a stop string) the
+// answer is whole, says "stop", and has used the cap exactly. A
+// Responses answer that ended by itself at exactly max_output_tokens
+// cannot be told from one that was cut (llama.cpp gives no finish
+// reason): it counts as truncated, the error on the side of the flag.
+func Truncated(a Answer) bool {
+	if a.Finish == "length" {
+		return true
+	}
+	return a.Ask.MaxOutputTokens > 0 && a.OutputTokens >= a.Ask.MaxOutputTokens
 }
 
 // Refusal reports whether text opens with a refusal.

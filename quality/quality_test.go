@@ -31,6 +31,17 @@ func TestJudge(t *testing.T) {
 		{"tool calls are not empty", Answer{ToolCalls: true, Ask: obj}, Signals{}},
 		{"truncated by the model", Answer{Text: []byte("a b c"), Finish: "length"}, Signals{Truncated: true}},
 		{"truncated by the gateway's cap", Answer{Text: []byte("a b c"), Finish: "length", ByPolicy: true}, Signals{Truncated: true, LengthByPolicy: true}},
+		// llama.cpp's Responses API says completed (Finish "stop") of an
+		// answer max_output_tokens cut: its output tokens say so.
+		{"responses: completed at max_output_tokens", Answer{Text: []byte("a b c"), Finish: "stop", OutputTokens: 16, Ask: Ask{MaxOutputTokens: 16}}, Signals{Truncated: true}},
+		{"responses: completed below max_output_tokens", Answer{Text: []byte("a b c"), Finish: "stop", OutputTokens: 15, Ask: Ask{MaxOutputTokens: 16}}, Signals{}},
+		{"responses: the gateway's cap reached", Answer{Text: []byte("a b c"), Finish: "stop", OutputTokens: 8, ByPolicy: true, Ask: Ask{MaxOutputTokens: 8}}, Signals{Truncated: true, LengthByPolicy: true}},
+		{"responses: output tokens unknown", Answer{Text: []byte("a b c"), Finish: "stop", Ask: Ask{MaxOutputTokens: 16}}, Signals{}},
+		// A chat answer at exactly its max_tokens that says "stop" ended
+		// by itself (llama.cpp counts the EOS in completion_tokens): the
+		// chat rule is finish_reason's alone (no MaxOutputTokens in Ask).
+		{"chat: stop at max_tokens is whole", Answer{Text: []byte("a b c"), Finish: "stop", OutputTokens: 16}, Signals{}},
+		{"a gateway cap not reached is no truncation", Answer{Text: []byte("a b c"), Finish: "stop", ByPolicy: true}, Signals{}},
 		{"JSON asked, valid", Answer{Text: []byte(` {"a":1} `), Ask: obj}, Signals{}},
 		{"JSON asked, invalid", Answer{Text: []byte(`{"a":`), Ask: obj}, Signals{InvalidJSON: true}},
 		{"JSON not asked, not JSON", Answer{Text: []byte(`{"a":`)}, Signals{}},
@@ -52,21 +63,27 @@ func TestAskOf(t *testing.T) {
 		name, body string
 		json       bool
 		schema     string
+		max        int
 	}{
-		{"none", `{"model":"m","messages":[]}`, false, ""},
-		{"json_object", `{"response_format":{"type":"json_object"}}`, true, ""},
-		{"json_schema", `{"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object"}}}}`, true, `{"type":"object"}`},
-		{"text", `{"response_format":{"type":"text"}}`, false, ""},
-		{"not JSON", `{"response_format":`, false, ""},
+		{"none", `{"model":"m","messages":[]}`, false, "", 0},
+		{"json_object", `{"response_format":{"type":"json_object"}}`, true, "", 0},
+		{"json_schema", `{"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object"}}}}`, true, `{"type":"object"}`, 0},
+		{"text", `{"response_format":{"type":"text"}}`, false, "", 0},
+		{"not JSON", `{"response_format":`, false, "", 0},
 		// The Responses API's text.format: the schema beside the type.
-		{"responses json_schema", `{"text":{"format":{"type":"json_schema","name":"x","schema":{"type":"object"},"strict":true}}}`, true, `{"type":"object"}`},
-		{"responses json_object", `{"input":"hi","text":{"format":{"type":"json_object"}}}`, true, ""},
-		{"responses text", `{"text":{"format":{"type":"text"},"verbosity":"low"}}`, false, ""},
+		{"responses json_schema", `{"text":{"format":{"type":"json_schema","name":"x","schema":{"type":"object"},"strict":true}}}`, true, `{"type":"object"}`, 0},
+		{"responses json_object", `{"input":"hi","text":{"format":{"type":"json_object"}}}`, true, "", 0},
+		{"responses text", `{"text":{"format":{"type":"text"},"verbosity":"low"}}`, false, "", 0},
+		{"responses max_output_tokens", `{"input":"hi","max_output_tokens":64,"text":{"format":{"type":"json_object"}}}`, true, "", 64},
+		{"max_output_tokens not a count", `{"input":"hi","max_output_tokens":"64"}`, false, "", 0},
+		{"max_output_tokens zero", `{"input":"hi","max_output_tokens":0}`, false, "", 0},
+		// Chat's caps are not read (finish_reason judges a chat answer).
+		{"chat max_tokens", `{"messages":[],"max_tokens":64,"max_completion_tokens":64}`, false, "", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := AskOf([]byte(tc.body))
-			if a.JSON != tc.json || string(a.Schema) != tc.schema {
-				t.Errorf("AskOf(%s) = %v %s, want %v %s", tc.body, a.JSON, a.Schema, tc.json, tc.schema)
+			if a.JSON != tc.json || string(a.Schema) != tc.schema || a.MaxOutputTokens != tc.max {
+				t.Errorf("AskOf(%s) = %v %s %d, want %v %s %d", tc.body, a.JSON, a.Schema, a.MaxOutputTokens, tc.json, tc.schema, tc.max)
 			}
 		})
 	}
