@@ -22,6 +22,42 @@ type Error struct {
 	Code    *string `json:"code"`
 }
 
+// UnmarshalJSON reads an error as OpenAI and the servers write it: code a
+// string (OpenAI's), an integer (llama.cpp's and vLLM's, the HTTP status)
+// or null, read as a string either way (400 as "400"); a code or param of
+// another kind is left unset rather than failing the whole body.
+func (e *Error) UnmarshalJSON(b []byte) error {
+	var raw struct {
+		Message string          `json:"message"`
+		Type    string          `json:"type"`
+		Param   json.RawMessage `json:"param"`
+		Code    json.RawMessage `json:"code"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	*e = Error{Message: raw.Message, Type: raw.Type, Param: scalarString(raw.Param), Code: scalarString(raw.Code)}
+	return nil
+}
+
+// scalarString is a JSON string's value or a number's text; nil for null,
+// absence or any other kind.
+func scalarString(v json.RawMessage) *string {
+	var s string
+	if len(v) == 0 || v[0] != '"' && (v[0] < '0' || v[0] > '9') && v[0] != '-' {
+		return nil // null, absent, or not a scalar of either kind
+	}
+	if json.Unmarshal(v, &s) == nil {
+		return &s
+	}
+	var n json.Number
+	if json.Unmarshal(v, &n) == nil {
+		s = n.String()
+		return &s
+	}
+	return nil
+}
+
 type errorEnvelope struct {
 	Error Error `json:"error"`
 }

@@ -170,6 +170,24 @@ type ResponseError struct {
 	Message string `json:"message"`
 }
 
+// UnmarshalJSON reads a code that is a string or, as llama.cpp writes
+// it, an integer (400 as "400"), so a failed response whose code is a
+// number is still read.
+func (e *ResponseError) UnmarshalJSON(b []byte) error {
+	var raw struct {
+		Code    json.RawMessage `json:"code"`
+		Message string          `json:"message"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	e.Message, e.Code = raw.Message, ""
+	if c := scalarString(raw.Code); c != nil {
+		e.Code = *c
+	}
+	return nil
+}
+
 // ResponseItem is one output item: a message, a reasoning item or a
 // function call.
 type ResponseItem struct {

@@ -180,7 +180,10 @@ func (g *Gateway) serveAPI(rc *fasthttp.RequestCtx, strict bool) {
 	var env openai.Envelope
 	if strict || len(body) > 0 {
 		env, err = openai.ScanRequest(body)
-		if err != nil && (strict || x.st.def == nil) {
+		// Broken JSON on any route is answered here: llama.cpp's server
+		// answers it 500, which would count against the backend. A body
+		// that is not JSON at all (a multipart upload) goes on.
+		if err != nil && (strict || x.st.def == nil || errors.Is(err, openai.ErrInvalidJSON) && jsonBody(rc, body)) {
 			x.reject(rc, http.StatusBadRequest, openai.TypeInvalidRequest, scanErrorCode(err), strings.TrimPrefix(err.Error(), "openai: "))
 			return
 		}
@@ -251,6 +254,21 @@ func (g *Gateway) serveAPI(rc *fasthttp.RequestCtx, strict bool) {
 		return
 	}
 	x.commit(rc)
+}
+
+// jsonBody reports whether a request's body is meant as JSON: its
+// Content-Type says so, or it opens as an object or an array does.
+func jsonBody(rc *fasthttp.RequestCtx, body []byte) bool {
+	ct := rc.Request.Header.ContentType()
+	if i := bytes.IndexByte(ct, ';'); i >= 0 {
+		ct = ct[:i]
+	}
+	ct = bytes.TrimSpace(ct)
+	if bytes.EqualFold(ct, []byte("application/json")) || bytes.HasSuffix(bytes.ToLower(ct), []byte("+json")) {
+		return true
+	}
+	b := bytes.TrimLeft(body, " \t\r\n")
+	return len(b) > 0 && (b[0] == '{' || b[0] == '[')
 }
 
 func scanErrorCode(err error) string {

@@ -37,6 +37,9 @@ func TestBadInputNeverReachesBackend(t *testing.T) {
 		{"body over the limit", "POST", "/v1/chat/completions", `{"model":"m","x":"` + strings.Repeat("a", 2000) + `"}`, 413, "request_too_large", "1024"},
 		{"malformed JSON says where", "POST", "/v1/chat/completions", `{"model":"m",}`, 400, "invalid_json", "byte 13"},
 		{"not an object", "POST", "/v1/completions", `["m"]`, 400, "invalid_json", "object"},
+		// llama.cpp's server answers broken JSON with a 500.
+		{"malformed JSON on the Responses API", "POST", "/v1/responses", `{"model":"m","input":"hi"`, 400, "invalid_json", "byte"},
+		{"truncated JSON on another route", "POST", "/v1/embeddings", `{"model":"m","input":`, 400, "invalid_json", "byte"},
 		{"missing model", "POST", "/v1/chat/completions", `{"messages":[]}`, 400, "invalid_field", "model"},
 		{"model not a string", "POST", "/v1/chat/completions", `{"model":7}`, 400, "invalid_field", "string"},
 		{"stream not a boolean", "POST", "/v1/chat/completions", `{"model":"m","stream":"yes"}`, 400, "invalid_field", "stream"},
@@ -64,6 +67,44 @@ func TestBadInputNeverReachesBackend(t *testing.T) {
 	}
 	if n := be.requests.Load(); n != 0 {
 		t.Errorf("backend got %d bad requests", n)
+	}
+}
+
+// TestMalformedJSONWithADefaultPool: with a default pool, a route the
+// gateway does not know is passed on whatever model it names, but broken
+// JSON still gets the gateway's 400 (llama.cpp's server would answer 500);
+// a body that is not JSON at all (a multipart upload) is passed on.
+func TestMalformedJSONWithADefaultPool(t *testing.T) {
+	t.Parallel()
+	be := newTestBackend(t, jsonHandler(200, `{"object":"list","data":[]}`))
+	cfg := testConfig(be.URL)
+	cfg.DefaultPool = "p"
+	gw := startGateway(t, cfg)
+	for _, tc := range []struct {
+		name, ctype, body string
+		status            int
+	}{
+		{"JSON by its content type", "application/json", `{"model":"x","input":`, 400},
+		{"JSON by its first byte", "text/plain", ` {"model":"x",}`, 400},
+		{"a JSON array cut short", "application/json; charset=utf-8", `[1,`, 400},
+		{"not JSON at all", "multipart/form-data; boundary=b", "--b\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nx\r\n--b--\r\n", 200},
+		{"well-formed", "application/json", `{"model":"x","input":"hi"}`, 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := be.requests.Load()
+			status, _, body := post(t, gw.URL, "/v1/embeddings", tc.body, "Content-Type", tc.ctype)
+			if status != tc.status {
+				t.Fatalf("status %d, want %d (%s)", status, tc.status, body)
+			}
+			reached := be.requests.Load() > before
+			if tc.status == 400 {
+				if e := errorOf(t, body); e.Code == nil || *e.Code != "invalid_json" || reached {
+					t.Errorf("error %+v, backend reached %v", e, reached)
+				}
+			} else if !reached {
+				t.Error("the backend was not reached")
+			}
+		})
 	}
 }
 
