@@ -87,14 +87,15 @@ type tokenCounts struct {
 	by [numCountForms]atomic.Int64
 }
 
-// countClient is a backend's client for counts: its own small pool, as
-// the scrapes have, whose idle connections close before a server's
-// keep-alive (llama.cpp's is 5 s) would; a count is read-only, so one
-// that failed on a connection the server had closed is sent again.
+// countClient is a backend's client for counts: its own pool (as many
+// connections as the backend's requests may hold), whose idle
+// connections close before a server's keep-alive (llama.cpp's is 5 s)
+// would; a count is read-only, so one that failed on a connection the
+// server had closed is sent again.
 func countClient(hc *fasthttp.HostClient) *fasthttp.HostClient {
 	return &fasthttp.HostClient{
-		Addr: hc.Addr, Dial: hc.Dial, MaxConns: max(hc.MaxConns, 16), MaxIdleConnDuration: 4 * time.Second,
-		MaxResponseBodySize: 64 << 20, NoDefaultUserAgentHeader: true, DisableHeaderNamesNormalizing: true,
+		Addr: hc.Addr, Dial: hc.Dial, MaxConns: hc.MaxConns, MaxIdleConnDuration: 4 * time.Second,
+		MaxResponseBodySize: 16 << 20, NoDefaultUserAgentHeader: true, DisableHeaderNamesNormalizing: true,
 		RetryIfErr: func(_ *fasthttp.Request, attempts int, _ error) (bool, bool) { return false, attempts < 2 },
 	}
 }
