@@ -221,7 +221,7 @@ func (c *Comparison) Write(w io.Writer) {
 		j := ch.Judgement
 		switch {
 		case ch.Judgement == verdict.Unsure && ch.Edge:
-			j += " (at its tolerance)"
+			j += " (no practical size)"
 		case ch.Judgement == verdict.Unsure && ch.Need > 0:
 			j += fmt.Sprintf(" (≈%d needed)", ch.Need)
 		}

@@ -230,7 +230,9 @@ func checkGainsKept(t *testing.T, cfg Config, j []Entry, out string) {
 // A healthy server under light load: nothing to tune, nothing changed.
 func TestTuneNothingToTune(t *testing.T) {
 	s := serveStack(t, "balanced")
-	cfg := s.config(t, 2, 2*time.Second, "ttft=2s,tpot=100ms")
+	// 10 requests a second keep about six in flight on a server that
+	// batches 64, and send the 114 requests the size needs in 11 s.
+	cfg := s.config(t, 10, 2*time.Second, "ttft=2s,tpot=100ms")
 	var out bytes.Buffer
 	cfg.Out = &out
 	res, err := Run(context.Background(), cfg)

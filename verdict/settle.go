@@ -13,9 +13,10 @@ import (
 // settles at a size that depends on the tolerance alone (SettlingSize),
 // which is what a run can be sized by before it starts.
 
-// MaxNeed is the most requests a figure is said to need. Past it the
-// figure sits at its tolerance: no run of practical size settles it, and
-// the figure says so (Change.Edge) instead of naming a size.
+// MaxNeed is the most requests a figure is said to need. Past it no run
+// of practical size settles the figure at the change seen (its estimate
+// sits at its tolerance, or its interval is very wide), and the figure
+// says so (Change.Edge) instead of naming a size.
 const MaxNeed = 1_000_000
 
 // Count is what a rate was counted from: Base of BaseOf in the base run
@@ -225,7 +226,7 @@ func Unsettled(ch Change, tol float64) string {
 	}
 	switch {
 	case ch.Edge:
-		return what + "; it sits at its tolerance, so no run of practical size settles it"
+		return fmt.Sprintf("%s; at the change seen, no run of practical size settles it (it would take over %d %s a run)", what, MaxNeed, u)
 	case ch.Need > 0:
 		return fmt.Sprintf("%s; about %d %s a run would settle it", what, ch.Need, u)
 	}

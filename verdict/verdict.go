@@ -102,7 +102,7 @@ type Change struct {
 	// for pairs) each run would likely need to settle an unsure figure.
 	Need int `json:"need,omitempty"`
 	// Edge marks an unsure figure that no run of practical size would
-	// settle (past MaxNeed): it sits at its tolerance.
+	// settle at the change seen (past MaxNeed).
 	Edge bool `json:"edge,omitempty"`
 	// Count is what a rate was counted from, nil for other figures.
 	Count *Count `json:"count,omitempty"`
