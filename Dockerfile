@@ -2,6 +2,9 @@
 # The same image deploy/imagebuild writes without a container engine: its
 # build stage runs imagebuild --rootfs, so both hold the same files; the
 # final stage's config matches imagebuild's (a test compares them).
+# imagebuild is in deploy's own module and builds the gateway at the root,
+# on the main module's go.mod (only the gateway's modules are downloaded
+# ahead; imagebuild's few come with go run, not deploy's test tail).
 #   docker build -t infergate --build-arg VERSION=$(git describe --tags --always) .
 FROM golang:1.26-bookworm AS build
 WORKDIR /src
@@ -12,7 +15,7 @@ ARG VERSION=dev
 ARG REVISION=unknown
 ARG CREATED=0
 ARG TARGETARCH=amd64
-RUN go run ./deploy/imagebuild --rootfs /rootfs --platforms linux/${TARGETARCH} \
+RUN cd deploy && go run ./imagebuild --rootfs /rootfs --platforms linux/${TARGETARCH} \
       --version "${VERSION}" --revision "${REVISION}" --created "${CREATED}"
 
 FROM scratch

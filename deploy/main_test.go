@@ -26,12 +26,18 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// gatewayBinary builds ./cmd/infergate once per test run.
+// gatewayBinary builds ./cmd/infergate once per test run, in the main
+// module (the directory above, which deploy's go.mod replaces it with) on
+// that module's go.mod: the binary users build, not one on deploy's
+// requirements.
 func gatewayBinary(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		binPath = filepath.Join(binDir, "infergate")
-		out, err := exec.Command("go", "build", "-o", binPath, "../cmd/infergate").CombinedOutput()
+		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/infergate")
+		cmd.Dir = ".."
+		cmd.Env = append(os.Environ(), "GOWORK=off")
+		out, err := cmd.CombinedOutput()
 		if err != nil {
 			buildErr = err
 			binPath = string(out)

@@ -6,7 +6,13 @@
 // same files). Timestamps come from SOURCE_DATE_EPOCH or the commit, so the
 // same commit and toolchain give the same image digest.
 //
-//	go run ./deploy/imagebuild --oci dist/oci --tar dist/infergate.tar
+// It belongs to deploy's own Go module; the gateway it builds belongs to the
+// main module, which deploy's go.mod replaces with the directory above it.
+// The gateway is built there, on the main module's go.mod, so the image holds
+// the binary `go build ./cmd/infergate` makes at the root, not one built on
+// deploy's requirements.
+//
+//	cd deploy && go run ./imagebuild --oci ../dist/oci --tar ../dist/infergate.tar
 package main
 
 import (
@@ -35,14 +41,17 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
-const synopsis = `Usage: go run ./deploy/imagebuild [--oci DIR] [--tar FILE] [--rootfs DIR] [flags]
+const synopsis = `Usage: cd deploy && go run ./imagebuild [--oci DIR] [--tar FILE] [--rootfs DIR] [flags]
 
 Builds infergate's image without a container engine: CGO_ENABLED=0 go build
 of ./cmd/infergate for each platform, on scratch, with the CA bundle, a
 nonroot user (65532) and /tmp. --oci writes an OCI image layout (an index
 with one manifest per platform; crane, skopeo and ko read it), --tar a
 tarball for 'docker load' (one platform), --rootfs the file tree alone
-(the Dockerfile's build stage uses it). Run it from the module's root.
+(the Dockerfile's build stage uses it). Run it inside deploy/, deploy's
+own Go module: it builds the gateway in the main module (the directory
+deploy's go.mod replaces github.com/infergate/infergate with), on that
+module's go.mod. Relative paths are the working directory's.
 
 Flags:`
 
@@ -161,7 +170,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if (*tarOut != "" || *rootfs != "") && len(plats) != 1 {
 		return fmt.Errorf("--tar and --rootfs take one platform, not %d", len(plats))
 	}
-	meta, err := resolveMeta(ctx, *ver, *rev, *created, *source)
+	src, err := mainModuleDir(ctx)
+	if err != nil {
+		return err
+	}
+	meta, err := resolveMeta(ctx, src, *ver, *rev, *created, *source)
 	if err != nil {
 		return err
 	}
@@ -179,7 +192,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	idx = mutate.IndexMediaType(idx, types.OCIImageIndex)
 	var first v1.Image
 	for _, p := range plats {
-		bin, err := buildBinary(ctx, p, meta, filepath.Join(tmp, p.OS+"-"+p.Architecture))
+		bin, err := buildBinary(ctx, src, p, meta, filepath.Join(tmp, p.OS+"-"+p.Architecture))
 		if err != nil {
 			return err
 		}
@@ -236,12 +249,35 @@ func parsePlatforms(s string) ([]v1.Platform, error) {
 	return out, nil
 }
 
-// resolveMeta fills what the flags left empty from git and
-// SOURCE_DATE_EPOCH.
-func resolveMeta(ctx context.Context, ver, rev, created, source string) (Meta, error) {
+// mainModule is the gateway's module, which deploy's go.mod replaces with
+// the directory above deploy/.
+const mainModule = "github.com/infergate/infergate"
+
+// mainModuleDir is the directory the gateway is built in: the main module's
+// source, as the go command resolves it from deploy's module.
+func mainModuleDir(ctx context.Context) (string, error) {
+	cmd := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", mainModule)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("finding %s's source (run imagebuild inside deploy/): %w\n%s", mainModule, err, stderr.Bytes())
+	}
+	dir := strings.TrimSpace(string(out))
+	if _, err := os.Stat(filepath.Join(dir, "cmd", "infergate")); err != nil {
+		return "", fmt.Errorf("%s resolves to %q, which holds no cmd/infergate (run imagebuild inside deploy/ of a checkout): %w", mainModule, dir, err)
+	}
+	return dir, nil
+}
+
+// resolveMeta fills what the flags left empty from git (in the source tree
+// src) and SOURCE_DATE_EPOCH.
+func resolveMeta(ctx context.Context, src, ver, rev, created, source string) (Meta, error) {
 	m := Meta{Version: ver, Revision: rev, Source: source}
 	git := func(args ...string) string {
-		out, err := exec.CommandContext(ctx, "git", args...).Output()
+		cmd := exec.CommandContext(ctx, "git", args...)
+		cmd.Dir = src
+		out, err := cmd.Output()
 		if err != nil {
 			return ""
 		}
@@ -282,13 +318,16 @@ func resolveMeta(ctx context.Context, ver, rev, created, source string) (Meta, e
 	return m, nil
 }
 
-// buildBinary compiles ./cmd/infergate for p, static and path-free, with
-// the release stamped in.
-func buildBinary(ctx context.Context, p v1.Platform, m Meta, out string) ([]byte, error) {
+// buildBinary compiles ./cmd/infergate of the main module in src for p,
+// static and path-free, with the release stamped in. GOWORK=off: the
+// main module's go.mod alone picks the versions, whatever go.work a
+// checkout may hold.
+func buildBinary(ctx context.Context, src string, p v1.Platform, m Meta, out string) ([]byte, error) {
 	ldflags := fmt.Sprintf("-s -w -X main.version=%s -X main.revisionFlag=%s -X main.committed=%s",
 		m.Version, m.Revision, m.Created.Format(time.RFC3339))
 	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-buildvcs=false", "-ldflags", ldflags, "-o", out, "./cmd/infergate")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+p.OS, "GOARCH="+p.Architecture)
+	cmd.Dir = src
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+p.OS, "GOARCH="+p.Architecture, "GOWORK=off")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {

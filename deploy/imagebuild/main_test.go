@@ -28,19 +28,14 @@ import (
 	"github.com/moby/buildkit/frontend/dockerfile/parser"
 )
 
-// build runs imagebuild as a user would, from the module's root.
+// build runs imagebuild as a user would, inside deploy's module (here from
+// deploy/imagebuild): it finds the main module's source itself.
 func build(t *testing.T, args ...string) {
 	t.Helper()
-	wd, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Chdir(filepath.Join(wd, "..", ".."))
 	var stderr bytes.Buffer
 	if err := run(context.Background(), args, &stderr); err != nil {
 		t.Fatalf("imagebuild %v: %v\n%s", args, err, stderr.Bytes())
 	}
-	t.Chdir(wd)
 }
 
 // entry is a file of the image as a test compares it.
@@ -381,17 +376,21 @@ func TestDockerfileMatchesImagebuild(t *testing.T) {
 		}
 		return out
 	}
-	gomod, err := os.ReadFile("../../go.mod")
-	if err != nil {
-		t.Fatal(err)
-	}
-	goLine := regexp.MustCompile(`(?m)^go (\d+\.\d+)`).FindSubmatch(gomod)
-	if from := args(stages[0][0]); len(goLine) < 2 || len(from) == 0 || !strings.HasPrefix(from[0], "golang:"+string(goLine[1])) {
-		t.Errorf("the build stage is FROM %v; go.mod wants Go %s", from, goLine[1:])
+	// The build stage's Go is the one both modules name: the main module's
+	// (the gateway) and deploy's (imagebuild).
+	for _, path := range []string{"../../go.mod", "../go.mod"} {
+		gomod, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		goLine := regexp.MustCompile(`(?m)^go (\d+\.\d+)`).FindSubmatch(gomod)
+		if from := args(stages[0][0]); len(goLine) < 2 || len(from) == 0 || !strings.HasPrefix(from[0], "golang:"+string(goLine[1])) {
+			t.Errorf("the build stage is FROM %v; %s wants Go %s", from, path, goLine[1:])
+		}
 	}
 	built := false
 	for _, n := range stages[0] {
-		if n.Value == "run" && strings.Contains(strings.Join(args(n), " "), "go run ./deploy/imagebuild --rootfs /rootfs") {
+		if n.Value == "run" && strings.Contains(strings.Join(args(n), " "), "cd deploy && go run ./imagebuild --rootfs /rootfs") {
 			built = true
 		}
 	}
