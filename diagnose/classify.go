@@ -3,6 +3,7 @@ package diagnose
 import (
 	"fmt"
 	"math"
+	"strings"
 )
 
 // Bottlenecks, as Report.Bottleneck names them.
@@ -98,6 +99,10 @@ type Report struct {
 	// where they still work well (memory, compute); 0 when none is
 	// suggested.
 	CapAt int `json:"cap_at,omitempty"`
+	// NotSeen names the figures the backends did not report (llama.cpp's
+	// KV-cache usage, GPU utilisation without --dcgm, ...): the verdict
+	// is made without them.
+	NotSeen []string `json:"not_seen,omitempty"`
 }
 
 // BackendVerdict is one backend's bottleneck, diagnosed on its own
@@ -123,6 +128,15 @@ type signals struct {
 	// ratio of their concurrencies.
 	speedKept, gain, levels float64
 	preemptFrom             float64 // first sweep level with preemptions
+	// slots is set when every backend's batch bound is llama.cpp's slot
+	// count; slotCtx is the smallest slot context (tokens, NaN unknown)
+	// and busyPerDecode the batch llama.cpp itself counted per decode.
+	slots                  bool
+	slotCtx, busyPerDecode float64
+	// noKV, noUtil, noQueue and noBound say why the KV usage, the GPU
+	// utilisation, the backends' queue and the batch bound are unknown,
+	// for a finding that cannot be measured.
+	noKV, noUtil, noQueue, noBound string
 }
 
 func add(a, b float64) float64 {
@@ -149,10 +163,19 @@ func gather(in Input) signals {
 	nan := math.NaN()
 	s := signals{running: nan, waiting: nan, waitTrend: nan, kvMean: nan, kvMax: nan, util: nan, preempt: nan,
 		maxRunning: nan, prompt: nan, output: nan, gwQueued: nan, gwWait: nan, gwRejected: nan,
-		speedKept: nan, gain: nan, levels: nan, preemptFrom: nan, queueShare: -1}
+		speedKept: nan, gain: nan, levels: nan, preemptFrom: nan, queueShare: -1,
+		slotCtx: nan, busyPerDecode: nan}
 	allMax := len(in.Backends) > 0
+	s.slots = len(in.Backends) > 0
 	utilN := 0
 	for _, b := range in.Backends {
+		if b.MaxRunningFrom != "slots" {
+			s.slots = false
+		}
+		if c := float64(b.SlotContext); b.SlotContext.Known() && (math.IsNaN(s.slotCtx) || c < s.slotCtx) {
+			s.slotCtx = c
+		}
+		s.busyPerDecode = add(s.busyPerDecode, float64(b.BusyPerDecode))
 		s.running = add(s.running, float64(b.Running.Mean))
 		s.waiting = add(s.waiting, float64(b.Waiting.Mean))
 		s.waitTrend = add(s.waitTrend, float64(b.Waiting.Trend))
@@ -180,6 +203,7 @@ func gather(in Input) signals {
 	if utilN > 0 {
 		s.util /= float64(utilN)
 	}
+	s.noKV, s.noUtil, s.noQueue, s.noBound = unseen(in.Backends)
 	if g := in.Gateway; g != nil && g.Samples > 0 {
 		s.gwQueued, s.gwWait, s.gwRejected, s.gwLimit = float64(g.Queued.Mean), float64(g.QueueWait), float64(g.RejectedPerS), g.Limit
 		if a := g.Attribution; a["total_ms"] > 0 {
@@ -224,16 +248,19 @@ type rule struct {
 	holds    bool
 }
 
-func (r *rule) check(signal string, v float64, holds bool, detail string, args ...any) {
+// check adds a signal: v is its figure (NaN: not measured, and missing
+// says why instead of detail); detail is formatted with args, any
+// unknown figure among them printed as "?".
+func (r *rule) check(signal string, v float64, holds bool, missing, detail string, args ...any) {
 	if math.IsNaN(v) {
-		r.findings = append(r.findings, Finding{Signal: signal, Detail: notMeasured + fmt.Sprintf(detail, args...)})
+		r.findings = append(r.findings, Finding{Signal: signal, Detail: notMeasured + missing})
 		return
 	}
 	r.measured++
 	if holds {
 		r.held++
 	}
-	r.findings = append(r.findings, Finding{Signal: signal, Holds: holds, Detail: fmt.Sprintf(detail, args...)})
+	r.findings = append(r.findings, Finding{Signal: signal, Holds: holds, Detail: say(detail, args...)})
 }
 
 func (r *rule) score() float64 {
@@ -244,6 +271,29 @@ func (r *rule) score() float64 {
 }
 
 func pct(v float64) float64 { return v * 100 }
+
+// unknownFig prints as "?" under any verb: a figure not reported.
+type unknownFig struct{}
+
+func (unknownFig) Format(f fmt.State, _ rune) { _, _ = f.Write([]byte("?")) }
+
+// say is fmt.Sprintf with every unknown (NaN or infinite) float printed
+// as "?": no report prints NaN.
+func say(format string, args ...any) string {
+	for i, a := range args {
+		switch v := a.(type) {
+		case float64:
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				args[i] = unknownFig{}
+			}
+		case Num:
+			if !v.Known() || math.IsInf(float64(v), 0) {
+				args[i] = unknownFig{}
+			}
+		}
+	}
+	return fmt.Sprintf(format, args...)
+}
 
 // Diagnose names the bottleneck of in: of all its backends together, and
 // with several, of each on its own.
@@ -260,7 +310,7 @@ func Diagnose(in Input) Report {
 
 func diagnose(in Input) Report {
 	s := gather(in)
-	rep := Report{Backends: in.Backends, Gateway: in.Gateway, Sweep: in.Sweep}
+	rep := Report{Backends: in.Backends, Gateway: in.Gateway, Sweep: in.Sweep, NotSeen: notSeen(in.Backends, in.Gateway)}
 	if rep.Backends == nil {
 		rep.Backends = []Backend{}
 	}
@@ -269,44 +319,74 @@ func diagnose(in Input) Report {
 	backendQueue := s.waiting >= queueDepth
 	gatewayQueue := s.gwQueued >= queueDepth || s.gwWait >= queueWaitS || s.gwRejected > 0
 	heldAtBound := s.maxRunning > 0 && s.running >= batchHeld*s.maxRunning
+	// Per-request speed at the sweep's heaviest step well below the
+	// lightest's: each request pays for the others, so something is
+	// saturated even where nothing queues yet.
+	speedFalls := s.speedKept < 0.6
+	sweepText := "per-request speed at the heaviest step is %.0f%% of the lightest's; throughput ×%.2f for ×%.0f concurrency"
+	noSweep := "no sweep (diagnose --sweep) to compare loads"
 
 	mem := &rule{name: Memory}
-	mem.check("kv_cache_full", s.kvMax, s.kvMax >= kvFull, "KV cache at most %.0f%% full (mean %.0f%%)", pct(s.kvMax), pct(s.kvMean))
-	mem.check("preemptions", s.preempt, s.preempt > 0, "%.2f preemptions/s", s.preempt)
-	mem.check("queue_behind_memory", s.waiting, backendQueue && s.kvMax >= kvFull, "%.1f requests waiting at the backend", s.waiting)
+	mem.check("kv_cache_full", s.kvMax, s.kvMax >= kvFull, s.noKV, "KV cache at most %.0f%% full (mean %.0f%%)", pct(s.kvMax), pct(s.kvMean))
+	mem.check("preemptions", s.preempt, s.preempt > 0, "no preemption count was read", "%.2f preemptions/s", s.preempt)
+	mem.check("queue_behind_memory", s.waiting, backendQueue && s.kvMax >= kvFull, s.noQueue, "%.1f requests waiting at the backend", s.waiting)
 	if !math.IsNaN(s.speedKept) {
-		mem.check("speed_falls_with_load", s.speedKept, s.speedKept < 0.6 && s.gain < 0.7*s.levels,
-			"per-request speed at the heaviest step is %.0f%% of the lightest's; throughput ×%.2f for ×%.0f concurrency", pct(s.speedKept), s.gain, s.levels)
+		mem.check("speed_falls_with_load", s.speedKept, speedFalls && s.gain < 0.7*s.levels, noSweep, sweepText, pct(s.speedKept), s.gain, s.levels)
 	}
-	mem.holds = s.kvMax >= kvFull && (s.preempt > 0 || (backendQueue && !heldAtBound))
+	// A cache this full is the limit even before the first preemption
+	// when each request's speed already falls with load: the next step
+	// up evicts.
+	mem.holds = s.kvMax >= kvFull && (s.preempt > 0 || (backendQueue && !heldAtBound) || speedFalls)
 
 	cmp := &rule{name: Compute}
-	cmp.check("gpu_pinned", s.util, s.util >= utilBusy, "GPU utilisation %.0f%%", s.util)
-	cmp.check("queue_full", s.waiting, backendQueue || gatewayQueue, "%.1f waiting at the backend, %.1f at the gateway", s.waiting, nz(s.gwQueued))
-	cmp.check("kv_cache_room", s.kvMax, s.kvMax < kvFull, "KV cache at most %.0f%% full", pct(s.kvMax))
-	cmp.holds = s.util >= utilBusy && (backendQueue || gatewayQueue)
+	cmp.check("gpu_pinned", s.util, s.util >= utilBusy, s.noUtil, "GPU utilisation %.0f%%", s.util)
+	cmp.check("queue_full", nz(s.waiting)+nz(s.gwQueued), backendQueue || gatewayQueue, s.noQueue, "%.1f waiting at the backend, %.1f at the gateway", s.waiting, nz(s.gwQueued))
+	if !math.IsNaN(s.speedKept) {
+		cmp.check("speed_falls_with_load", s.speedKept, speedFalls, noSweep, sweepText, pct(s.speedKept), s.gain, s.levels)
+	}
+	cmp.check("kv_cache_room", s.kvMax, s.kvMax < kvFull, s.noKV, "KV cache at most %.0f%% full", pct(s.kvMax))
+	// A pinned GPU is the limit when requests queue, or when a sweep
+	// shows each request slowing as others join: nothing queues yet
+	// because the batch still has room, but every added request slows
+	// the rest.
+	cmp.holds = s.util >= utilBusy && (backendQueue || gatewayQueue || speedFalls)
 
 	bat := &rule{name: Batching}
-	bat.check("backend_queue", s.waiting, backendQueue, "%.1f requests waiting at the backend (trend %+.2f/s)", s.waiting, nz(s.waitTrend))
-	bat.check("batch_at_bound", s.maxRunning, heldAtBound, "running batch %.1f of a bound of %.0f (%s)", s.running, s.maxRunning, s.maxFrom)
-	bat.check("gpu_idle", s.util, s.util < utilLow, "GPU utilisation %.0f%%", s.util)
-	bat.check("kv_cache_room", s.kvMax, s.kvMax < kvRoom, "KV cache at most %.0f%% full", pct(s.kvMax))
-	bat.holds = backendQueue && (s.util < utilLow || (math.IsNaN(s.util) && s.kvMax < kvRoom && heldAtBound))
+	bat.check("backend_queue", s.waiting, backendQueue, s.noQueue, "%.1f requests waiting at the backend (trend %+.2f/s)", s.waiting, nz(s.waitTrend))
+	if s.slots {
+		bat.check("slots_all_busy", s.maxRunning, heldAtBound, s.noBound, "%.1f of llama.cpp's %.0f slots busy on average (requests_processing against total_slots)", s.running, s.maxRunning)
+		if !math.IsNaN(s.busyPerDecode) {
+			bat.check("batch_full_per_decode", s.busyPerDecode, s.busyPerDecode >= batchHeld*s.maxRunning, "",
+				"llama.cpp decoded with %.2f busy slots per step of %.0f (n_busy_slots_per_decode over the window)", s.busyPerDecode, s.maxRunning)
+		}
+	} else {
+		bat.check("batch_at_bound", s.maxRunning, heldAtBound, s.noBound, "running batch %.1f of a bound of %.0f (%s)", s.running, s.maxRunning, s.maxFrom)
+	}
+	bat.check("gpu_idle", s.util, s.util < utilLow, s.noUtil, "GPU utilisation %.0f%%", s.util)
+	bat.check("kv_cache_room", s.kvMax, s.kvMax < kvRoom, s.noKV, "KV cache at most %.0f%% full", pct(s.kvMax))
+	// llama.cpp's slots are its batch: every slot busy with requests
+	// deferred is the slot count's limit, unless the GPU is known to be
+	// pinned (compute, above).
+	bat.holds = backendQueue && (s.util < utilLow || (math.IsNaN(s.util) && s.kvMax < kvRoom && heldAtBound) ||
+		(s.slots && heldAtBound && !(s.util >= utilBusy)))
 
 	sch := &rule{name: Scheduling}
-	sch.check("gateway_queue", s.gwQueued, gatewayQueue, "%.1f queued at the gateway, mean wait %.0f ms, %.2f rejected/s", s.gwQueued, nz(s.gwWait)*1000, nz(s.gwRejected))
-	sch.check("backend_not_queueing", s.waiting, s.waiting < 0.5, "%.1f waiting at the backend", s.waiting)
-	room := s.kvMax < kvRoom || s.util < utilLow || (s.maxFrom == "server" && s.running < batchHeld*s.maxRunning)
+	sch.check("gateway_queue", s.gwQueued, gatewayQueue, "no gateway figures (give --gateway)", "%.1f queued at the gateway, mean wait %.0f ms, %.2f rejected/s", s.gwQueued, nz(s.gwWait)*1000, nz(s.gwRejected))
+	sch.check("backend_not_queueing", s.waiting, s.waiting < 0.5, s.noQueue, "%.1f waiting at the backend", s.waiting)
+	room := s.kvMax < kvRoom || s.util < utilLow || ((s.maxFrom == "server" || s.maxFrom == "slots") && s.running < batchHeld*s.maxRunning)
 	roomV := s.kvMax
 	if math.IsNaN(roomV) {
 		roomV = s.util
 	}
-	sch.check("backend_has_room", roomV, room, "backend KV cache %.0f%% full, GPU %.0f%% busy, %.1f running", pct(s.kvMax), s.util, s.running)
+	if math.IsNaN(roomV) && (s.maxFrom == "server" || s.maxFrom == "slots") {
+		roomV = s.maxRunning
+	}
+	sch.check("backend_has_room", roomV, room, s.noKV+"; "+s.noUtil, "%s", roomText(s))
 	if s.queueShare >= 0 {
-		sch.check("time_in_gateway_queue", s.queueShare, s.queueShare >= 0.2, "%.0f%% of the gateway's recent request time was spent in its queue", pct(s.queueShare))
+		sch.check("time_in_gateway_queue", s.queueShare, s.queueShare >= 0.2, "", "%.0f%% of the gateway's recent request time was spent in its queue", pct(s.queueShare))
 	}
 	if s.gwLimit > 0 {
-		sch.check("gateway_cap", s.gwLimit, s.gwLimit <= s.running+1, "the gateway's cap is %.0f requests", s.gwLimit)
+		sch.check("gateway_cap", s.gwLimit, s.gwLimit <= nz(s.running)+1, "", "the gateway's cap is %.0f requests", s.gwLimit)
 	}
 	sch.holds = gatewayQueue && s.waiting < 0.5 && room
 
@@ -319,27 +399,50 @@ func diagnose(in Input) Report {
 		}
 	}
 	if pick == nil && (backendQueue || gatewayQueue) {
-		// Queues without a clear cause: the likelier, with low confidence.
+		// Queues without a clear cause: the likelier, with low
+		// confidence. Compute only on a sign that the hardware is loaded;
+		// with no hardware figure at all, the batch bound is the
+		// cheaper thing to try.
 		pick = bat
-		if !(s.kvMax < kvRoom) && !(s.util < utilLow) {
+		if s.util >= utilLow || s.kvMax >= kvRoom {
 			pick = cmp
 		}
 		pick.findings = append(pick.findings, Finding{Signal: "ambiguous",
-			Detail: "requests queue but the signals disagree; GPU utilisation (--dcgm) and KV-cache figures settle it"})
+			Detail: "requests queue but the signals disagree or are missing; GPU utilisation (--dcgm) and KV-cache figures settle it"})
 		pick.held = 0
 	}
 	if pick == nil {
 		rep.Bottleneck = None
 		idle := &rule{name: None}
-		idle.check("no_queue", nz(s.waiting)+nz(s.gwQueued), true, "%.1f waiting at the backend, %.1f at the gateway", nz(s.waiting), nz(s.gwQueued))
-		idle.check("sparse", s.running, s.running <= sparseLoad, "%.2f requests running on average", s.running)
-		idle.check("kv_cache_room", s.kvMax, s.kvMax < kvFull, "KV cache at most %.0f%% full", pct(s.kvMax))
-		idle.check("no_preemptions", s.preempt, s.preempt == 0, "%.2f preemptions/s", s.preempt)
-		rep.Evidence, rep.Score = idle.findings, idle.score()
-		if s.running <= sparseLoad || math.IsNaN(s.running) {
-			rep.Summary = "traffic is too sparse for the deployment to be stuck anywhere: nothing queues and the batch is nearly empty; batching and scheduling knobs will not help until load rises"
+		idle.check("no_queue", nz(s.waiting)+nz(s.gwQueued), true, "", "%.1f waiting at the backend, %.1f at the gateway", nz(s.waiting), nz(s.gwQueued))
+		idle.check("sparse", s.running, s.running <= sparseLoad, "no running-requests gauge was read", "%.2f requests running on average", s.running)
+		idle.check("kv_cache_room", s.kvMax, s.kvMax < kvFull, s.noKV, "KV cache at most %.0f%% full", pct(s.kvMax))
+		idle.check("gpu_headroom", s.util, s.util < utilBusy, s.noUtil, "GPU utilisation %.0f%%", s.util)
+		if s.slots {
+			idle.check("slots_free", s.maxRunning, s.running < s.maxRunning, s.noBound, "%.1f of llama.cpp's %.0f slots busy on average", s.running, s.maxRunning)
 		} else {
+			idle.check("no_preemptions", s.preempt, s.preempt == 0, "no preemption count was read", "%.2f preemptions/s", s.preempt)
+		}
+		if !math.IsNaN(s.speedKept) {
+			idle.check("speed_holds_with_load", s.speedKept, !speedFalls, noSweep, sweepText, pct(s.speedKept), s.gain, s.levels)
+		}
+		rep.Evidence, rep.Score = idle.findings, idle.score()
+		edge := edgeText(s)
+		switch {
+		case edge != "":
+			rep.Summary = "nothing queues and nothing is preempted yet, but " + edge + ": this load is at the edge of what the deployment holds; "
+			if len(in.Sweep) == 0 {
+				rep.Summary += "sweep past it (diagnose --sweep) to see which limit gives first"
+			} else {
+				rep.Summary += "sweep higher to see which limit gives first"
+			}
+		case s.running <= sparseLoad || math.IsNaN(s.running):
+			rep.Summary = "traffic is too sparse for the deployment to be stuck anywhere: nothing queues and the batch is nearly empty; batching and scheduling knobs will not help until load rises"
+		default:
 			rep.Summary = "the load fits: nothing queues, the KV cache has room and nothing is preempted; no knob is needed at this load"
+			if s.slots {
+				rep.Summary = "the load fits: nothing queues and llama.cpp has free slots; no knob is needed at this load"
+			}
 			if len(in.Sweep) == 0 {
 				rep.Summary += " (re-run with --sweep to find where it stops fitting)"
 			} else {
@@ -355,7 +458,9 @@ func diagnose(in Input) Report {
 			continue
 		}
 		for _, f := range r.findings {
-			if f.Holds && (r.holds || r.name == Memory) && f.Signal != "kv_cache_room" {
+			// Memory's signals are worth seeing even when it does not hold,
+			// except a falling speed, which is every saturation's.
+			if f.Holds && (r.holds || r.name == Memory && f.Signal != "speed_falls_with_load") && f.Signal != "kv_cache_room" {
 				rep.Against = append(rep.Against, Finding{Signal: r.name + "." + f.Signal, Holds: true, Detail: f.Detail})
 			}
 		}
@@ -370,9 +475,50 @@ func diagnose(in Input) Report {
 	default:
 		rep.Confidence = "low"
 	}
+	if rep.Confidence == "high" && (edgeText(s) != "" && pick == nil || pick != nil && math.IsNaN(s.util) && math.IsNaN(s.kvMax)) {
+		// A verdict made with no hardware figure at all (llama.cpp
+		// without --dcgm), or "none" with the hardware at its edge, is
+		// not certain: more slots help only if the hardware has room.
+		rep.Confidence = "medium"
+	}
 	rep.CapAt = capAt(rep.Bottleneck, s, in.Sweep)
 	rep.Knobs = knobs(rep.Bottleneck, s, rep.CapAt, rep.Load)
 	return rep
+}
+
+// edgeText names the hardware figures at their limit, "" when none is.
+func edgeText(s signals) string {
+	var parts []string
+	if s.kvMax >= kvFull {
+		parts = append(parts, say("the KV cache is %.0f%% full", pct(s.kvMax)))
+	}
+	if s.util >= utilBusy {
+		parts = append(parts, say("the GPU is %.0f%% busy", s.util))
+	}
+	if s.speedKept < 0.6 {
+		parts = append(parts, say("each request runs at %.0f%% of the lightest step's speed", pct(s.speedKept)))
+	}
+	return strings.Join(parts, " and ")
+}
+
+// roomText is the backend_has_room finding: the figures that were read.
+func roomText(s signals) string {
+	var parts []string
+	if !math.IsNaN(s.kvMax) {
+		parts = append(parts, say("KV cache %.0f%% full", pct(s.kvMax)))
+	}
+	if !math.IsNaN(s.util) {
+		parts = append(parts, say("GPU %.0f%% busy", s.util))
+	}
+	switch {
+	case s.slots:
+		parts = append(parts, say("%.1f of %.0f slots busy", s.running, s.maxRunning))
+	case s.maxRunning > 0:
+		parts = append(parts, say("%.1f running of a bound of %.0f", s.running, s.maxRunning))
+	default:
+		parts = append(parts, say("%.1f running", s.running))
+	}
+	return "backend " + strings.Join(parts, ", ")
 }
 
 func nz(v float64) float64 {
@@ -385,14 +531,39 @@ func nz(v float64) float64 {
 func summary(b string, s signals) string {
 	switch b {
 	case Memory:
-		return fmt.Sprintf("the KV cache is full (%.0f%%) and sequences are preempted (%.2f/s): more concurrency only evicts work; each request's speed falls as load rises",
-			pct(s.kvMax), nz(s.preempt))
+		if s.preempt > 0 {
+			return say("the KV cache is full (%.0f%%) and sequences are preempted (%.2f/s): more concurrency only evicts work; each request's speed falls as load rises",
+				pct(s.kvMax), s.preempt)
+		}
+		return say("the KV cache is full (%.0f%%) though nothing was preempted in the window: more concurrency will evict work; each request's speed already falls as load rises",
+			pct(s.kvMax))
 	case Compute:
-		return fmt.Sprintf("the GPU is busy (%.0f%%) and requests queue: the hardware is the limit; only more hardware, a smaller model or quantization add throughput", s.util)
+		busy := "the GPU is busy"
+		if !math.IsNaN(s.util) {
+			busy = say("the GPU is busy (%.0f%%)", s.util)
+		}
+		if s.waiting >= queueDepth || s.gwQueued >= queueDepth {
+			return busy + " and requests queue: the hardware is the limit; only more hardware, a smaller model or quantization add throughput"
+		}
+		if s.speedKept < 0.6 {
+			return busy + say(" and each request at the heaviest step runs at %.0f%% of the lightest step's speed: the hardware is the limit; more concurrency buys throughput with every request's speed, and soon a queue", pct(s.speedKept))
+		}
+		return busy + ": the hardware is the limit; only more hardware, a smaller model or quantization add throughput"
 	case Batching:
-		return fmt.Sprintf("requests wait (%.1f on average) while the running batch is held at %.0f and the GPU has headroom: the batch bound is set too low", s.waiting, s.running)
+		if s.slots {
+			busy := say("every one of llama.cpp's %.0f slots is busy (%.1f on average)", s.maxRunning, s.running)
+			if s.maxRunning == 1 {
+				busy = "llama.cpp's only slot is busy"
+			}
+			return busy + say(" and %.1f requests wait for one (requests_deferred, the server's queue): the slot count (-np/--parallel) is the batch bound and the limit", s.waiting)
+		}
+		head := ""
+		if s.util < utilLow {
+			head = say(" and the GPU has headroom (%.0f%%)", s.util)
+		}
+		return say("requests wait (%.1f on average) while the running batch is held at %.0f", s.waiting, s.running) + head + ": the batch bound is set too low"
 	case Scheduling:
-		return fmt.Sprintf("requests queue at the gateway (%.1f waiting) while the backend has room (%.1f running, none waiting): a cap or scheduler holds them back", nz(s.gwQueued), s.running)
+		return say("requests queue at the gateway (%.1f waiting) while the backend has room (%.1f running, none waiting): a cap or scheduler holds them back", nz(s.gwQueued), s.running)
 	}
 	return ""
 }

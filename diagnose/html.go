@@ -43,6 +43,13 @@ func (r *Report) WriteHTML(w io.Writer, title string) error {
 			f1(b.GPUUtil.Mean), f2(b.PreemptionsPerS), f1(b.OutputTokPerS), f2(b.TTFT), f2(b.Queue))
 	}
 	fmt.Fprintf(bw, "</table>\n")
+	if len(r.NotSeen) > 0 {
+		fmt.Fprintf(bw, "<h2>Not seen (the verdict is made without)</h2>\n<ul>\n")
+		for _, n := range r.NotSeen {
+			fmt.Fprintf(bw, "<li>%s</li>\n", html.EscapeString(n))
+		}
+		fmt.Fprintf(bw, "</ul>\n")
+	}
 	if len(r.Sweep) > 0 {
 		fmt.Fprintf(bw, "<h2>Sweep</h2>\n")
 		var c, speed, tput, ttft, kv, pre []float64

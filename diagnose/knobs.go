@@ -34,9 +34,12 @@ func knobs(b string, s signals, capAt int, load string) []Knob {
 				Remeasure: "KV cache size, per-request tokens/s and throughput per GPU", Skip: "a cheaper knob above already stopped the preemptions"},
 		}
 	case Batching:
+		if s.slots {
+			return slotKnobs(s)
+		}
 		bound := "the running batch's bound"
 		if s.maxRunning > 0 {
-			bound = fmt.Sprintf("the running batch's bound (now %.0f) to about %.0f", s.maxRunning, math.Max(2*s.maxRunning, s.maxRunning+s.waiting))
+			bound = fmt.Sprintf("the running batch's bound (now %.0f) to about %.0f", s.maxRunning, math.Max(2*s.maxRunning, s.maxRunning+nz(s.waiting)))
 		}
 		return []Knob{
 			{Knob: "batch size", Action: "raise " + bound + ": vLLM --max-num-seqs, SGLang --max-running-requests, TGI --max-batch-size / --max-batch-total-tokens, llama.cpp --parallel; with long prompts also the per-step token budget (--max-num-batched-tokens)",
@@ -72,9 +75,27 @@ func knobs(b string, s signals, capAt int, load string) []Knob {
 	}
 	k := []Knob{{Knob: "none", Action: "nothing to turn: batching and scheduling knobs will not help at this load",
 		Remeasure: "diagnose again at peak traffic, or with --sweep to find the load where the deployment stops keeping up"}}
-	if load == "prefill-bound" {
+	if load == "prefill-bound" && !s.slots { // llama.cpp caches prompts by default (cache_prompt)
 		k = append(k, Knob{Knob: "prefix caching", Action: "long shared prompts: turn on prefix caching (vLLM --enable-prefix-caching) to cut TTFT",
 			Remeasure: "TTFT p50", Skip: "prompts share no prefix"})
 	}
 	return k
+}
+
+// slotKnobs are llama.cpp's batching knobs: its slot count, and the
+// context, which it splits between the slots.
+func slotKnobs(s signals) []Knob {
+	want := math.Max(2*s.maxRunning, s.maxRunning+math.Ceil(nz(s.waiting)))
+	ctx := "-c (--ctx-size) with it: unless the server runs with --kv-unified, the context is split between the slots, so each slot gets -c / -np tokens"
+	if s.slotCtx > 0 {
+		ctx = fmt.Sprintf("-c (--ctx-size) with it: unless the server runs with --kv-unified, the context is split between the slots (each holds %.0f tokens now), so -c %.0f keeps that room per request at -np %.0f",
+			s.slotCtx, s.slotCtx*want, want)
+	}
+	return []Knob{
+		{Knob: "batch size", Action: fmt.Sprintf("raise llama-server's slot count, -np/--parallel (now %.0f), to about %.0f, and %s", s.maxRunning, want, ctx),
+			Remeasure: "output tokens/s and TTFT at the same offered load (infergate bench, then infergate compare), and requests_deferred (should fall to 0)",
+			Skip:      "the CPU or GPU is already saturated: more slots then share the same compute and each request slows; or memory has no room for the larger context"},
+		{Knob: "concurrency cap", Action: "if the gateway caps concurrency, keep its cap at or above the new slot count, or the queue moves to the gateway",
+			Remeasure: "queue wait at the gateway (infergate top)"},
+	}
 }

@@ -1,6 +1,7 @@
 package diagnose
 
 import (
+	"math"
 	"time"
 )
 
@@ -14,7 +15,8 @@ const (
 )
 
 // Reading is one backend's state at one instant, in common terms. A
-// figure the server does not report is NaN.
+// figure the server does not report is NaN; NewReading starts with all
+// of them NaN.
 type Reading struct {
 	At     time.Time
 	Server string
@@ -33,6 +35,16 @@ type Reading struct {
 	// KVTokens is the KV cache's size in tokens, where the server says it
 	// (vLLM: num_gpu_blocks × block_size; SGLang: max_total_num_tokens).
 	KVTokens float64
+	// Slots is llama.cpp's slot count (GET /props total_slots, or the
+	// length of GET /slots): its batch bound, set by -np/--parallel.
+	// SlotContext is each slot's context in tokens (-c split between the
+	// slots unless --kv-unified).
+	Slots, SlotContext float64
+	// Decodes counts llama.cpp's llama_decode() calls since start
+	// (n_decode_total) and BusySlotDecodes the busy slots summed over
+	// them (n_busy_slots_per_decode × n_decode_total), so a window's mean
+	// batch is the difference of one over the difference of the other.
+	Decodes, BusySlotDecodes float64
 	// PromptTokens and OutputTokens are token counters since start.
 	PromptTokens, OutputTokens float64
 	// PrefixQueries and PrefixHits are the prefix cache's counters since
@@ -64,4 +76,13 @@ type Hist struct {
 	Sum, Count float64
 	// Reported is set when the server exposes the histogram at all.
 	Reported bool
+}
+
+// NewReading is a reading at at from server with every figure unknown
+// (NaN), for a reader to fill in what the server reports.
+func NewReading(at time.Time, server string) Reading {
+	nan := math.NaN()
+	return Reading{At: at, Server: server, Running: nan, Waiting: nan, KVUsage: nan, Preemptions: nan,
+		Retracting: nan, MaxRunning: nan, KVTokens: nan, Slots: nan, SlotContext: nan, Decodes: nan, BusySlotDecodes: nan,
+		PromptTokens: nan, OutputTokens: nan, PrefixQueries: nan, PrefixHits: nan}
 }

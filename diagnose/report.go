@@ -3,6 +3,7 @@ package diagnose
 import (
 	"fmt"
 	"io"
+	"math"
 	"strings"
 )
 
@@ -26,6 +27,12 @@ func (r *Report) Write(w io.Writer) {
 			fmt.Fprintf(w, "      %-22s %s\n", f.Signal, f.Detail)
 		}
 	}
+	if len(r.NotSeen) > 0 {
+		fmt.Fprintln(w, "\nnot seen (the verdict is made without):")
+		for _, n := range r.NotSeen {
+			fmt.Fprintf(w, "  %s\n", n)
+		}
+	}
 	fmt.Fprintln(w, "\nwhat to turn next, cheapest first:")
 	for i, k := range r.Knobs {
 		fmt.Fprintf(w, "  %d. %s: %s\n", i+1, k.Knob, k.Action)
@@ -38,9 +45,7 @@ func (r *Report) Write(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	for _, b := range r.Backends {
-		fmt.Fprintf(w, "backend %s (%s, %.0f s, %d samples): running %s, waiting %s, KV %s, GPU %s%%, %s preemptions/s, %s out tok/s, TTFT %s s, queue %s s\n",
-			b.Name, b.Server, b.Seconds, b.Samples, f1(b.Running.Mean), f1(b.Waiting.Mean), pctOf(b.KVUsage.Max), f1(b.GPUUtil.Mean),
-			f2(b.PreemptionsPerS), f1(b.OutputTokPerS), f2(b.TTFT), f2(b.Queue))
+		fmt.Fprintf(w, "backend %s (%s, %.0f s, %d samples): %s\n", b.Name, b.Server, b.Seconds, b.Samples, backendLine(b))
 	}
 	if g := r.Gateway; g != nil && g.Samples > 0 {
 		limit := "none"
@@ -80,22 +85,56 @@ func (f Finding) verdict() string {
 }
 
 func f1(n Num) string {
-	if !n.Known() {
+	if !n.Known() || math.IsInf(float64(n), 0) {
 		return "?"
 	}
 	return fmt.Sprintf("%.1f", float64(n))
 }
 
 func f2(n Num) string {
-	if !n.Known() {
+	if !n.Known() || math.IsInf(float64(n), 0) {
 		return "?"
 	}
 	return fmt.Sprintf("%.2f", float64(n))
 }
 
 func pctOf(n Num) string {
-	if !n.Known() {
+	if !n.Known() || math.IsInf(float64(n), 0) {
 		return "?"
 	}
 	return fmt.Sprintf("%.0f%%", float64(n)*100)
+}
+
+// backendLine lists a backend's figures, those it did not report named
+// at the end rather than printed as numbers.
+func backendLine(b Backend) string {
+	var have, not []string
+	fig := func(name string, n Num, text string) {
+		if n.Known() && !math.IsInf(float64(n), 0) {
+			have = append(have, text)
+		} else {
+			not = append(not, name)
+		}
+	}
+	fig("running", b.Running.Mean, "running "+f1(b.Running.Mean))
+	if b.Slots.Known() {
+		have = append(have, fmt.Sprintf("slots %.0f", float64(b.Slots)))
+	}
+	fig("waiting", b.Waiting.Mean, "waiting "+f1(b.Waiting.Mean))
+	fig("KV", b.KVUsage.Max, "KV "+pctOf(b.KVUsage.Max))
+	fig("GPU", b.GPUUtil.Mean, "GPU "+f1(b.GPUUtil.Mean)+"%")
+	if b.Server != ServerLlamaCpp {
+		fig("preemptions", b.PreemptionsPerS, f2(b.PreemptionsPerS)+" preemptions/s")
+	}
+	fig("out tok/s", b.OutputTokPerS, f1(b.OutputTokPerS)+" out tok/s")
+	fig("TTFT", b.TTFT, "TTFT "+f2(b.TTFT)+" s")
+	fig("queue time", b.Queue, "queue "+f2(b.Queue)+" s")
+	line := strings.Join(have, ", ")
+	if len(not) > 0 {
+		if line != "" {
+			line += "; "
+		}
+		line += "not reported: " + strings.Join(not, ", ")
+	}
+	return line
 }

@@ -163,11 +163,19 @@ type Backend struct {
 	Queue Num `json:"queue_s"`
 	ITL   Num `json:"itl_s"`
 	// MaxRunning is the running batch's bound; MaxRunningFrom says where
-	// it came from ("server": its metrics, "observed": the most that ran
-	// while requests waited with the KV cache not full, "").
+	// it came from ("server": its metrics, "slots": llama.cpp's slot
+	// count, "observed": the most that ran while requests waited with the
+	// KV cache not full, "").
 	MaxRunning     Num    `json:"max_running"`
 	MaxRunningFrom string `json:"max_running_from,omitempty"`
 	KVTokens       Num    `json:"kv_cache_tokens"`
+	// Slots is llama.cpp's slot count (-np), SlotContext each slot's
+	// context in tokens; unknown for other servers.
+	Slots       Num `json:"slots"`
+	SlotContext Num `json:"slot_context_tokens"`
+	// BusyPerDecode is llama.cpp's mean busy slots per llama_decode()
+	// call in the window: how full its batch ran, by its own count.
+	BusyPerDecode Num `json:"busy_slots_per_decode"`
 }
 
 // Summarise sums up one backend's readings, in time order, with the GPU
@@ -179,6 +187,7 @@ func Summarise(name string, rs []Reading, util []float64) Backend {
 		b.Running, b.Waiting, b.KVUsage, b.GPUUtil = nan, nan, nan, nan
 		b.PreemptionsPerS, b.PromptTokPerS, b.OutputTokPerS, b.TTFT, b.Queue, b.ITL, b.MaxRunning, b.KVTokens =
 			unknown, unknown, unknown, unknown, unknown, unknown, unknown, unknown
+		b.Slots, b.SlotContext, b.BusyPerDecode = unknown, unknown, unknown
 		return b
 	}
 	b.Server = rs[0].Server
@@ -216,9 +225,29 @@ func Summarise(name string, rs []Reading, util []float64) Backend {
 		b.ITL = histMean(first.ITL, last.ITL)
 	}
 	b.MaxRunning, b.KVTokens = Num(last.MaxRunning), Num(last.KVTokens)
-	if b.MaxRunning.Known() {
+	b.Slots, b.SlotContext, b.BusyPerDecode = unknown, unknown, unknown
+	for _, r := range rs {
+		// The slot count comes from a second endpoint (/props) and may be
+		// missing from some readings.
+		if r.Slots > 0 {
+			b.Slots = Num(r.Slots)
+		}
+		if r.SlotContext > 0 {
+			b.SlotContext = Num(r.SlotContext)
+		}
+	}
+	if dd := rate(t, col(func(r Reading) float64 { return r.Decodes })); dd > 0 {
+		if bd := rate(t, col(func(r Reading) float64 { return r.BusySlotDecodes })); bd.Known() {
+			b.BusyPerDecode = bd / dd
+		}
+	}
+	switch {
+	case b.MaxRunning.Known():
 		b.MaxRunningFrom = "server"
-	} else {
+	case b.Slots.Known():
+		// llama.cpp runs at most one sequence per slot.
+		b.MaxRunning, b.MaxRunningFrom = b.Slots, "slots"
+	default:
 		// A scheduler leaves requests waiting below its bound only when
 		// memory stops it; so the most that ran while others waited, with
 		// the cache not nearly full, is the bound.

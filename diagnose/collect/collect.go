@@ -196,6 +196,7 @@ func Sample(ctx context.Context, cfg Config) (Windows, error) {
 		return Windows{}, errors.New("collect: nothing to read: give a gateway or backends")
 	}
 	readings := make([][]diagnose.Reading, len(targets))
+	slots := make([]slotReader, len(targets))
 	utils := make([][]float64, len(targets))
 	var gw []diagnose.GatewayReading
 	errs := map[string]int{}
@@ -231,7 +232,12 @@ func Sample(ctx context.Context, cfg Config) (Windows, error) {
 				if math.IsNaN(u) {
 					u = GPUUtil(s)
 				}
-				readings[i] = append(readings[i], Read(s))
+				r := Read(s)
+				if r.Server == diagnose.ServerLlamaCpp {
+					slots[i].read(ctx, &cfg, targets[i], fail)
+					slots[i].got.Apply(&r)
+				}
+				readings[i] = append(readings[i], r)
 				utils[i] = append(utils[i], u)
 			}()
 		}
@@ -278,4 +284,46 @@ func Sample(ctx context.Context, cfg Config) (Windows, error) {
 		return w, fmt.Errorf("collect: no target could be read: %s", strings.Join(w.Errors, "; "))
 	}
 	return w, ctx.Err()
+}
+
+// slotReader fetches a llama.cpp server's slot count once per window:
+// from /props, else /slots; it gives up after a few failures, each
+// reported, and the window goes on without it.
+type slotReader struct {
+	got   Slots
+	tries int
+}
+
+const slotTries = 3
+
+func (sr *slotReader) read(ctx context.Context, cfg *Config, metrics string, fail func(error)) {
+	if sr.got.Total > 0 || sr.tries >= slotTries {
+		return
+	}
+	sr.tries++
+	u, err := url.Parse(metrics)
+	if err != nil {
+		fail(err)
+		return
+	}
+	var errs []string
+	for _, try := range []struct {
+		name  string
+		parse func([]byte) (Slots, error)
+	}{{"props", ParseProps}, {"slots", ParseSlots}} {
+		v := *u
+		v.Path, v.RawPath = Sibling(u.Path, try.name), ""
+		b, err := cfg.get(ctx, v.String(), false)
+		if err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		sl, err := try.parse(b)
+		if err == nil {
+			sr.got = sl
+			return
+		}
+		errs = append(errs, v.String()+": "+err.Error())
+	}
+	fail(fmt.Errorf("collect: llama.cpp's slot count: %s", strings.Join(errs, "; ")))
 }

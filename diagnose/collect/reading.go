@@ -62,10 +62,7 @@ func Detect(s *Scrape) string {
 // Read turns a backend's scrape into a Reading. Several engines or
 // models behind one endpoint are summed (KV usage: the fullest).
 func Read(s *Scrape) diagnose.Reading {
-	nan := math.NaN()
-	r := diagnose.Reading{At: s.At, Server: Detect(s), Running: nan, Waiting: nan, KVUsage: nan, Preemptions: nan,
-		Retracting: nan, MaxRunning: nan, KVTokens: nan, PromptTokens: nan, OutputTokens: nan,
-		PrefixQueries: nan, PrefixHits: nan}
+	r := diagnose.NewReading(s.At, Detect(s))
 	switch r.Server {
 	case diagnose.ServerVLLM:
 		r.Running = sumOrNaN(s, "vllm:num_requests_running")
@@ -121,11 +118,29 @@ func Read(s *Scrape) diagnose.Reading {
 			r.OutputTokens = h.Sum
 		}
 	case diagnose.ServerLlamaCpp:
+		// Busy slots, and requests deferred because no slot was free: the
+		// server's own queue. Its slot count is in /props, not here (see
+		// ParseProps); current servers report no KV-cache usage (older
+		// ones had kv_cache_usage_ratio).
 		r.Running = sumOrNaN(s, "llamacpp:requests_processing")
 		r.Waiting = sumOrNaN(s, "llamacpp:requests_deferred")
 		r.KVUsage = maxOrNaN(s, "llamacpp:kv_cache_usage_ratio")
-		r.PromptTokens = sumOrNaN(s, "llamacpp:prompt_tokens_total")
+		// prompt_tokens_total leaves out the tokens reused from the
+		// cache, which prompt_tokens_cached_total counts: together they
+		// are every prompt token, as vLLM counts them, and the cached
+		// ones are the prefix cache's hits.
+		uncached := sumOrNaN(s, "llamacpp:prompt_tokens_total")
+		r.PromptTokens = uncached
+		if cached := sumOrNaN(s, "llamacpp:prompt_tokens_cached_total"); !math.IsNaN(cached) && !math.IsNaN(uncached) {
+			r.PromptTokens = uncached + cached
+			r.PrefixQueries, r.PrefixHits = uncached+cached, cached
+		}
 		r.OutputTokens = sumOrNaN(s, "llamacpp:tokens_predicted_total")
+		// n_busy_slots_per_decode is a mean since start: times the decode
+		// count it is a counter of busy slots, whose rate over the
+		// decodes' is the window's mean batch.
+		r.Decodes = sumOrNaN(s, "llamacpp:n_decode_total")
+		r.BusySlotDecodes = sumOrNaN(s, "llamacpp:n_busy_slots_per_decode") * r.Decodes
 	}
 	if r.KVUsage > 1.5 { // a percentage, not a share
 		r.KVUsage /= 100
