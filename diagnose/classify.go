@@ -404,7 +404,7 @@ func diagnose(in Input) Report {
 		// with no hardware figure at all, the batch bound is the
 		// cheaper thing to try.
 		pick = bat
-		if s.util >= utilLow || s.kvMax >= kvRoom {
+		if !(s.kvMax < kvRoom) && !(s.util < utilLow) && !(math.IsNaN(s.kvMax) && math.IsNaN(s.util)) {
 			pick = cmp
 		}
 		pick.findings = append(pick.findings, Finding{Signal: "ambiguous",
