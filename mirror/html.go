@@ -42,6 +42,7 @@ func (r *ABReport) WriteHTML(w io.Writer, title string, examples []Example) erro
 		{"refusals", pct(r.Primary.RefusalRate), pct(r.Candidate.RefusalRate)},
 		{"empty", pct(r.Primary.EmptyRate), pct(r.Candidate.EmptyRate)},
 		{"cut at the output limit (not the gateway's cap)", pct(r.Primary.TruncatedRate), pct(r.Candidate.TruncatedRate)},
+		{"cached prompt tokens (as the backend reported)", shareText(r.Primary.CachedShare), shareText(r.Candidate.CachedShare)},
 	} {
 		fmt.Fprintf(bw, "<tr><th>%s</th><td>%s</td><td>%s</td></tr>\n", row[0], row[1], row[2])
 	}

@@ -167,7 +167,31 @@ func TestTuneMemoryBound(t *testing.T) {
 		t.Errorf("no backend knob named for a memory bottleneck\n%s", out.String())
 	}
 	checkGainsKept(t, cfg, j, out.String())
+	checkFreshPrompts(t, cfg.Dir)
 	t.Logf("\n%s", out.String())
+}
+
+// checkFreshPrompts: every measurement of a walk sent prompts no earlier
+// one did (a seed of its own, cold), so no step ran on a cache an
+// earlier step filled.
+func checkFreshPrompts(t *testing.T, dir string) {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(dir, "*.json"))
+	seeds := map[uint64]string{}
+	for _, f := range files {
+		rec, err := bench.LoadRecord(f)
+		if err != nil {
+			continue // not a record
+		}
+		seed := rec.Conditions.Workload.Seed
+		if prev, ok := seeds[seed]; ok || rec.Conditions.Cache != bench.CacheCold {
+			t.Errorf("%s: seed %d (as %s), cache %q: want a fresh seed per measurement, cold", f, seed, prev, rec.Conditions.Cache)
+		}
+		seeds[seed] = f
+	}
+	if len(seeds) < 2 {
+		t.Errorf("%d records in %s: want the baseline and a step", len(seeds), dir)
+	}
 }
 
 // checkGainsKept holds the walk to its rule: every measurement whose
