@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/infergate/infergate/internal/hangup"
 	"github.com/infergate/infergate/internal/httpbody"
 	"github.com/infergate/infergate/internal/roundtrip"
 	"github.com/valyala/fasthttp"
@@ -47,6 +48,9 @@ type Client struct {
 	// read as its events and bodies).
 	responses bool
 	overrides map[string]json.RawMessage
+	// peer is what the server's answers said of its keep-alive
+	// connections (internal/roundtrip).
+	peer roundtrip.Peer
 }
 
 // ClientOptions configure a Client. The zero value works.
@@ -126,8 +130,11 @@ func dial(timeout time.Duration, tlsConf *tls.Config) fasthttp.DialFunc {
 		go func() { c, err := d.Dial("tcp", addr); ch <- res{c, err} }()
 		rr := <-ch
 		c, err := rr.c, rr.err
-		if err != nil || tlsConf == nil {
-			return c, err
+		if err != nil {
+			return nil, err
+		}
+		if tlsConf == nil {
+			return socketConn(c), nil
 		}
 		tc := tls.Client(c, tlsConf)
 		_ = tc.SetDeadline(time.Now().Add(timeout))
@@ -136,8 +143,27 @@ func dial(timeout time.Duration, tlsConf *tls.Config) fasthttp.DialFunc {
 			return nil, fmt.Errorf("tls handshake: %w", err)
 		}
 		_ = tc.SetDeadline(time.Time{})
-		return tc, nil
+		return socketConn(tc), nil
 	}
+}
+
+// fdConn is a connection that knows its socket's descriptor from the
+// dial on: the round trip polls a pooled connection for the server's
+// hang-up before each reuse (hangup.Resting), and a lookup each time
+// would allocate.
+type fdConn struct {
+	net.Conn
+	fd int
+}
+
+// SocketFD returns the socket's descriptor (hangup.SocketFD).
+func (c *fdConn) SocketFD() (int, bool) { return c.fd, true }
+
+func socketConn(c net.Conn) net.Conn {
+	if fd, ok := hangup.SocketFD(c); ok {
+		return &fdConn{Conn: c, fd: fd}
+	}
+	return c
 }
 
 // Close closes the client's idle connections.
@@ -173,7 +199,7 @@ func (c *Client) do(ctx context.Context, body []byte, stream bool, p *parser, r 
 	req.SetBodyRaw(body)
 
 	p.r = r
-	trip, err := roundtrip.Do(ctx, c.hc, req, roundtrip.Options{Connect: c.connect}, p)
+	trip, err := roundtrip.Do(ctx, c.hc, req, roundtrip.Options{Connect: c.connect, Peer: &c.peer}, p)
 	p.r = nil
 	if err != nil {
 		var re *roundtrip.Error
@@ -198,7 +224,6 @@ func (c *Client) do(ctx context.Context, body []byte, stream bool, p *parser, r 
 	}
 	var b httpbody.Reader
 	b.Reset(trip.Reader, httpbody.Mode(req, resp), int64(resp.Header.ContentLength()))
-	closeAfter := resp.ConnectionClose()
 	// Neither is needed while the body streams: a long stream holds
 	// only its connection, the parser and its small reader.
 	fasthttp.ReleaseResponse(resp)
@@ -206,8 +231,8 @@ func (c *Client) do(ctx context.Context, body []byte, stream bool, p *parser, r 
 	p.tally.Responses = c.responses
 	p.read(ctx, &b, r, isSSE)
 	// Nothing may be left unread: the connection carries no other
-	// response.
-	trip.Finish(b.Complete() && !closeAfter && trip.Reader.Buffered() == 0)
+	// response. (Finish honours the server's Connection: close.)
+	trip.Finish(b.Complete() && trip.Reader.Buffered() == 0)
 }
 
 // outputCap sets the max_output_tokens a Responses answer is judged by

@@ -65,7 +65,9 @@ type Split struct {
 	Match Match  `yaml:"match"`
 }
 
-// Match selects requests by model, tenant, path and header values.
+// Match selects requests by model, tenant, path and header values. Only
+// the completion routes (chat, completions, Responses) are ever copied,
+// whatever Paths says: nothing else has an answer to compare.
 type Match struct {
 	Models  []string          `yaml:"models"`
 	Tenants []string          `yaml:"tenants"`

@@ -104,7 +104,7 @@ func readArm(ctx context.Context, b *backend, req *fasthttp.Request, stream, res
 	if stream {
 		wait = t.FirstByte
 	}
-	trip, err := roundtrip.Do(ctx, b.hc, req, roundtrip.Options{Connect: t.Connect, Deadline: wait}, obs)
+	trip, err := roundtrip.Do(ctx, b.hc, req, roundtrip.Options{Connect: t.Connect, Deadline: wait, Peer: &b.peer}, obs)
 	if err != nil {
 		a.Error = string(redactKey([]byte(err.Error()), []byte(b.auth)))
 		return false

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/infergate/infergate/internal/hangup"
+	"github.com/infergate/infergate/internal/roundtrip"
 	"github.com/sony/gobreaker/v2"
 	"github.com/valyala/fasthttp"
 )
@@ -33,7 +35,11 @@ type backend struct {
 	// counts is the form its token counts take, once learned, and the
 	// counts by source (tokencount.go).
 	counts tokenCounts
-	cb     *gobreaker.TwoStepCircuitBreaker[struct{}]
+	// peer is what the backend's answers said of its keep-alive
+	// connections, for both clients (internal/roundtrip).
+	peer roundtrip.Peer
+
+	cb *gobreaker.TwoStepCircuitBreaker[struct{}]
 
 	// Selection load and prefix: the scraper's last word, a hash of the
 	// name for rendezvous ties, the prefix blocks routed to it and those
@@ -171,6 +177,21 @@ type dialConn struct {
 	// figure moves slowly, so it is read again only after rttFresh.
 	rtt   time.Duration
 	rttAt time.Time
+	fd    int // the socket's descriptor, -1 when none
+}
+
+// SocketFD returns the socket's descriptor, found once at the dial: the
+// round trip polls a pooled connection for the backend's hang-up before
+// each reuse (hangup.Resting), and a lookup each time would allocate.
+func (c *dialConn) SocketFD() (int, bool) { return c.fd, c.fd >= 0 }
+
+// newDialConn wraps c, a new connection.
+func newDialConn(c net.Conn, handshake time.Duration) *dialConn {
+	dc := &dialConn{Conn: c, handshake: handshake, fd: -1}
+	if fd, ok := hangup.SocketFD(c); ok {
+		dc.fd = fd
+	}
+	return dc
 }
 
 // rttFresh is how long a connection's round-trip time is reused before
@@ -192,7 +213,7 @@ func dialer(timeout time.Duration, tlsConf *tls.Config) fasthttp.DialFunc {
 			_ = tc.SetNoDelay(true)
 		}
 		if tlsConf == nil {
-			return &dialConn{Conn: c}, nil
+			return newDialConn(c, 0), nil
 		}
 		start := time.Now()
 		tc := tls.Client(c, tlsConf)
@@ -202,7 +223,7 @@ func dialer(timeout time.Duration, tlsConf *tls.Config) fasthttp.DialFunc {
 			return nil, fmt.Errorf("tls handshake: %w", err)
 		}
 		_ = tc.SetDeadline(time.Time{})
-		return &dialConn{Conn: tc, handshake: time.Since(start)}, nil
+		return newDialConn(tc, time.Since(start)), nil
 	}
 }
 

@@ -240,7 +240,11 @@ func (g *Gateway) serveAPI(rc *fasthttp.RequestCtx, strict bool) {
 	if h := g.testHook; h != nil {
 		h("admitted", x.id)
 	}
-	if len(x.st.mirrors) > 0 {
+	if strict && len(x.st.mirrors) > 0 {
+		// Only the completion routes are copied (always POSTs): the A/B
+		// report compares answers, and nothing else (GET /v1/models, an
+		// embedding) has one to compare. Re-sent as a POST, a GET also
+		// drew a 404 from llama.cpp that counted against the candidate.
 		x.mirror(rc)
 	}
 

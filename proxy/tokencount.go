@@ -90,8 +90,9 @@ type tokenCounts struct {
 // countClient is a backend's client for counts: its own pool (as many
 // connections as the backend's requests may hold), whose idle
 // connections close before a server's keep-alive (llama.cpp's is 5 s)
-// would; a count is read-only, so one that failed on a connection the
-// server had closed is sent again.
+// would. Counts are sent by b.fetch (internal/roundtrip), which takes no
+// pooled connection the server closed, and sends one that failed on a
+// reused connection again on a new one.
 func countClient(hc *fasthttp.HostClient) *fasthttp.HostClient {
 	return &fasthttp.HostClient{
 		Addr: hc.Addr, Dial: hc.Dial, MaxConns: hc.MaxConns, MaxIdleConnDuration: 4 * time.Second,
@@ -244,7 +245,7 @@ func (b *backend) countCall(path string, body []byte, timeout time.Duration, v a
 		req.Header.Set("Authorization", b.auth)
 	}
 	req.SetBodyRaw(body)
-	if err := b.tc.DoTimeout(req, resp, timeout); err != nil {
+	if err := b.fetch(b.tc, req, resp, timeout); err != nil {
 		return fmt.Errorf("POST %s: %w", path, err)
 	}
 	switch c := resp.StatusCode(); c {

@@ -22,10 +22,10 @@ type upstream struct {
 }
 
 // finish releases the connection: back to the pool when reuse is set, the
-// body was read to its end and the backend did not ask to close; closed
-// otherwise.
+// body was read to its end and the backend did not ask to close (the
+// Trip's Finish sees to that); closed otherwise.
 func (up *upstream) finish(reuse bool) {
-	reuse = reuse && up.body.Complete() && !up.Resp.ConnectionClose()
+	reuse = reuse && up.body.Complete()
 	up.Finish(reuse)
 	fasthttp.ReleaseResponse(up.Resp)
 }
@@ -50,7 +50,7 @@ func (b *backend) roundTrip(ctx context.Context, x *exchange, t *Timeouts) (*ups
 	if !x.stream {
 		wait = 0
 	}
-	trip, err := roundtrip.Do(ctx, b.hc, x.ureq, roundtrip.Options{Connect: t.Connect, Deadline: wait}, x)
+	trip, err := roundtrip.Do(ctx, b.hc, x.ureq, roundtrip.Options{Connect: t.Connect, Deadline: wait, Peer: &b.peer}, x)
 	if err != nil {
 		var re *roundtrip.Error
 		switch {
@@ -134,7 +134,15 @@ func (b *backend) get(hc *fasthttp.HostClient, path string, timeout time.Duratio
 	if b.auth != "" {
 		req.Header.Set("Authorization", b.auth)
 	}
-	return hc.DoTimeout(req, resp, timeout)
+	return b.fetch(hc, req, resp, timeout)
+}
+
+// fetch sends req to b through hc (b.hc or b.mc) and reads the whole
+// answer into resp, its body bounded by hc's MaxResponseBodySize: on a
+// connection the backend has not closed, as a request's round trip is,
+// where fasthttp's own Do would take a closed one and, for a POST, fail.
+func (b *backend) fetch(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response, timeout time.Duration) error {
+	return roundtrip.Fetch(hc, req, resp, timeout, hc.MaxResponseBodySize, &b.peer)
 }
 
 // probe runs one active health check: GET path must answer 2xx in time.

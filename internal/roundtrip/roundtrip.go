@@ -1,35 +1,53 @@
 // Package roundtrip sends one HTTP/1.1 request on a connection of a
 // fasthttp.HostClient's pool and reads the response headers, leaving the
 // body to the caller, who reads it as it arrives (internal/httpbody). It
-// is the one place the gateway (to its backends) and the load generator
-// (to the server it measures) do this: a cancelled context closes the
-// connection at once, which ends any wait; a pooled connection the server
-// had already closed is replaced once, silently, as every HTTP client
-// does.
+// is the one place the gateway (to its backends), the mirror (to its
+// candidates) and the load generator (to the server it measures) do
+// this: a cancelled context closes the connection at once, which ends any
+// wait.
+//
+// Servers close keep-alive connections behind a client's back: llama.cpp's
+// server after every streamed answer and every answer >= 400, although it
+// says Keep-Alive: timeout=5, and any connection idle for 5 s; uvicorn
+// (vLLM, SGLang) after 5 s idle without a word. So a pooled connection is
+// used only when it has rested less than its server keeps one (Peer,
+// learned from the answers' Keep-Alive header) and, checked at once
+// without reading (hangup.Resting), the server has not closed it; a
+// request that still fails on a reused connection before anything came
+// back is sent once more on a new connection, never another pooled one,
+// which a server that closed one has likely closed too.
 package roundtrip
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/infergate/infergate/internal/hangup"
+	"github.com/infergate/infergate/internal/httpbody"
 	"github.com/infergate/infergate/internal/reqctx"
 	"github.com/valyala/fasthttp"
 )
 
 // Conn is a connection of a HostClient's pool (fasthttp does not export
-// its type; Do infers it).
+// its type; Do infers it). LastUseTime is zero until it was first given
+// back to the pool.
 type Conn interface {
 	Conn() net.Conn
-	CreatedTime() time.Time
+	LastUseTime() time.Time
 }
 
-// Pool is what a round trip needs of a *fasthttp.HostClient.
+// Pool is what a round trip needs of a *fasthttp.HostClient. AcquireConn
+// must not wait for a free connection (MaxConnWaitTimeout 0, fasthttp's
+// default) while the pool is full: a retry that holds pooled connections
+// aside to get a new one (see Do) then frees a slot itself.
 type Pool[C Conn] interface {
 	AcquireConn(reqTimeout time.Duration, connectionClose bool) (C, error)
 	ReleaseConn(C)
@@ -65,6 +83,10 @@ type Options struct {
 	// Deadline, when set, bounds writing the request and reading the
 	// response headers, and stays on the connection for the caller.
 	Deadline time.Duration
+	// Peer, when set, is the server's: its answers teach it how long the
+	// server keeps an idle connection, and no pooled connection that has
+	// rested longer is used. Nil: nothing is learned.
+	Peer *Peer
 }
 
 // Stage says where a round trip failed.
@@ -105,22 +127,33 @@ type Trip struct {
 	// then clears before the connection goes back to the pool (it clears
 	// its own Options.Deadline regardless).
 	DeadlineSet bool
-	finish      func(reuse, deadline bool)
+	// closing: the server said it closes the connection after this
+	// answer (Connection: close, or HTTP/1.0 without keep-alive).
+	closing bool
+	finish  func(reuse, deadline bool)
 }
 
 // Finish gives the reader back and the connection to its pool when reuse
-// is set (the body was read to its end and the server did not ask to
-// close) and the context did not close it; else it closes the connection.
-func (t *Trip) Finish(reuse bool) { t.finish(reuse, t.DeadlineSet) }
+// is set (the caller read the body to its end), the server did not say it
+// closes the connection, and the context did not close it; else it closes
+// the connection.
+func (t *Trip) Finish(reuse bool) { t.finish(reuse && !t.closing, t.DeadlineSet) }
 
 // Do sends req on a connection of p and reads the response headers. When
 // ctx ends first it returns context.Cause(ctx); otherwise a failure is an
-// *Error.
+// *Error. A pooled connection that fails before anything came back (the
+// server closed it as the request left) is replaced, once, by a new one.
 func Do[C Conn](ctx context.Context, p Pool[C], req *fasthttp.Request, o Options, obs Observer) (Trip, error) {
-	for try := 0; ; try++ {
+	for fresh := false; ; fresh = true {
 		obs.Starting()
-		start := time.Now()
-		cc, err := p.AcquireConn(o.Connect, false)
+		var cc C
+		var reused bool
+		var err error
+		if fresh {
+			cc, err = acquireNew(p, o)
+		} else {
+			cc, reused, err = acquire(p, o)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return Trip{}, reqctx.Cause(ctx)
@@ -128,7 +161,6 @@ func Do[C Conn](ctx context.Context, p Pool[C], req *fasthttp.Request, o Options
 			return Trip{}, &Error{StageConnect, err}
 		}
 		conn := cc.Conn()
-		reused := cc.CreatedTime().Before(start)
 		obs.Connected(conn, reused)
 		stop := afterFunc(ctx, func() { conn.Close() })
 		fail := func() {
@@ -149,8 +181,8 @@ func Do[C Conn](ctx context.Context, p Pool[C], req *fasthttp.Request, o Options
 			if ctx.Err() != nil {
 				return Trip{}, reqctx.Cause(ctx)
 			}
-			if reused && try == 0 {
-				continue // the server closed an idle connection
+			if reused {
+				continue // the server closed it: nothing came back
 			}
 			return Trip{}, &Error{StageWrite, err}
 		}
@@ -167,18 +199,20 @@ func Do[C Conn](ctx context.Context, p Pool[C], req *fasthttp.Request, o Options
 			}
 		}
 		if err != nil {
+			nothing := br.Buffered() == 0 // not a byte of an answer came
 			fasthttp.ReleaseResponse(resp)
 			obs.ReleaseReader(br)
 			fail()
 			switch {
 			case ctx.Err() != nil:
 				return Trip{}, reqctx.Cause(ctx)
-			case reused && try == 0 && Stale(err):
+			case reused && nothing && Stale(err):
 				continue
 			}
 			return Trip{}, &Error{StageHeaders, err}
 		}
-		t := Trip{Resp: resp, Conn: conn, Reader: br, Reused: reused}
+		o.Peer.learn(&resp.Header)
+		t := Trip{Resp: resp, Conn: conn, Reader: br, Reused: reused, closing: resp.ConnectionClose()}
 		t.finish = func(reuse, deadline bool) {
 			// stop reports false once the close ran: never pool that conn.
 			reuse = stop() && reuse
@@ -194,6 +228,160 @@ func Do[C Conn](ctx context.Context, p Pool[C], req *fasthttp.Request, o Options
 		}
 		return t, nil
 	}
+}
+
+// acquire takes a connection from p: a pooled one that has rested less
+// than its server keeps one and that the server has not closed, closing
+// those that fail either test, or else a new one. reused says it was
+// pooled.
+func acquire[C Conn](p Pool[C], o Options) (cc C, reused bool, err error) {
+	for {
+		cc, err = p.AcquireConn(o.Connect, false)
+		if err != nil {
+			return cc, false, err
+		}
+		last := cc.LastUseTime()
+		if last.IsZero() {
+			return cc, false, nil // dialled for this request
+		}
+		if o.Peer.keeps(time.Since(last)) && hangup.Resting(cc.Conn()) {
+			return cc, true, nil
+		}
+		p.CloseConn(cc) // each turn takes one from the pool: the loop ends
+	}
+}
+
+// maxHeld bounds the pooled connections acquireNew holds aside, and
+// maxNewTries its attempts.
+const (
+	maxHeld     = 8
+	maxNewTries = 4 * maxHeld
+)
+
+var errNoNewConn = errors.New("roundtrip: no new connection: the pool kept handing out pooled ones")
+
+// acquireNew takes a connection of p dialled for this request: fasthttp
+// has no call for that, and dials only when its pool is empty, so the
+// pooled connections it hands out on the way are held aside (those still
+// good, up to maxHeld; the rest closed) and given back, in their order,
+// once the new one is in hand. A pool that is full and idle gives a slot
+// for the dial by closing one of them. A pooled connection given back
+// counts as just used (fasthttp sets its LastUseTime), so its server may
+// close it sooner than Peer expects: hangup.Resting sees to that.
+func acquireNew[C Conn](p Pool[C], o Options) (C, error) {
+	var held [maxHeld]C
+	n := 0
+	defer func() {
+		for n > 0 {
+			n--
+			p.ReleaseConn(held[n])
+		}
+	}()
+	for range maxNewTries {
+		cc, err := p.AcquireConn(o.Connect, false)
+		if err != nil {
+			if n > 0 && errors.Is(err, fasthttp.ErrNoFreeConns) {
+				n--
+				p.CloseConn(held[n])
+				continue
+			}
+			return cc, err
+		}
+		last := cc.LastUseTime()
+		if last.IsZero() {
+			return cc, nil
+		}
+		if n < maxHeld && o.Peer.keeps(time.Since(last)) && hangup.Resting(cc.Conn()) {
+			held[n] = cc
+			n++
+			continue
+		}
+		p.CloseConn(cc)
+	}
+	var zero C
+	return zero, errNoNewConn
+}
+
+// Peer is what a server's answers tell of its keep-alive connections,
+// for all of them: how long it keeps an idle one (Keep-Alive: timeout=N,
+// which llama.cpp's server and Apache send). The zero value knows
+// nothing and keeps nothing from being reused. It is safe for concurrent
+// use.
+type Peer struct {
+	idle atomic.Int64 // the server's idle timeout in nanoseconds; 0 unknown
+}
+
+// IdleTimeout is the server's keep-alive timeout as its last answer that
+// stated one said; 0 before any did.
+func (p *Peer) IdleTimeout() time.Duration { return time.Duration(p.idle.Load()) }
+
+// keeps reports whether the server keeps a connection that has rested
+// for d: d is short of its timeout by a margin for the request's trip and
+// the two clocks' start (a quarter of it, at most a second; so 4 s of
+// llama.cpp's 5). Nil or unknown: yes.
+func (p *Peer) keeps(d time.Duration) bool {
+	if p == nil {
+		return true
+	}
+	t := time.Duration(p.idle.Load())
+	return t == 0 || d < t-min(time.Second, t/4)
+}
+
+// learn notes the timeout an answer's Keep-Alive header states.
+func (p *Peer) learn(h *fasthttp.ResponseHeader) {
+	if p == nil {
+		return
+	}
+	v := h.Peek(fasthttp.HeaderKeepAlive)
+	if len(v) == 0 {
+		return
+	}
+	if d, ok := KeepAliveTimeout(v); ok && int64(d) != p.idle.Load() {
+		p.idle.Store(int64(d))
+	}
+}
+
+// maxKeepAlive bounds a stated keep-alive timeout: a server that says
+// more keeps a connection for less than the client's own idle limit
+// anyway.
+const maxKeepAlive = time.Hour
+
+// KeepAliveTimeout reads the timeout parameter of a Keep-Alive header's
+// value ("timeout=5, max=100"; RFC 2068 19.7.1.1, names matched without
+// case, a value possibly quoted) in whole seconds, at most an hour. A
+// timeout of 0 reads as a nanosecond: nothing idle is kept. ok is false
+// without a readable timeout.
+func KeepAliveTimeout(v []byte) (d time.Duration, ok bool) {
+	for len(v) > 0 {
+		var param []byte
+		if i := bytes.IndexByte(v, ','); i >= 0 {
+			param, v = v[:i], v[i+1:]
+		} else {
+			param, v = v, nil
+		}
+		name, val, found := bytes.Cut(param, []byte{'='})
+		if !found || !bytes.EqualFold(bytes.TrimSpace(name), []byte("timeout")) {
+			continue
+		}
+		val = bytes.TrimSpace(val)
+		if len(val) >= 2 && val[0] == '"' && val[len(val)-1] == '"' {
+			val = val[1 : len(val)-1]
+		}
+		if len(val) == 0 {
+			return 0, false
+		}
+		var secs int64
+		for _, c := range val {
+			if c < '0' || c > '9' {
+				return 0, false
+			}
+			if secs = secs*10 + int64(c-'0'); secs > int64(maxKeepAlive/time.Second) {
+				return maxKeepAlive, true
+			}
+		}
+		return max(time.Duration(secs)*time.Second, 1), true
+	}
+	return 0, false
 }
 
 // afterFunc is context.AfterFunc, called straight on a context that has
@@ -217,3 +405,52 @@ func Stale(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
 		errors.Is(err, syscall.EPIPE) || errors.Is(err, fasthttp.ErrConnectionClosed)
 }
+
+// Fetch sends req on a connection of hc and reads the whole answer into
+// resp, the body at most maxBody bytes (0: no bound): Do for the small
+// calls beside the request path (health checks, metric scrapes, token
+// counts), so they too get a connection the server has not closed.
+// timeout bounds it all, from the dial to the body's end.
+func Fetch(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response, timeout time.Duration, maxBody int, peer *Peer) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	trip, err := Do(ctx, hc, req, Options{Connect: timeout, Deadline: timeout, Peer: peer}, fetchObserver{hc})
+	if err != nil {
+		return err
+	}
+	defer fasthttp.ReleaseResponse(trip.Resp)
+	var body httpbody.Reader
+	body.Reset(trip.Reader, httpbody.Mode(req, trip.Resp), int64(trip.Resp.Header.ContentLength()))
+	r := io.Reader(&body)
+	if maxBody > 0 {
+		r = io.LimitReader(r, int64(maxBody)+1)
+	}
+	b, err := io.ReadAll(r)
+	if err == nil && maxBody > 0 && len(b) > maxBody {
+		err = fasthttp.ErrBodyTooLarge
+	}
+	trip.Finish(err == nil && body.Complete())
+	if err != nil {
+		if ctx.Err() != nil {
+			return reqctx.Cause(ctx)
+		}
+		return fmt.Errorf("read body: %w", err)
+	}
+	trip.Resp.Header.CopyTo(&resp.Header)
+	resp.SetBodyRaw(b)
+	return nil
+}
+
+// fetchObserver reads through the pool's readers and notes nothing.
+type fetchObserver struct{ hc *fasthttp.HostClient }
+
+func (fetchObserver) Starting()                {}
+func (fetchObserver) Connected(net.Conn, bool) {}
+func (fetchObserver) Sent(net.Conn)            {}
+func (o fetchObserver) Reader(conn net.Conn, last *bufio.Reader) *bufio.Reader {
+	if last != nil {
+		return nil
+	}
+	return o.hc.AcquireReader(conn)
+}
+func (o fetchObserver) ReleaseReader(br *bufio.Reader) { o.hc.ReleaseReader(br) }

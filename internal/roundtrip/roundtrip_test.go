@@ -4,7 +4,10 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -44,9 +47,16 @@ func server(t *testing.T) (string, *atomic.Int64) {
 	return ln.Addr().String(), &conns
 }
 
-type obs struct{ hc *fasthttp.HostClient }
+type obs struct {
+	hc       *fasthttp.HostClient
+	attempts *atomic.Int64 // Starting calls, when set
+}
 
-func (o obs) Starting()                   {}
+func (o obs) Starting() {
+	if o.attempts != nil {
+		o.attempts.Add(1)
+	}
+}
 func (o obs) Connected(net.Conn, bool)    {}
 func (o obs) Sent(net.Conn)               {}
 func (o obs) ReleaseReader(*bufio.Reader) {}
@@ -61,7 +71,7 @@ func get(t *testing.T, ctx context.Context, hc *fasthttp.HostClient) (Trip, erro
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	req.SetRequestURI("http://" + hc.Addr + "/")
-	return Do(ctx, hc, req, Options{Connect: time.Second, Deadline: 2 * time.Second}, obs{hc})
+	return Do(ctx, hc, req, Options{Connect: time.Second, Deadline: 2 * time.Second}, obs{hc: hc})
 }
 
 func TestStalePooledConnectionIsReplacedOnce(t *testing.T) {
@@ -123,4 +133,243 @@ func TestRefusedConnectionIsAConnectError(t *testing.T) {
 	if !errors.As(err, &re) || re.Stage != StageConnect {
 		t.Errorf("err %v, want a StageConnect error", err)
 	}
+}
+
+// scripted is a server on real TCP whose answer to each request is
+// decided by answer from the connection's number (from 1, in accept
+// order) and the request's number on it (from 1): the bytes to write
+// ("" closes the connection without answering) and whether to close
+// after them. It counts connections.
+func scripted(t *testing.T, answer func(conn, n int) (string, bool)) (*fasthttp.HostClient, *atomic.Int64) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var conns atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			id := int(conns.Add(1))
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for n := 1; ; n++ {
+					var req fasthttp.Request
+					if req.Read(br) != nil {
+						return
+					}
+					out, closeAfter := answer(id, n)
+					if out == "" {
+						return
+					}
+					if _, err := c.Write([]byte(out)); err != nil || closeAfter {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return &fasthttp.HostClient{Addr: ln.Addr().String()}, &conns
+}
+
+const okKeepAlive = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nKeep-Alive: timeout=5, max=100\r\n\r\nok"
+
+// do sends one request through Do and finishes it, reading the body.
+func do(t *testing.T, hc *fasthttp.HostClient, o Options, attempts *atomic.Int64) (reused bool, err error) {
+	t.Helper()
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	req.SetRequestURI("http://" + hc.Addr + "/")
+	req.Header.SetMethod("POST")
+	req.SetBodyString(`{"stream":true}`)
+	if o.Connect == 0 {
+		o.Connect = time.Second
+	}
+	trip, err := Do(context.Background(), hc, req, o, obs{hc: hc, attempts: attempts})
+	if err != nil {
+		return false, err
+	}
+	defer fasthttp.ReleaseResponse(trip.Resp)
+	body := make([]byte, 2)
+	if _, err := io.ReadFull(trip.Reader, body); err != nil || string(body) != "ok" {
+		trip.Finish(false)
+		return trip.Reused, fmt.Errorf("body %q: %v", body, err)
+	}
+	trip.Finish(true)
+	return trip.Reused, nil
+}
+
+// A request that fails on a pooled connection before anything came
+// back goes once more on a new connection, never on another pooled one:
+// here every pooled connection fails its second request (the server
+// read it and closed, as one does that times the connection out just
+// then), so a retry on a pooled one would fail again.
+func TestRetryIsOnANewConnection(t *testing.T) {
+	t.Parallel()
+	var second atomic.Int64
+	hc, conns := scripted(t, func(_, n int) (string, bool) {
+		if n > 1 {
+			second.Add(1)
+			return "", true
+		}
+		time.Sleep(50 * time.Millisecond) // so that three requests at once take three connections
+		return okKeepAlive, false
+	})
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := do(t, hc, Options{}, nil); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := hc.IdleConnsCount(); n != 3 {
+		t.Fatalf("%d idle connections after three concurrent requests, want 3", n)
+	}
+	var attempts atomic.Int64
+	reused, err := do(t, hc, Options{}, &attempts)
+	if err != nil {
+		t.Fatalf("the request failed: %v (server saw %d second requests)", err, second.Load())
+	}
+	if reused {
+		t.Error("the answer came on a reused connection, want a new one")
+	}
+	if a, s, c := attempts.Load(), second.Load(), conns.Load(); a != 2 || s != 1 || c != 4 {
+		t.Errorf("%d attempts, %d on pooled connections, %d connections; want 2, 1 and 4", a, s, c)
+	}
+	// The pooled connections set aside for the dial went back.
+	if n := hc.IdleConnsCount(); n != 3 {
+		t.Errorf("%d idle connections after the retry, want 3 (two set aside, the new one)", n)
+	}
+}
+
+// A pooled connection the server closed while it rested is seen closed
+// before anything is written on it: the request goes on a new one at
+// the first attempt.
+func TestClosedPooledConnectionIsNotUsed(t *testing.T) {
+	t.Parallel()
+	// llama.cpp's server after a streamed answer: keep-alive said,
+	// connection closed.
+	hc, conns := scripted(t, func(int, int) (string, bool) { return okKeepAlive, true })
+	if _, err := do(t, hc, Options{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		// Wait until the server's FIN is here (one loopback trip).
+		if hc.IdleConnsCount() == 1 && conns.Load() == 1 {
+			break
+		}
+	}
+	time.Sleep(20 * time.Millisecond)
+	var attempts atomic.Int64
+	reused, err := do(t, hc, Options{}, &attempts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reused || attempts.Load() != 1 || conns.Load() != 2 {
+		t.Errorf("reused %v, %d attempts, %d connections; want a new connection at the first attempt", reused, attempts.Load(), conns.Load())
+	}
+}
+
+// A server's Keep-Alive timeout is learned from its answers, and a
+// pooled connection that rested close to it is not used: here the server
+// would keep it, so only the stated timeout keeps the client from it.
+func TestStatedKeepAliveTimeoutIsHonoured(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		header string
+		reused bool
+	}{
+		// 800 ms of rest is past 1 s less its margin (a quarter).
+		{"timeout=1", "Keep-Alive: timeout=1\r\n", false},
+		{"timeout=5", "Keep-Alive: timeout=5, max=100\r\n", true},
+		{"no header", "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			hc, conns := scripted(t, func(int, int) (string, bool) {
+				return "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n" + tc.header + "\r\nok", false
+			})
+			var peer Peer
+			if _, err := do(t, hc, Options{Peer: &peer}, nil); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(800 * time.Millisecond)
+			reused, err := do(t, hc, Options{Peer: &peer}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if reused != tc.reused || conns.Load() != map[bool]int64{true: 1, false: 2}[tc.reused] {
+				t.Errorf("reused %v with %d connections, want reused %v (learned idle timeout %v)", reused, conns.Load(), tc.reused, peer.IdleTimeout())
+			}
+		})
+	}
+}
+
+// Connection: close is honoured even when the server then keeps the
+// connection open.
+func TestConnectionCloseIsHonoured(t *testing.T) {
+	t.Parallel()
+	hc, conns := scripted(t, func(int, int) (string, bool) {
+		return "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok", false
+	})
+	for range 2 {
+		if _, err := do(t, hc, Options{}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if conns.Load() != 2 || hc.IdleConnsCount() != 0 {
+		t.Errorf("%d connections, %d idle; want 2 and none kept", conns.Load(), hc.IdleConnsCount())
+	}
+}
+
+func TestKeepAliveTimeout(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		{"timeout=5, max=100", 5 * time.Second, true}, // llama.cpp's
+		{"max=100, timeout=5", 5 * time.Second, true},
+		{" Timeout = 30 ", 30 * time.Second, true},
+		{`timeout="7"`, 7 * time.Second, true},
+		{"timeout=0", 1, true}, // keeps nothing idle
+		{"timeout=99999999999999999999", time.Hour, true},
+		{"max=100", 0, false},
+		{"timeout=", 0, false},
+		{"timeout=-1", 0, false},
+		{"timeout=1.5", 0, false},
+		{"timeouts=5", 0, false},
+		{"", 0, false},
+	} {
+		d, ok := KeepAliveTimeout([]byte(tc.in))
+		if d != tc.want || ok != tc.ok {
+			t.Errorf("KeepAliveTimeout(%q) = %v, %v; want %v, %v", tc.in, d, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func FuzzKeepAliveTimeout(f *testing.F) {
+	for _, s := range []string{"timeout=5, max=100", `timeout="7"`, "timeout=0", ",,=,timeout", "timeout=99999999999999999999"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		d, ok := KeepAliveTimeout([]byte(s))
+		if ok && (d <= 0 || d > time.Hour) {
+			t.Errorf("KeepAliveTimeout(%q) = %v, out of (0, 1h]", s, d)
+		}
+		if !ok && d != 0 {
+			t.Errorf("KeepAliveTimeout(%q) = %v, false", s, d)
+		}
+	})
 }
