@@ -82,7 +82,10 @@ type Options struct {
 	// Predict caps every answer's tokens (-n); 0 means 1024, so a request
 	// without max_tokens ends (the model never samples end-of-sequence).
 	Predict int
-	// Threads is the compute threads (-t); 0 means 2.
+	// Threads is the compute threads (-t); 0 means 1. ggml's threads
+	// spin while they wait for each other: on a machine whose cores are
+	// busy with other work (a test run, a load generator), two threads
+	// decoded this model at 4 tokens/s where one did 70.
 	Threads int
 	// Args are further flags, appended last (a later flag wins), such as
 	// "--cache-ram", "0".
@@ -161,7 +164,7 @@ func Launch(ctx context.Context, dir string, o Options) (*Server, error) {
 	}
 	threads := o.Threads
 	if threads == 0 {
-		threads = 2
+		threads = 1
 	}
 	args := []string{
 		"-m", model, "--host", "127.0.0.1", "--port", "0",
