@@ -198,7 +198,10 @@ func failingEvery(t *testing.T, backend string, nth int64) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rp := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(u) }, FlushInterval: -1}
+	// A new connection each: llama.cpp closes one after every stream,
+	// and a reused one would fail requests the proxy did not mean to.
+	rp := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(u) }, FlushInterval: -1,
+		Transport: &http.Transport{DisableKeepAlives: true}}
 	var posts atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost && posts.Add(1)%nth == 0 {
@@ -220,7 +223,7 @@ func failingEvery(t *testing.T, backend string, nth int64) string {
 // and counts the end-of-sequence token: the ranking does not care).
 func TestRankCountsFailuresOnLlamaCpp(t *testing.T) {
 	s := llamatest.Start(t, llamatest.Options{Parallel: 2, Predict: 16})
-	f := endpointsFile(t, 12, 2, [2]string{"llama", s.URL}, [2]string{"llama-failing", failingEvery(t, s.URL, 3)})
+	f := endpointsFile(t, 10, 2, [2]string{"llama", s.URL}, [2]string{"llama-failing", failingEvery(t, s.URL, 3)})
 	f.Workload.Concurrency, f.Workload.OutputTokens = 2, "8"
 	var plan bytes.Buffer
 	rec, err := Run(context.Background(), f, Options{Keys: []string{"", ""}, Plan: &plan})
@@ -237,5 +240,11 @@ func TestRankCountsFailuresOnLlamaCpp(t *testing.T) {
 		if e.Figures.OK == 0 || e.Figures.OutputTokens == 0 {
 			t.Errorf("%s: no answers with usage from llama.cpp: %+v", e.Name, e.Figures)
 		}
+		// The proxy fails every third POST, probes included, and nothing
+		// else: a third of the measured requests, give or take the probes.
+		if want := map[string]bool{"llama": e.Figures.Failed == 0, "llama-failing": e.Figures.Failed >= 6 && e.Figures.Failed <= 10}; !want[e.Name] {
+			t.Errorf("%s: %d of %d failed (%v)", e.Name, e.Figures.Failed, e.Figures.Requests, e.Figures.Errors)
+		}
 	}
+	t.Logf("%s\n%s", plan.String(), table.String())
 }
