@@ -73,8 +73,8 @@ const (
 	countWarnEvery = time.Minute
 )
 
-// errNotThisForm: the backend does not speak the form (404, 405, 501, or
-// a 200 answer that holds no count).
+// errNotThisForm: the backend does not speak the form (404, 405, 422,
+// 501, or a 200 answer that holds no count).
 var errNotThisForm = errors.New("the backend does not count in this form")
 
 // tokenCounts is a backend's learned form and its counts by source.
@@ -250,7 +250,10 @@ func (b *backend) countCall(path string, body []byte, timeout time.Duration, v a
 	}
 	switch c := resp.StatusCode(); c {
 	case fasthttp.StatusOK:
-	case fasthttp.StatusNotFound, fasthttp.StatusMethodNotAllowed, fasthttp.StatusNotImplemented:
+	case fasthttp.StatusNotFound, fasthttp.StatusMethodNotAllowed, fasthttp.StatusNotImplemented,
+		// A FastAPI server's answer to a body not of the route's schema
+		// (SGLang's /tokenize takes a prompt, not messages).
+		fasthttp.StatusUnprocessableEntity:
 		return fmt.Errorf("%w: POST %s: status %d", errNotThisForm, path, c)
 	default:
 		return fmt.Errorf("POST %s: status %d: %.200s", path, c, resp.Body())

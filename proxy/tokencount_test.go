@@ -22,7 +22,7 @@ import (
 type countServer struct {
 	*testBackend
 	mu      sync.Mutex
-	dialect string // vllm, llamacpp, llamacpp-old (no input_tokens), none
+	dialect string // vllm, llamacpp, llamacpp-old (no input_tokens), fastapi (422), none
 	fail    atomic.Bool
 	hits    map[string]int
 }
@@ -70,6 +70,10 @@ func startCountServer(t *testing.T, dialect string) *countServer {
 		case s.fail.Load():
 			w.WriteHeader(500)
 			w.Write([]byte(`{"error":{"code":500,"message":"boom","type":"server_error"}}`))
+		case r.URL.Path == "/tokenize" && d == "fastapi":
+			// A server whose /tokenize takes another body: FastAPI's 422.
+			w.WriteHeader(422)
+			w.Write([]byte(`{"detail":[{"type":"missing","loc":["body","prompt"],"msg":"Field required"}]}`))
 		case r.URL.Path == "/tokenize" && d == "vllm":
 			n := countPrompt(body)
 			answer(map[string]any{"count": n, "max_model_len": 4096, "tokens": make([]int, n), "token_strs": nil})
@@ -217,7 +221,16 @@ func TestBackendCountResponses(t *testing.T) {
 // again on every request: only after countRelearn.
 func TestBackendCountNone(t *testing.T) {
 	t.Parallel()
-	s := startCountServer(t, "none")
+	for _, dialect := range []string{"none", "fastapi"} {
+		t.Run(dialect, func(t *testing.T) {
+			t.Parallel()
+			testBackendCountNone(t, dialect)
+		})
+	}
+}
+
+func testBackendCountNone(t *testing.T, dialect string) {
+	s := startCountServer(t, dialect)
 	gw := countGateway(t, s.URL)
 	for range 3 {
 		if counted, served := countedVsServed(t, gw, "/v1/chat/completions", countBodies[1]); counted == served || counted == 0 {
