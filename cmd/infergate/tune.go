@@ -80,6 +80,9 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return exitError{3, err}
 	}
+	// Each measurement draws its own seed (its record keeps it): a line
+	// per measurement would only interrupt the walk's own account.
+	cfg.Log = nil
 	if len(cfg.Sweep) > 0 {
 		return exitError{3, errors.New("tune measures at one load: --sweep is diagnose's")}
 	}
