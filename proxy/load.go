@@ -91,6 +91,69 @@ func metricsClient(hc *fasthttp.HostClient) *fasthttp.HostClient {
 // gauges of vLLM, SGLang, TGI or llama.cpp.
 var errNoLoadMetrics = errors.New("no load metrics of vLLM, SGLang, TGI or llama.cpp in the exposition")
 
+// slotCount is what a backend's scraper knows of llama.cpp's slots: its
+// batch bound, kept out of /metrics (GET /props total_slots, or the
+// length of GET /slots). It is read again every slotsEvery, so a server
+// restarted with another -np is noticed.
+type slotCount struct {
+	n      float64 // NaN until read
+	at     time.Time
+	failed bool // the last attempt failed (logged once)
+}
+
+const slotsEvery = 30 * time.Second
+
+// refresh reads the slot count when it is unknown or old.
+func (sc *slotCount) refresh(b *backend, metricsPath string, timeout time.Duration, now time.Time, log *slog.Logger) {
+	if sc.at.IsZero() {
+		sc.n = math.NaN()
+	}
+	if !math.IsNaN(sc.n) && now.Sub(sc.at) < slotsEvery || sc.failed && now.Sub(sc.at) < slotsEvery {
+		return
+	}
+	sc.at = now
+	n, err := b.slots(metricsPath, timeout)
+	if err != nil {
+		if !sc.failed {
+			log.Warn("llama.cpp backend's slot count unknown; its free slots are not counted", "err", err)
+		}
+		sc.failed = true
+		return
+	}
+	if sc.failed {
+		log.Info("llama.cpp backend's slot count read", "slots", n)
+	}
+	sc.n, sc.failed = n, false
+}
+
+// slots reads a llama.cpp backend's slot count: GET /props, else GET
+// /slots, beside its metrics path.
+func (b *backend) slots(metricsPath string, timeout time.Duration) (float64, error) {
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseResponse(resp)
+	var errs []error
+	for _, try := range []struct {
+		name  string
+		parse func([]byte) (collect.Slots, error)
+	}{{"props", collect.ParseProps}, {"slots", collect.ParseSlots}} {
+		path := collect.Sibling(metricsPath, try.name)
+		if err := b.get(b.mc, path, timeout, resp); err != nil {
+			errs = append(errs, fmt.Errorf("%s%s: %w", b.name, path, err))
+			continue
+		}
+		if c := resp.StatusCode(); c < 200 || c > 299 {
+			errs = append(errs, fmt.Errorf("%s%s: status %d", b.name, path, c))
+			continue
+		}
+		sl, err := try.parse(resp.Body())
+		if err == nil {
+			return float64(sl.Total), nil
+		}
+		errs = append(errs, fmt.Errorf("%s%s: %w", b.name, path, err))
+	}
+	return 0, errors.Join(errs...)
+}
+
 // scrapeLoad reads b's metrics once.
 func (b *backend) scrapeLoad(path string, timeout time.Duration) (*loadReading, error) {
 	resp := fasthttp.AcquireResponse()
@@ -123,8 +186,16 @@ func startLoad(p *pool, lc LoadConfig, log *slog.Logger) *backendLoops {
 func runLoad(b *backend, lc LoadConfig, stop <-chan struct{}, log *slog.Logger) {
 	t := time.NewTicker(lc.Interval)
 	defer t.Stop()
+	var slots slotCount
 	for {
 		r, err := b.scrapeLoad(lc.MetricsPath, lc.Timeout)
+		if err == nil && r.server == diagnose.ServerLlamaCpp && math.IsNaN(r.maxRunning) {
+			// llama.cpp runs one request per slot and defers the rest:
+			// its slot count is the batch bound the estimate's free
+			// slots are counted against.
+			slots.refresh(b, lc.MetricsPath, lc.Timeout, time.Now(), log)
+			r.maxRunning = slots.n
+		}
 		prev := b.load.Load()
 		next := &loadState{}
 		if prev != nil {

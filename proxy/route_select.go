@@ -216,7 +216,7 @@ func (p *pool) routingState(b *backend, now time.Time, bs *tracing.BackendState)
 	}
 	if last != nil {
 		l.Server, l.AgeMs = last.server, float64(now.Sub(last.at).Microseconds())/1000
-		l.Running, l.Waiting, l.KVUsage = finite(last.running), finite(last.waiting), finite(last.kv)
+		l.Running, l.Waiting, l.KVUsage, l.MaxRunning = finite(last.running), finite(last.waiting), finite(last.kv), finite(last.maxRunning)
 		if !e.fromMetrics && l.Error == "" {
 			l.Error = "the last reading is older than load.stale_after"
 		}

@@ -27,9 +27,13 @@ type vllmBackend struct {
 	frozen           atomic.Bool  // report running = waiting = 0 whatever is in flight
 	delay            atomic.Int64 // ns per answer
 	healthStatus     atomic.Int64 // 0: 200
-	mu               sync.Mutex
-	prompts          []string
-	srv              *http.Server
+	// slots > 0 answers as llama.cpp's server with that many slots:
+	// /metrics in its names (requests_processing, requests_deferred),
+	// /props (propsStatus, 0: 200) and /slots (slotsStatus).
+	slots, propsStatus, slotsStatus atomic.Int64
+	mu                              sync.Mutex
+	prompts                         []string
+	srv                             *http.Server
 }
 
 func newVLLMBackend(t *testing.T) *vllmBackend {
@@ -50,10 +54,37 @@ func newVLLMBackend(t *testing.T) *vllmBackend {
 			if !b.frozen.Load() {
 				running += b.inFlight.Load()
 			}
+			if n := b.slots.Load(); n > 0 {
+				// llama.cpp: a request per slot, the rest deferred.
+				waiting += max(0, running-n)
+				running = min(running, n)
+				fmt.Fprintf(w, "# HELP llamacpp:requests_processing Number of requests processing\n# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing %d\n"+
+					"# HELP llamacpp:requests_deferred Number of requests deferred\n# TYPE llamacpp:requests_deferred gauge\nllamacpp:requests_deferred %d\n", running, waiting)
+				return
+			}
 			fmt.Fprintf(w, "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"m\"} %d\n"+
 				"# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name=\"m\"} %d\n"+
 				"# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{model_name=\"m\"} %g\n",
 				running, waiting, float64(b.kvPermille.Load())/1000)
+		case "/props", "/slots":
+			status := &b.propsStatus
+			if r.URL.Path == "/slots" {
+				status = &b.slotsStatus
+			}
+			if s := status.Load(); s != 0 || b.slots.Load() == 0 {
+				w.WriteHeader(int(max(s, 404)))
+				return
+			}
+			n := int(b.slots.Load())
+			if r.URL.Path == "/props" {
+				fmt.Fprintf(w, `{"default_generation_settings":{"n_ctx":2048},"total_slots":%d,"model_alias":"m"}`, n)
+				return
+			}
+			out := make([]map[string]any, n)
+			for i := range out {
+				out[i] = map[string]any{"id": i, "n_ctx": 2048, "is_processing": false}
+			}
+			_ = json.NewEncoder(w).Encode(out)
 		case "/health":
 			if s := b.healthStatus.Load(); s != 0 {
 				w.WriteHeader(int(s))
@@ -337,4 +368,53 @@ func TestPrefixRoutingTakesHostilePrompts(t *testing.T) {
 	if bs[0].chats.Load()+bs[1].chats.Load() == 0 {
 		t.Fatal("nothing reached a backend")
 	}
+}
+
+// The load scrape reads llama.cpp's server in its own terms: busy slots
+// (requests_processing) as running, deferred requests as its queue, and
+// its slot count, which /metrics does not carry, from /props or else
+// /slots; without either the reading still counts, with no bound.
+func TestLoadReadsLlamaCpp(t *testing.T) {
+	t.Parallel()
+	bs := []*vllmBackend{newVLLMBackend(t), newVLLMBackend(t), newVLLMBackend(t)}
+	for i, b := range bs {
+		b.slots.Store(int64(1 + 3*i)) // 1, 4, 7
+		b.running.Store(3)            // 3 in flight: llama.cpp runs min(3, slots)
+		b.frozen.Store(true)
+	}
+	bs[1].propsStatus.Store(404) // an old server: /slots only
+	bs[2].propsStatus.Store(404)
+	bs[2].slotsStatus.Store(501) // --no-slots as well: no bound
+	gw := routingGateway(t, LoadPolicy, bs, nil)
+	want := []struct {
+		running, waiting float64
+		bound            *float64
+	}{{1, 2, ptr(1.0)}, {3, 0, ptr(4.0)}, {3, 0, nil}}
+	waitFor(t, 3*time.Second, "the slot counts", func() bool {
+		st := backendStates(gw)
+		return st[bs[0].URL].Load.MaxRunning != nil && st[bs[1].URL].Load.MaxRunning != nil
+	})
+	st := backendStates(gw)
+	for i, b := range bs {
+		l := st[b.URL].Load
+		if l.Source != "metrics" || l.Server != "llamacpp" {
+			t.Errorf("backend %d: source %q, server %q: want llama.cpp's metrics (error %q)", i, l.Source, l.Server, l.Error)
+			continue
+		}
+		if l.Running == nil || *l.Running != want[i].running || l.Waiting == nil || *l.Waiting != want[i].waiting {
+			t.Errorf("backend %d: running %v, waiting %v; want %v busy slots and %v deferred", i, deref(l.Running), deref(l.Waiting), want[i].running, want[i].waiting)
+		}
+		if (l.MaxRunning == nil) != (want[i].bound == nil) || l.MaxRunning != nil && *l.MaxRunning != *want[i].bound {
+			t.Errorf("backend %d: bound %v, want %v", i, deref(l.MaxRunning), deref(want[i].bound))
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func deref(p *float64) any {
+	if p == nil {
+		return nil
+	}
+	return *p
 }

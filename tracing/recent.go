@@ -176,7 +176,11 @@ type BackendLoad struct {
 	Running *float64 `json:"running,omitempty"`
 	Waiting *float64 `json:"waiting,omitempty"`
 	KVUsage *float64 `json:"kv_usage,omitempty"`
-	AgeMs   float64  `json:"age_ms,omitempty"`
+	// MaxRunning is the batch's bound, where the server says it (vLLM's
+	// max_num_seqs, SGLang's max_running_requests, llama.cpp's slots
+	// from /props): requests beyond it wait.
+	MaxRunning *float64 `json:"max_running,omitempty"`
+	AgeMs      float64  `json:"age_ms,omitempty"`
 	// Estimate is the requests in the backend's batch and queue as the
 	// next pick counts them: the reading corrected by what the gateway
 	// sent and saw end since.
