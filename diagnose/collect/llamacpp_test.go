@@ -7,6 +7,9 @@ import (
 	"testing"
 )
 
+// The fixtures were captured from llama-server (node-llama-cpp 3.21.1's
+// source) run with -np 1 -c 2048 --metrics --slots under 8 clients.
+
 // TestReadLlamaCppCounters reads what the current server's /metrics
 // adds beyond running and waiting: the prefix cache's hits and the
 // decode counters whose ratio is the batch.
@@ -17,10 +20,10 @@ func TestReadLlamaCppCounters(t *testing.T) {
 		name      string
 		got, want float64
 	}{
-		{"prefix queries", r.PrefixQueries, 4213 + 1536},
-		{"prefix hits", r.PrefixHits, 1536},
-		{"decodes", r.Decodes, 10120},
-		{"busy slot decodes", r.BusySlotDecodes, 10120},
+		{"prefix queries", r.PrefixQueries, 49},
+		{"prefix hits", r.PrefixHits, 0},
+		{"decodes", r.Decodes, 64},
+		{"busy slot decodes", r.BusySlotDecodes, 64},
 	} {
 		if !near(c.got, c.want) {
 			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
@@ -75,8 +78,8 @@ func TestParseSlots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sl.Total != 4 || sl.Busy != 1 || sl.Context != 2048 {
-		t.Errorf("slots: %+v, want 4 slots of 2048 tokens, 1 busy", sl)
+	if sl.Total != 1 || sl.Busy != 1 || sl.Context != 2048 {
+		t.Errorf("slots: %+v, want 1 slot of 2048 tokens, busy", sl)
 	}
 	for _, body := range []string{`[]`, `{}`, `[{"n_ctx":5}]`, `null`, `[1,2]`} {
 		if _, err := ParseSlots([]byte(body)); err == nil {

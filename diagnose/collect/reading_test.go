@@ -39,9 +39,10 @@ func TestReadServers(t *testing.T) {
 		{"vllm_old.txt", diagnose.ServerVLLM, 4, 0, 0.052, 0, nan, nan, nan, nan, nan, 0, 0, 100},
 		{"sglang.txt", diagnose.ServerSGLang, 162, 2826, 0.28, nan, 3, 4097, 161721, 8.128902e+06, 7.557572e+06, 11008, 0, 0},
 		{"tgi.txt", diagnose.ServerTGI, 8, 5, nan, nan, nan, nan, nan, 32384, 64768, 0, 12.65, 253},
-		// Current llama.cpp: no KV gauge; prompt tokens are the uncached
-		// and the cached ones together.
-		{"llamacpp.txt", diagnose.ServerLlamaCpp, 1, 7, nan, nan, nan, nan, nan, 4213 + 1536, 9866, 0, 0, 0},
+		// Current llama.cpp (captured from the server with -np 1 under 8
+		// clients): no KV gauge; prompt tokens are the uncached and the
+		// cached ones together.
+		{"llamacpp.txt", diagnose.ServerLlamaCpp, 1, 6, nan, nan, nan, nan, nan, 49 + 0, 64, 0, 0, 0},
 		// Older llama.cpp, with kv_cache_usage_ratio and no cached count.
 		{"llamacpp_old.txt", diagnose.ServerLlamaCpp, 4, 9, 0.41, nan, nan, nan, nan, 4213, 9866, 0, 0, 0},
 	} {
