@@ -20,11 +20,13 @@ const diagnoseSynopsis = `diagnose [--gateway ADMIN_URL] [--backend-metrics URL 
 
 Reads the gateway's own figures (queue depth and wait, requests in flight,
 the cap, rejections) from its admin listener and each backend's Prometheus
-metrics by their real names (vLLM, SGLang, TGI, llama.cpp; GPU utilisation
-from the DCGM exporter), samples them over --window, and names the
-bottleneck: memory, batching, scheduling, compute, or none. Each verdict
-comes with the evidence that led to it, its confidence, whether the load is
-prefill- or decode-bound, and the next knobs in order of cost with the
+metrics by their real names (vLLM, SGLang, TGI, llama.cpp, whose slot
+count, its batch bound, comes from GET /props or /slots beside /metrics;
+GPU utilisation from the DCGM exporter), samples them over --window, and
+names the bottleneck: memory, batching, scheduling, compute, or none. Each
+verdict comes with the evidence that led to it, what could not be seen
+(a figure the server does not report), its confidence, whether the load
+is prefill- or decode-bound, and the next knobs in order of cost with the
 figure to re-measure after turning each.
 
 Without --backend-metrics the backends are the gateway's own (read from
