@@ -51,7 +51,7 @@ func TestABFindsTheTradeOff(t *testing.T) {
 		t.Fatalf("exit %d, want 1 and a ROLL BACK for invalid JSON\n%s", code, report)
 	}
 	page := filepath.Join(t.TempDir(), "ab.html")
-	code, js := exitCode(t, "ab", "report", "--json", "--html", page, pairs)
+	code, js := exitCodeStdout(t, "ab", "report", "--json", "--html", page, pairs)
 	var r struct {
 		Pairs   int    `json:"pairs"`
 		Verdict string `json:"verdict"`

@@ -21,6 +21,25 @@ func exitCode(t *testing.T, args ...string) (int, string) {
 	return exitCodeEnv(t, nil, args...)
 }
 
+// exitCodeStdout is exitCode with stdout alone: what a script reads of a
+// --json command, whose warnings go to stderr.
+func exitCodeStdout(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, string(out)
+	case errors.As(err, &ee):
+		return ee.ExitCode(), string(out)
+	}
+	t.Fatalf("infergate %v: %v\n%s", args, err, stderr.String())
+	return -1, ""
+}
+
 // exitCodeEnv is exitCode with variables added to the environment.
 func exitCodeEnv(t *testing.T, env []string, args ...string) (int, string) {
 	t.Helper()
