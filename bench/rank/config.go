@@ -89,7 +89,13 @@ type Workload struct {
 	// prompt cache then shows in cached_input).
 	SharedPrefix int    `yaml:"shared_prefix" json:"shared_prefix,omitempty"`
 	Dataset      string `yaml:"dataset" json:"dataset,omitempty"`
-	Seed         uint64 `yaml:"seed" json:"seed"`
+	// Seed, when set, repeats the same prompts in every round and run,
+	// which a server (or a provider's prompt cache) may then hold. 0 (the
+	// default) draws fresh prompts for each endpoint's round, of the same
+	// shape, so that no endpoint is measured on prompts a server has
+	// already seen: one sharing a backend with another, a later round,
+	// a later run (issue 41).
+	Seed uint64 `yaml:"seed" json:"seed,omitempty"`
 	// Concurrency is the bench's users (default 4); Requests the
 	// measured requests of each endpoint's round (default 16); Probes
 	// the one-at-a-time requests before it (default 2); Rounds the
@@ -182,9 +188,6 @@ func (w *Workload) Defaults() {
 		if w.OutputTokens == "" {
 			w.OutputTokens = "128"
 		}
-	}
-	if w.Seed == 0 {
-		w.Seed = 1
 	}
 	if w.Concurrency == 0 {
 		w.Concurrency = 4

@@ -61,7 +61,7 @@ func runRank(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.StringVar(&w.OutputTokens, "output-tokens", "", "max_tokens: N, uniform:MIN-MAX or normal:MEAN,SD (default 128)")
 	fs.IntVar(&w.SharedPrefix, "shared-prefix", 0, "tokens every prompt shares (a prompt cache then shows as cached input)")
 	fs.StringVar(&w.Dataset, "dataset", "", "JSONL of OpenAI requests or ShareGPT conversations instead of synthetic prompts")
-	fs.Uint64Var(&w.Seed, "seed", 0, "seed of the prompts (default 1)")
+	fs.Uint64Var(&w.Seed, "seed", 0, "seed of the prompts: the same prompts every round and run (default 0: fresh prompts for each endpoint's round)")
 	fs.IntVar(&w.Concurrency, "concurrency", 0, "requests in flight during each endpoint's bench (default 4)")
 	fs.IntVar(&w.Requests, "requests", 0, "measured requests per endpoint per round (default 16)")
 	fs.IntVar(&w.Probes, "probes", 0, "one-at-a-time probe requests per endpoint per round (default 2)")
