@@ -47,6 +47,11 @@ func (j *Judge) grade(ctx context.Context, p Pair, rng *rand.Rand) (int, error) 
 		return 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	// A judge on llama.cpp's server closes the kept connection after its
+	// answers: net/http resends a POST that failed on one only when it
+	// counts as idempotent, which an empty X-Idempotency-Key says (it is
+	// not sent). A verdict is safe to ask twice.
+	req.Header["X-Idempotency-Key"] = nil
 	if j.Key != "" {
 		req.Header.Set("Authorization", "Bearer "+j.Key)
 	}

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -82,4 +83,72 @@ func TestLlamaCppConnections(t *testing.T) {
 		}
 		wg.Wait()
 	})
+}
+
+// The mirror from the f16 build to the Q4_0 one, both llama.cpp's
+// server: no copy is lost to a connection the candidate closed, and GET
+// /v1/models goes to the primary alone (issue 40: 26% of the copies were
+// lost, and the list was copied as a POST that drew a 404).
+func TestLlamaCppMirrorLosesNoCopy(t *testing.T) {
+	var primary, candidate *llamatest.Server
+	var wg sync.WaitGroup
+	for i, v := range []string{"f16", "q4_0"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := llamatest.Start(t, llamatest.Options{Variant: v, Parallel: 2, Predict: 64})
+			if i == 0 {
+				primary = s
+			} else {
+				candidate = s
+			}
+		}()
+	}
+	wg.Wait()
+	if primary == nil || candidate == nil {
+		t.FailNow()
+	}
+	cfg := mirrorConfig(primary.URL, candidate.URL)
+	cfg.Models, cfg.DefaultPool = nil, "p"
+	cfg.Mirror.Rules[0].MaxInFlight = 16
+	cfg.Timeouts.FirstByte, cfg.Timeouts.Idle = time.Minute, time.Minute
+	gw := startGateway(t, cfg)
+	completions := 0
+	var mu sync.Mutex
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 6 {
+				var status int
+				var body string
+				switch (w + i) % 3 {
+				case 0:
+					status, _, body = do(t, "GET", gw.URL+"/v1/models", "")
+				default:
+					stream := (w+i)%3 == 1
+					status, _, body = post(t, gw.URL, "/v1/chat/completions", fmt.Sprintf(`{"model":"m","stream":%v,"max_tokens":8,"messages":[{"role":"user","content":"hi %d"}]}`, stream, i))
+					mu.Lock()
+					completions++
+					mu.Unlock()
+				}
+				if status != 200 {
+					t.Errorf("status %d: %s", status, body)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	s := pairStats(t, gw, completions)
+	if len(s.Pairs) != completions {
+		t.Errorf("%d pairs for %d completions", len(s.Pairs), completions)
+	}
+	for _, p := range s.Pairs {
+		if !p.Candidate.OK() || !p.Primary.OK() {
+			t.Errorf("a pair failed: primary %+v, candidate %+v", p.Primary, p.Candidate)
+		}
+	}
+	if len(s.Dropped) > 0 || s.Lost > 0 {
+		t.Errorf("dropped %v, %d pairs lost", s.Dropped, s.Lost)
+	}
 }

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-func pair(t *testing.T) (client, server net.Conn) {
+func pair(t testing.TB) (client, server net.Conn) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -73,3 +73,19 @@ func TestRestingWithoutSocket(t *testing.T) {
 		t.Error("Resting = false for a pipe: it cannot tell, and must say true")
 	}
 }
+
+// BenchmarkResting is the cost the round trip adds to each reuse of a
+// pooled connection: one ppoll(2).
+func BenchmarkResting(b *testing.B) {
+	client, server := pair(b)
+	defer client.Close()
+	defer server.Close()
+	fd, _ := SocketFD(client)
+	var c net.Conn = fdConn{Conn: client, fd: fd}
+	b.ReportAllocs()
+	for b.Loop() {
+		if !Resting(c) {
+			b.Fatal("not resting")
+		}
+	}
+}
