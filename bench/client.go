@@ -237,14 +237,15 @@ func (c *Client) do(ctx context.Context, body []byte, stream bool, p *parser, r 
 
 // outputCap sets the max_output_tokens a Responses answer is judged by
 // (quality.Truncated): the gateway's clamp when it set one, else an
-// override's, else the request's.
+// override's when it is an integer, else the request's.
 func (c *Client) outputCap(r *Result, clamp []byte) {
 	if n, err := strconv.Atoi(string(clamp)); err == nil && n > 0 {
 		r.Ask.MaxOutputTokens = n
 		return
 	}
-	if v, ok := c.overrides["max_output_tokens"]; ok {
-		n, _ := strconv.Atoi(string(v))
+	// Only an integer: another value (100.0, null) is not a limit the
+	// answer can be judged by, and must not hide the request's own.
+	if n, err := strconv.Atoi(strings.TrimSpace(string(c.overrides["max_output_tokens"]))); err == nil {
 		r.Ask.MaxOutputTokens = max(n, 0)
 		return
 	}

@@ -100,3 +100,24 @@ func TestResponsesCutButCompleted(t *testing.T) {
 		})
 	}
 }
+
+// TestResponsesOverrideNotInteger: an override of max_output_tokens that
+// is no integer (100.0, null, a string) leaves the request's own limit to
+// judge truncation by; an integer one is the limit.
+func TestResponsesOverrideNotInteger(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		override string
+		want     int
+	}{
+		{"100.0", 16}, {"null", 16}, {`"100"`, 16}, {"1e2", 16}, {"100", 100}, {" 32 ", 32},
+	} {
+		c := &Client{responses: true, overrides: map[string]json.RawMessage{"max_output_tokens": json.RawMessage(tc.override)}}
+		r := &Result{}
+		r.Ask.MaxOutputTokens = 16
+		c.outputCap(r, nil)
+		if r.Ask.MaxOutputTokens != tc.want {
+			t.Errorf("override %s: judged by %d, want %d", tc.override, r.Ask.MaxOutputTokens, tc.want)
+		}
+	}
+}

@@ -18,10 +18,20 @@ import (
 // form wrongly rather than with an error: llama.cpp's /tokenize takes
 // vLLM's messages form and answers 200 {"tokens":[]}. So each backend's
 // form is learned once, by trying them in turn, and kept: a request costs
-// one count, not three. An answer that is not a count (an empty token
-// list for a prompt that has messages, a 404) says the form is not this
-// server's; a form that stops working is learned again, and a backend that
-// speaks none is estimated for countRelearn before it is tried again.
+// one count, not three.
+//
+// The form is learned with the gateway's own probe (one user message,
+// "hi", with the model the backend serves), never with a client's
+// request: a client's body that the server rejects (vLLM's 422 for a
+// message part its validation refuses) says nothing about the server, and
+// must not switch exact counting off for every tenant. Once a form is
+// known, a count that fails (a 422, an answer that is not JSON, no count)
+// fails that request alone: it is estimated, counted and, now and then,
+// logged. Only the probe can say the server stopped speaking the form
+// (replaced, upgraded), and the forms are then learned again: it is asked
+// after a 404, 405 or 501 on the learned form, and at most once a
+// countRelearn after an answer that was no count. A backend that speaks none is estimated
+// for countRelearn before it is probed again.
 
 // countForm is a dialect of counting a chat request's prompt.
 type countForm int32
@@ -41,7 +51,8 @@ const (
 	// POST /tokenize {"content":"…","add_special":true} → {"tokens":[…]}
 	// (llama.cpp's server before input_tokens; two round trips).
 	formApplyTemplate
-	// formNone: no form gave a count; the estimate, until countRetry.
+	// formNone: no form gave the probe a count; the estimate, until
+	// countRelearn.
 	formNone
 	numCountForms
 )
@@ -73,15 +84,37 @@ const (
 	countWarnEvery = time.Minute
 )
 
-// errNotThisForm: the backend does not speak the form (404, 405, 422,
-// 501, or a 200 answer that holds no count).
-var errNotThisForm = errors.New("the backend does not count in this form")
+// errNotThisForm: the answer holds no count (a 422, a 200 answer that is
+// not JSON or holds no count). For the probe, the backend does not speak
+// the form; for a client's request, that request was not counted.
+// errFormGone (which is also errNotThisForm): the route is not there (404,
+// 405, 501), the one answer that may say a learned form stopped working.
+var (
+	errNotThisForm = errors.New("the backend does not count in this form")
+	errFormGone    = fmt.Errorf("%w: no such route", errNotThisForm)
+)
+
+// countProbeContent is the probe's one user message.
+const countProbeContent = "hi"
+
+// countProbe is the gateway's own request to count, with model the name
+// the backend serves: what a form is learned and confirmed with.
+func countProbe(model string) policy.ExactInput {
+	msgs := `[{"role":"user","content":"` + countProbeContent + `"}]`
+	body := openai.AppendJSONString([]byte(`{"model":`), model)
+	body = append(append(append(body, `,"messages":`...), msgs...), '}')
+	return policy.ExactInput{Messages: []byte(msgs), Body: body}
+}
 
 // tokenCounts is a backend's learned form and its counts by source.
 type tokenCounts struct {
 	form     atomic.Int32 // a countForm
 	retry    atomic.Int64 // unix nanoseconds: formNone holds until then
 	lastWarn atomic.Int64 // unix nanoseconds of the last failure logged
+	lastGone atomic.Int64 // of the last "no longer counts" logged
+	// lastCheck: of the last probe that checked the form after a
+	// request's count that was not a count.
+	lastCheck atomic.Int64
 	// by counts by the form that gave them; [formNone] the requests that
 	// fell back to the estimate.
 	by [numCountForms]atomic.Int64
@@ -102,8 +135,9 @@ func countClient(hc *fasthttp.HostClient) *fasthttp.HostClient {
 }
 
 // countTokens counts a prompt in the backend's form, learning the form
-// first. An error means no exact count: the policy keeps its estimate,
-// which is counted (source estimate) and, now and then, logged.
+// first (with the probe). An error means no exact count: the policy keeps
+// its estimate, which is counted (source estimate) and, now and then,
+// logged.
 func (b *backend) countTokens(model string, in policy.ExactInput, timeout time.Duration, log *slog.Logger) (int, error) {
 	c := &b.counts
 	now := time.Now()
@@ -112,52 +146,89 @@ func (b *backend) countTokens(model string, in policy.ExactInput, timeout time.D
 		c.form.CompareAndSwap(int32(formNone), int32(formUnknown))
 		f = formUnknown
 	}
-	switch f {
-	case formNone:
+	if f == formNone {
 		c.by[formNone].Add(1)
 		return 0, fmt.Errorf("count %s: no form of counting answered; estimating until %s", b.name, time.Unix(0, c.retry.Load()).UTC().Format(time.TimeOnly))
-	case formUnknown:
-	default:
-		n, err := b.countBy(f, model, in, timeout)
-		if err == nil {
-			c.by[f].Add(1)
-			return n, nil
-		}
-		if !errors.Is(err, errNotThisForm) {
+	}
+	if f == formUnknown {
+		var err error
+		if f, err = b.learnCountForm(model, timeout, log); err != nil {
 			c.by[formNone].Add(1)
-			if last := c.lastWarn.Load(); now.UnixNano()-last >= int64(countWarnEvery) && c.lastWarn.CompareAndSwap(last, now.UnixNano()) {
-				log.Warn("backend token count failed; the prompt is estimated", "backend", b.name, "form", f.String(), "err", err)
-			}
 			return 0, err
 		}
-		// The server stopped speaking it (replaced, upgraded): learn again.
-		log.Warn("backend no longer counts tokens in its form; trying the others", "backend", b.name, "form", f.String(), "err", err)
-		c.form.CompareAndSwap(int32(f), int32(formUnknown))
 	}
+	n, err := b.countBy(f, model, in, timeout)
+	if err == nil {
+		c.by[f].Add(1)
+		return n, nil
+	}
+	// The server may have stopped speaking the form (replaced,
+	// upgraded): the probe says whether, and the form it learns then
+	// counts this request. A 404 asks the probe every time; an answer
+	// that is not a count (a client can provoke one) asks it at most once
+	// per countRelearn, which is how a vLLM replaced by a llama.cpp, whose
+	// /tokenize answers 200 {"tokens":[]}, is found.
+	if errors.Is(err, errFormGone) || errors.Is(err, errNotThisForm) && c.checkDue(now) {
+		if _, perr := b.countBy(f, model, countProbe(model), timeout); errors.Is(perr, errNotThisForm) {
+			warnEvery(&c.lastGone, now, log, "backend no longer counts tokens in its form; trying the others", "backend", b.name, "form", f.String(), "err", perr)
+			if c.form.CompareAndSwap(int32(f), int32(formUnknown)) {
+				if nf, lerr := b.learnCountForm(model, timeout, log); lerr == nil && nf != f {
+					if n, err := b.countBy(nf, model, in, timeout); err == nil {
+						c.by[nf].Add(1)
+						return n, nil
+					}
+				}
+			}
+		}
+	}
+	c.by[formNone].Add(1)
+	warnEvery(&c.lastWarn, now, log, "backend token count failed; the prompt is estimated", "backend", b.name, "form", f.String(), "err", err)
+	return 0, err
+}
+
+// checkDue says whether the probe may check the form now, after an answer
+// that was no count: not within countRelearn of the last check.
+func (c *tokenCounts) checkDue(now time.Time) bool {
+	last := c.lastCheck.Load()
+	return now.UnixNano()-last >= int64(countRelearn) && c.lastCheck.CompareAndSwap(last, now.UnixNano())
+}
+
+// warnEvery logs msg unless the warning last was (unix nanoseconds) less
+// than countWarnEvery ago.
+func warnEvery(lastP *atomic.Int64, now time.Time, log *slog.Logger, msg string, args ...any) {
+	if last := lastP.Load(); now.UnixNano()-last >= int64(countWarnEvery) && lastP.CompareAndSwap(last, now.UnixNano()) {
+		log.Warn(msg, args...)
+	}
+}
+
+// learnCountForm tries the forms in turn with the probe and keeps the
+// first that gives a count; none gives formNone until countRelearn. A
+// server that fails the probe otherwise (a 500, unreachable) leaves the
+// form unknown, to be learned on a later request.
+func (b *backend) learnCountForm(model string, timeout time.Duration, log *slog.Logger) (countForm, error) {
+	c := &b.counts
+	probe := countProbe(model)
 	var errs []error
 	for _, f := range countForms {
-		n, err := b.countBy(f, model, in, timeout)
+		_, err := b.countBy(f, model, probe, timeout)
 		if err == nil {
 			if old := countForm(c.form.Swap(int32(f))); old != f {
 				log.Info("backend counts tokens", "backend", b.name, "form", f.String())
 			}
-			c.by[f].Add(1)
-			return n, nil
+			return f, nil
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", f, err))
 		if !errors.Is(err, errNotThisForm) {
-			// The server answered, or could not be reached: whether it
+			// The server failed, or could not be reached: whether it
 			// speaks the form is not known, and no other is tried.
-			c.by[formNone].Add(1)
-			return 0, errors.Join(errs...)
+			return formUnknown, fmt.Errorf("count %s: %w", b.name, errors.Join(errs...))
 		}
 	}
-	c.retry.Store(now.Add(countRelearn).UnixNano())
+	c.retry.Store(time.Now().Add(countRelearn).UnixNano())
 	if old := countForm(c.form.Swap(int32(formNone))); old != formNone {
 		log.Warn("backend gives no token count in any form; prompts are estimated", "backend", b.name, "retry_in", countRelearn.String(), "err", errors.Join(errs...))
 	}
-	c.by[formNone].Add(1)
-	return 0, errors.Join(errs...)
+	return formNone, fmt.Errorf("count %s: %w", b.name, errors.Join(errs...))
 }
 
 // countBy asks the backend for a count in form f. model is the name the
@@ -250,11 +321,13 @@ func (b *backend) countCall(path string, body []byte, timeout time.Duration, v a
 	}
 	switch c := resp.StatusCode(); c {
 	case fasthttp.StatusOK:
-	case fasthttp.StatusNotFound, fasthttp.StatusMethodNotAllowed, fasthttp.StatusNotImplemented,
+	case fasthttp.StatusNotFound, fasthttp.StatusMethodNotAllowed, fasthttp.StatusNotImplemented:
+		return fmt.Errorf("%w: POST %s: status %d", errFormGone, path, c)
+	case fasthttp.StatusUnprocessableEntity:
 		// A FastAPI server's answer to a body not of the route's schema
-		// (SGLang's /tokenize takes a prompt, not messages).
-		fasthttp.StatusUnprocessableEntity:
-		return fmt.Errorf("%w: POST %s: status %d", errNotThisForm, path, c)
+		// (SGLang's /tokenize takes a prompt, not messages), or to a
+		// message its validation rejects.
+		return fmt.Errorf("%w: POST %s: status %d: %.200s", errNotThisForm, path, c, resp.Body())
 	default:
 		return fmt.Errorf("POST %s: status %d: %.200s", path, c, resp.Body())
 	}

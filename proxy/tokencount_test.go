@@ -74,6 +74,15 @@ func startCountServer(t *testing.T, dialect string) *countServer {
 			// A server whose /tokenize takes another body: FastAPI's 422.
 			w.WriteHeader(422)
 			w.Write([]byte(`{"detail":[{"type":"missing","loc":["body","prompt"],"msg":"Field required"}]}`))
+		case r.URL.Path == "/tokenize" && d == "vllm" && strings.Contains(string(body), `"type":"bogus"`):
+			// vLLM's validation of a message part it does not know.
+			w.WriteHeader(422)
+			w.Write([]byte(`{"detail":[{"type":"literal_error","loc":["body","messages",0,"content",0,"type"],"msg":"Input should be 'text'"}]}`))
+		case r.URL.Path == "/tokenize" && d == "vllm" && strings.Contains(string(body), "say nothing"):
+			// An answer that is no count.
+			answer(map[string]any{"count": 0, "tokens": []int{}})
+		case r.URL.Path == "/tokenize" && d == "vllm" && strings.Contains(string(body), "say garbage"):
+			w.Write([]byte(`<html>proxy error</html>`))
 		case r.URL.Path == "/tokenize" && d == "vllm":
 			n := countPrompt(body)
 			answer(map[string]any{"count": n, "max_model_len": 4096, "tokens": make([]int, n), "token_strs": nil})
@@ -154,8 +163,8 @@ var countBodies = []string{
 	`{"model":"m","stream":false,"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}],"messages":[{"role":"user","content":"weather in Paris"}]}`,
 }
 
-// TestBackendCountForms: each server's dialect of counting is learned on
-// the first request and then used alone, and the gateway's count is the
+// TestBackendCountForms: each server's dialect of counting is learned
+// with the probe on the first request and then used alone, and the gateway's count is the
 // server's own count of the prompt it serves, tools included.
 func TestBackendCountForms(t *testing.T) {
 	t.Parallel()
@@ -167,14 +176,14 @@ func TestBackendCountForms(t *testing.T) {
 		calls map[string]int
 	}{
 		{"vLLM and SGLang: /tokenize with messages", "vllm", formTokenize,
-			map[string]int{"/tokenize": 3, "/v1/chat/completions/input_tokens": 0, "/apply-template": 0}},
-		// /tokenize's 200 {"tokens":[]} is not a count: tried once, then
-		// input_tokens alone.
+			map[string]int{"/tokenize": 1 + 3, "/v1/chat/completions/input_tokens": 0, "/apply-template": 0}},
+		// /tokenize's 200 {"tokens":[]} is not a count: probed once,
+		// then input_tokens alone.
 		{"llama.cpp: input_tokens", "llamacpp", formInputTokens,
-			map[string]int{"/tokenize": 1, "/v1/chat/completions/input_tokens": 3, "/apply-template": 0}},
+			map[string]int{"/tokenize": 1, "/v1/chat/completions/input_tokens": 1 + 3, "/apply-template": 0}},
 		// Without input_tokens (404): the template, then its tokens.
 		{"older llama.cpp: apply-template and tokenize", "llamacpp-old", formApplyTemplate,
-			map[string]int{"/tokenize": 1 + 3, "/v1/chat/completions/input_tokens": 1, "/apply-template": 3}},
+			map[string]int{"/tokenize": 2 + 3, "/v1/chat/completions/input_tokens": 1, "/apply-template": 1 + 3}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -211,7 +220,8 @@ func TestBackendCountResponses(t *testing.T) {
 	if counted, served := countedVsServed(t, gw, "/v1/responses", body); counted != served || counted == 0 {
 		t.Errorf("the gateway counted %d, the server %d", counted, served)
 	}
-	if s.hit("/v1/responses/input_tokens") != 1 || s.hit("/v1/chat/completions/input_tokens") != 0 {
+	// The form is learned with the probe, a chat request.
+	if s.hit("/v1/responses/input_tokens") != 1 || s.hit("/v1/chat/completions/input_tokens") != 1 {
 		t.Errorf("calls %v", s.hits)
 	}
 }
@@ -238,7 +248,7 @@ func testBackendCountNone(t *testing.T, dialect string) {
 		}
 	}
 	if got := s.hit("/tokenize") + s.hit("/v1/chat/completions/input_tokens") + s.hit("/apply-template"); got != 3 {
-		t.Errorf("%d count calls for 3 requests, want the 3 forms tried once", got)
+		t.Errorf("%d count calls for 3 requests, want the 3 forms probed once", got)
 	}
 	b := gw.state.Load().pools["p"].backends[0]
 	if n := b.counts.by[formNone].Load(); n != 3 {
@@ -287,7 +297,9 @@ func TestBackendCountChanges(t *testing.T) {
 	if c, sv := countedVsServed(t, gw, "/v1/chat/completions", countBodies[2]); c != sv {
 		t.Errorf("after the change: counted %d, served %d", c, sv)
 	}
-	if f := countForm(b.counts.form.Load()); f != formTokenize || s.hit("/tokenize") != probes+1 {
+	// The probe on input_tokens confirms the 404; /tokenize: the probe,
+	// then the request.
+	if f := countForm(b.counts.form.Load()); f != formTokenize || s.hit("/tokenize") != probes+2 {
 		t.Errorf("form %s after the change; /tokenize calls %d → %d", f, probes, s.hit("/tokenize"))
 	}
 }
@@ -324,7 +336,80 @@ func TestBackendCountUpstreamModel(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if want := []string{"/tokenize served-name", "/v1/chat/completions/input_tokens served-name", "/v1/chat/completions served-name"}; strings.Join(got, "|") != strings.Join(want, "|") {
+	if want := []string{"/tokenize served-name", "/v1/chat/completions/input_tokens served-name", "/v1/chat/completions/input_tokens served-name", "/v1/chat/completions served-name"}; strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Errorf("calls %q, want %q", got, want)
+	}
+}
+
+// TestBackendCountHostile: a client's request whose count the server
+// refuses (vLLM's 422 for a message part its validation rejects, a count
+// of 0, an answer that is not JSON) is estimated alone: the form is
+// learned with the gateway's probe, never with that request, and stays
+// learned, so every other tenant's requests are still counted exactly.
+func TestBackendCountHostile(t *testing.T) {
+	t.Parallel()
+	s := startCountServer(t, "vllm")
+	gw := countGateway(t, s.URL)
+	b := gw.state.Load().pools["p"].backends[0]
+	hostile := []string{
+		`{"model":"m","messages":[{"role":"user","content":[{"type":"bogus","text":"x"}]}]}`,
+		`{"model":"m","messages":[{"role":"user","content":"say nothing"}]}`,
+		`{"model":"m","messages":[{"role":"user","content":"say garbage"}]}`,
+	}
+	// The first request after start is hostile: it does not decide the form.
+	for round := range 3 {
+		for _, h := range hostile {
+			if status, _, resp := post(t, gw.URL, "/v1/chat/completions", h); status != 200 {
+				t.Fatalf("%s: %d %s", h, status, resp)
+			}
+			if f := countForm(b.counts.form.Load()); f != formTokenize {
+				t.Fatalf("round %d, after %s: form %s, want tokenize", round, h, f)
+			}
+		}
+		for _, body := range countBodies {
+			if counted, served := countedVsServed(t, gw, "/v1/chat/completions", body); counted != served || counted == 0 {
+				t.Errorf("round %d, %s: the gateway counted %d, the server %d", round, body, counted, served)
+			}
+		}
+	}
+	if n := b.counts.by[formNone].Load(); n != 9 {
+		t.Errorf("%d requests estimated, want the 9 hostile ones", n)
+	}
+	if n := b.counts.by[formTokenize].Load(); n != 9 {
+		t.Errorf("%d requests counted, want the 9 others", n)
+	}
+	// No relearning: the other forms were never tried; /tokenize had the
+	// probe that learned it, one call a request, and one probe that
+	// checked it (at most one a countRelearn).
+	if s.hit("/v1/chat/completions/input_tokens") != 0 || s.hit("/apply-template") != 0 || s.hit("/tokenize") != 2+18 {
+		t.Errorf("count calls %v", s.hits)
+	}
+	logs := gw.logs.String()
+	if strings.Count(logs, "backend token count failed") != 1 || strings.Contains(logs, "no longer counts") || strings.Contains(logs, "gives no token count") {
+		t.Errorf("want one rate-limited warning of a failed count:\n%s", logs)
+	}
+}
+
+// TestBackendCountSwaps: servers replaced twice within a minute are
+// learned again each time (the probe confirms the 404), and said once.
+func TestBackendCountSwaps(t *testing.T) {
+	t.Parallel()
+	s := startCountServer(t, "llamacpp")
+	gw := countGateway(t, s.URL)
+	b := gw.state.Load().pools["p"].backends[0]
+	for i, step := range []struct {
+		dialect string
+		form    countForm
+	}{{"llamacpp", formInputTokens}, {"vllm", formTokenize}, {"llamacpp", formInputTokens}} {
+		s.setDialect(step.dialect)
+		if c, sv := countedVsServed(t, gw, "/v1/chat/completions", countBodies[i]); c != sv {
+			t.Errorf("%s: counted %d, served %d", step.dialect, c, sv)
+		}
+		if f := countForm(b.counts.form.Load()); f != step.form {
+			t.Errorf("%s: form %s, want %s", step.dialect, f, step.form)
+		}
+	}
+	if n := strings.Count(gw.logs.String(), "no longer counts"); n != 1 {
+		t.Errorf("%d warnings of a form gone, want 1:\n%s", n, gw.logs)
 	}
 }
