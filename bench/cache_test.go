@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/infergate/infergate/internal/tokens"
 	"github.com/infergate/infergate/sim"
@@ -18,14 +19,19 @@ import (
 
 // cacheConfig is a small run against a prefix-caching server: prompts
 // long enough that their cached share shows (8 blocks of 16 tokens),
-// answers of a forced length so that end-to-end times compare.
+// answers of a forced length so that end-to-end times compare. The users
+// start 50 ms apart and answers are 32 tokens long: four users released
+// together with 8-token answers fall into lock-step with the simulator's
+// decode steps, and their TTFT and TPOT medians then jump between modes
+// from one run to the next (TPOT p50 8.6 or 10.5 ms, TTFT p50 57 or 70
+// ms, with the means alike), which a median's interval reads as a change.
 func cacheConfig(url string, seed uint64, cache string) Config {
 	return Config{
 		Tokenizer: sharedTokenizer(),
 		URL:       url,
-		Workload: WorkloadSpec{Endpoint: "chat", Model: "sim-model", Stream: true, InputTokens: "128", OutputTokens: "8",
+		Workload: WorkloadSpec{Endpoint: "chat", Model: "sim-model", Stream: true, InputTokens: "128", OutputTokens: "32",
 			ForceOutputLength: true, Seed: seed},
-		Load:  LoadSpec{Mode: "closed", Concurrency: 4, Requests: 24, WarmupRequests: 2},
+		Load:  LoadSpec{Mode: "closed", Concurrency: 4, Requests: 32, WarmupRequests: 4, RampUp: 200 * time.Millisecond},
 		Cache: cache,
 	}
 }
@@ -67,7 +73,16 @@ func share(r *Record) float64 {
 // figure is tested at 95%; over 4 pairs at most one may alarm. The same
 // pairs with a given seed show why: the rerun finds its prompts cached,
 // and CacheDifferences refuses it with the reason.
+//
+// Its figures are timings of runs one after the other: under the race
+// detector, beside other packages' tests, a slowed second run is a real
+// difference of conditions (CI saw TPOT +24% between two such runs), not
+// the cache's. So it runs without the race detector, on its own, as
+// .ci/run runs the schedule and allocation tests.
 func TestAATwoRunsOnAPrefixCachingServer(t *testing.T) {
+	if raceBuild {
+		t.Skip("a timing A/A: run without -race (.ci/run does)")
+	}
 	url := simtest.Start(t, sim.DefaultConfig()).URL
 	o := verdict.Options{}
 	alarms := 0
@@ -124,8 +139,8 @@ func TestWarmCache(t *testing.T) {
 	for _, r := range []*Record{w1, w2} {
 		s := r.Stages[0]
 		// 128 words and the sim's chat framing: every full block cached.
-		if share(r) < 0.9 || s.Primed != 26 || r.Conditions.Cache != CacheWarm {
-			t.Errorf("warm run: cached share %.3f, primed %d, cache %q: want ≥ 0.9, the 26 requests of the stage, warm", share(r), s.Primed, r.Conditions.Cache)
+		if share(r) < 0.9 || s.Primed != 36 || r.Conditions.Cache != CacheWarm {
+			t.Errorf("warm run: cached share %.3f, primed %d, cache %q: want ≥ 0.9, the 36 requests of the stage, warm", share(r), s.Primed, r.Conditions.Cache)
 		}
 	}
 	if d, _ := CacheDifferences(w1, w2, DefaultCacheTolerance); len(d) > 0 {
@@ -137,7 +152,7 @@ func TestWarmCache(t *testing.T) {
 	}
 	var text strings.Builder
 	w1.WriteText(&text)
-	for _, want := range []string{"cache: warm: each stage's prompts sent once", "warm pass: 26 requests", "cached: 9"} {
+	for _, want := range []string{"cache: warm: each stage's prompts sent once", "warm pass: 36 requests", "cached: 9"} {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, text.String())
 		}
@@ -218,8 +233,8 @@ func TestCachedShareFromLlamaCppTimings(t *testing.T) {
 		cfg.Workload.Stream, cfg.Workload.InputTokens, cfg.Workload.OutputTokens = stream, "32", "3"
 		rec := runCache(t, cfg)
 		s := rec.Stages[0]
-		if share(rec) != 0.9 || s.CachedAnswers != 24 || s.InputTokensAsked != 32 || s.InputTokensServer != 40 {
-			t.Errorf("stream=%v: cached share %.3f over %d answers, input %.1f asked / %.1f by the server: want 0.9 over 24, 32 / 40", stream, share(rec), s.CachedAnswers, s.InputTokensAsked, s.InputTokensServer)
+		if share(rec) != 0.9 || s.CachedAnswers != cfg.Load.Requests || s.InputTokensAsked != 32 || s.InputTokensServer != 40 {
+			t.Errorf("stream=%v: cached share %.3f over %d answers, input %.1f asked / %.1f by the server: want 0.9 over %d, 32 / 40", stream, share(rec), s.CachedAnswers, s.InputTokensAsked, s.InputTokensServer, cfg.Load.Requests)
 		}
 		var text strings.Builder
 		rec.WriteText(&text)
