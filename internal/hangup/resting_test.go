@@ -54,9 +54,19 @@ func TestRestingReadsNothing(t *testing.T) {
 	client, server := pair(t)
 	defer client.Close()
 	defer server.Close()
-	server.Write([]byte("x"))
-	time.Sleep(20 * time.Millisecond)
-	Resting(client)
+	if _, err := server.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	// Poll until Resting sees the byte (one loopback trip), up to a second.
+	seen := false
+	for deadline := time.Now().Add(time.Second); !seen && time.Now().Before(deadline); {
+		if seen = !Resting(client); !seen {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if !seen {
+		t.Fatal("Resting = true a second after the peer wrote a byte, want false")
+	}
 	buf := make([]byte, 4)
 	client.SetReadDeadline(time.Now().Add(time.Second))
 	if n, _ := client.Read(buf); string(buf[:n]) != "x" {

@@ -14,8 +14,10 @@
 // learned from the answers' Keep-Alive header) and, checked at once
 // without reading (hangup.Resting), the server has not closed it; a
 // request that still fails on a reused connection before anything came
-// back is sent once more on a new connection, never another pooled one,
-// which a server that closed one has likely closed too.
+// back is sent once more on a new connection rather than another pooled
+// one, which a server that closed one has likely closed too; only when the
+// pool yields no new one (it is full, or holds more than maxHeld pooled
+// ones) does the retry take a pooled one that just passed that check.
 package roundtrip
 
 import (
@@ -26,6 +28,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -45,9 +48,10 @@ type Conn interface {
 }
 
 // Pool is what a round trip needs of a *fasthttp.HostClient. AcquireConn
-// must not wait for a free connection (MaxConnWaitTimeout 0, fasthttp's
+// should not wait for a free connection (MaxConnWaitTimeout 0, fasthttp's
 // default) while the pool is full: a retry that holds pooled connections
-// aside to get a new one (see Do) then frees a slot itself.
+// aside to get a new one (see Do) would wait for its own; with no wait it
+// takes one of those instead.
 type Pool[C Conn] interface {
 	AcquireConn(reqTimeout time.Duration, connectionClose bool) (C, error)
 	ReleaseConn(C)
@@ -142,7 +146,8 @@ func (t *Trip) Finish(reuse bool) { t.finish(reuse && !t.closing, t.DeadlineSet)
 // Do sends req on a connection of p and reads the response headers. When
 // ctx ends first it returns context.Cause(ctx); otherwise a failure is an
 // *Error. A pooled connection that fails before anything came back (the
-// server closed it as the request left) is replaced, once, by a new one.
+// server closed it as the request left) is replaced, once, by a new one
+// (see acquireNew).
 func Do[C Conn](ctx context.Context, p Pool[C], req *fasthttp.Request, o Options, obs Observer) (Trip, error) {
 	for fresh := false; ; fresh = true {
 		obs.Starting()
@@ -150,7 +155,7 @@ func Do[C Conn](ctx context.Context, p Pool[C], req *fasthttp.Request, o Options
 		var reused bool
 		var err error
 		if fresh {
-			cc, err = acquireNew(p, o)
+			cc, reused, err = acquireNew(p, o)
 		} else {
 			cc, reused, err = acquire(p, o)
 		}
@@ -181,7 +186,7 @@ func Do[C Conn](ctx context.Context, p Pool[C], req *fasthttp.Request, o Options
 			if ctx.Err() != nil {
 				return Trip{}, reqctx.Cause(ctx)
 			}
-			if reused {
+			if reused && !fresh {
 				continue // the server closed it: nothing came back
 			}
 			return Trip{}, &Error{StageWrite, err}
@@ -206,7 +211,7 @@ func Do[C Conn](ctx context.Context, p Pool[C], req *fasthttp.Request, o Options
 			switch {
 			case ctx.Err() != nil:
 				return Trip{}, reqctx.Cause(ctx)
-			case reused && nothing && Stale(err):
+			case reused && !fresh && nothing && Stale(err):
 				continue
 			}
 			return Trip{}, &Error{StageHeaders, err}
@@ -251,24 +256,22 @@ func acquire[C Conn](p Pool[C], o Options) (cc C, reused bool, err error) {
 	}
 }
 
-// maxHeld bounds the pooled connections acquireNew holds aside, and
-// maxNewTries its attempts.
-const (
-	maxHeld     = 8
-	maxNewTries = 4 * maxHeld
-)
+// maxHeld bounds the pooled connections acquireNew holds aside.
+const maxHeld = 64
 
-var errNoNewConn = errors.New("roundtrip: no new connection: the pool kept handing out pooled ones")
-
-// acquireNew takes a connection of p dialled for this request: fasthttp
-// has no call for that, and dials only when its pool is empty, so the
-// pooled connections it hands out on the way are held aside (those still
-// good, up to maxHeld; the rest closed) and given back, in their order,
-// once the new one is in hand. A pool that is full and idle gives a slot
-// for the dial by closing one of them. A pooled connection given back
-// counts as just used (fasthttp sets its LastUseTime), so its server may
-// close it sooner than Peer expects: hangup.Resting sees to that.
-func acquireNew[C Conn](p Pool[C], o Options) (C, error) {
+// acquireNew takes a connection of p for the retry of a request that
+// failed on a pooled one: a new one, dialled for it, if it can. fasthttp
+// has no call for that and dials only when its pool is empty, so the
+// pooled connections it hands out on the way are held aside (those that
+// fail the checks of acquire are closed) and given back, in their order,
+// once the new one is in hand. When the pool cannot give a new one (it
+// is full: ErrNoFreeConns; or the dial failed) or hands out more than maxHeld good pooled
+// ones, the retry takes the pooled one that passed the checks last, as a
+// retry did before new connections were sought: reused says so. No
+// connection that passed the checks is closed. A pooled connection given
+// back counts as just used (fasthttp sets its LastUseTime), so its server
+// may close it sooner than Peer expects: hangup.Resting sees to that.
+func acquireNew[C Conn](p Pool[C], o Options) (cc C, reused bool, err error) {
 	var held [maxHeld]C
 	n := 0
 	defer func() {
@@ -277,29 +280,29 @@ func acquireNew[C Conn](p Pool[C], o Options) (C, error) {
 			p.ReleaseConn(held[n])
 		}
 	}()
-	for range maxNewTries {
-		cc, err := p.AcquireConn(o.Connect, false)
+	for {
+		cc, err = p.AcquireConn(o.Connect, false)
 		if err != nil {
-			if n > 0 && errors.Is(err, fasthttp.ErrNoFreeConns) {
+			if n > 0 { // full (ErrNoFreeConns), or the dial failed
 				n--
-				p.CloseConn(held[n])
-				continue
+				return held[n], true, nil
 			}
-			return cc, err
+			return cc, false, err
 		}
 		last := cc.LastUseTime()
 		if last.IsZero() {
-			return cc, nil
+			return cc, false, nil
 		}
-		if n < maxHeld && o.Peer.keeps(time.Since(last)) && hangup.Resting(cc.Conn()) {
-			held[n] = cc
-			n++
+		if !o.Peer.keeps(time.Since(last)) || !hangup.Resting(cc.Conn()) {
+			p.CloseConn(cc) // each such turn takes one from the pool: the loop ends
 			continue
 		}
-		p.CloseConn(cc)
+		if n == maxHeld {
+			return cc, true, nil
+		}
+		held[n] = cc
+		n++
 	}
-	var zero C
-	return zero, errNoNewConn
 }
 
 // Peer is what a server's answers tell of its keep-alive connections,
@@ -334,11 +337,26 @@ func (p *Peer) learn(h *fasthttp.ResponseHeader) {
 	}
 	v := h.Peek(fasthttp.HeaderKeepAlive)
 	if len(v) == 0 {
-		return
+		// The pools keep header names as sent (DisableHeaderNamesNormalizing),
+		// so "keep-alive: timeout=5" is missed by Peek.
+		v = peekFold(h, fasthttp.HeaderKeepAlive)
+		if len(v) == 0 {
+			return
+		}
 	}
 	if d, ok := KeepAliveTimeout(v); ok && int64(d) != p.idle.Load() {
 		p.idle.Store(int64(d))
 	}
+}
+
+// peekFold returns the value of h's header named name in any case.
+func peekFold(h *fasthttp.ResponseHeader, name string) []byte {
+	for k, v := range h.All() {
+		if len(k) == len(name) && strings.EqualFold(string(k), name) {
+			return v
+		}
+	}
+	return nil
 }
 
 // maxKeepAlive bounds a stated keep-alive timeout: a server that says

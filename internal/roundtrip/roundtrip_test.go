@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/infergate/infergate/internal/hangup"
 	"github.com/valyala/fasthttp"
 )
 
@@ -48,8 +50,8 @@ func server(t *testing.T) (string, *atomic.Int64) {
 }
 
 type obs struct {
-	hc       *fasthttp.HostClient
-	attempts *atomic.Int64 // Starting calls, when set
+	hc       *fasthttp.HostClient // unused
+	attempts *atomic.Int64        // Starting calls, when set
 }
 
 func (o obs) Starting() {
@@ -182,15 +184,21 @@ const okKeepAlive = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nKeep-Alive: timeout
 // do sends one request through Do and finishes it, reading the body.
 func do(t *testing.T, hc *fasthttp.HostClient, o Options, attempts *atomic.Int64) (reused bool, err error) {
 	t.Helper()
+	return doOn(t, hc, hc.Addr, o, attempts)
+}
+
+// doOn is do on any pool of the server at addr.
+func doOn[C Conn](t *testing.T, p Pool[C], addr string, o Options, attempts *atomic.Int64) (reused bool, err error) {
+	t.Helper()
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
-	req.SetRequestURI("http://" + hc.Addr + "/")
+	req.SetRequestURI("http://" + addr + "/")
 	req.Header.SetMethod("POST")
 	req.SetBodyString(`{"stream":true}`)
 	if o.Connect == 0 {
 		o.Connect = time.Second
 	}
-	trip, err := Do(context.Background(), hc, req, o, obs{hc: hc, attempts: attempts})
+	trip, err := Do(context.Background(), p, req, o, obs{attempts: attempts})
 	if err != nil {
 		return false, err
 	}
@@ -212,28 +220,16 @@ func do(t *testing.T, hc *fasthttp.HostClient, o Options, attempts *atomic.Int64
 func TestRetryIsOnANewConnection(t *testing.T) {
 	t.Parallel()
 	var second atomic.Int64
+	firsts := barrier(3) // three requests at once take three connections
 	hc, conns := scripted(t, func(_, n int) (string, bool) {
 		if n > 1 {
 			second.Add(1)
 			return "", true
 		}
-		time.Sleep(50 * time.Millisecond) // so that three requests at once take three connections
+		firsts()
 		return okKeepAlive, false
 	})
-	var wg sync.WaitGroup
-	for range 3 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if _, err := do(t, hc, Options{}, nil); err != nil {
-				t.Error(err)
-			}
-		}()
-	}
-	wg.Wait()
-	if n := hc.IdleConnsCount(); n != 3 {
-		t.Fatalf("%d idle connections after three concurrent requests, want 3", n)
-	}
+	fill(t, hc, 3)
 	var attempts atomic.Int64
 	reused, err := do(t, hc, Options{}, &attempts)
 	if err != nil {
@@ -251,6 +247,170 @@ func TestRetryIsOnANewConnection(t *testing.T) {
 	}
 }
 
+// barrier returns a func that blocks until k calls are in it (at most
+// 10 s), then lets them all go; later calls go at once.
+func barrier(k int64) func() {
+	var in atomic.Int64
+	all := make(chan struct{})
+	return func() {
+		if in.Add(1) == k {
+			close(all)
+		}
+		select {
+		case <-all:
+		case <-time.After(10 * time.Second):
+		}
+	}
+}
+
+// fill sends k requests at once to a server whose first answers wait at
+// a barrier(k), so the pool ends with k idle connections.
+func fill(t *testing.T, hc *fasthttp.HostClient, k int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for range k {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := do(t, hc, Options{}, nil); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := hc.IdleConnsCount(); n != k {
+		t.Fatalf("%d idle connections after %d concurrent requests, want %d", n, k, k)
+	}
+}
+
+// staleOnce is a server whose first answers wait at a barrier(k) and
+// whose first request on a reused connection finds it closed (the server
+// timed it out just then); it answers every other. second counts the
+// requests on reused connections.
+func staleOnce(t *testing.T, k int64) (hc *fasthttp.HostClient, conns, second *atomic.Int64) {
+	second = new(atomic.Int64)
+	firsts := barrier(k)
+	hc, conns = scripted(t, func(_, n int) (string, bool) {
+		if n > 1 {
+			if second.Add(1) == 1 {
+				return "", true
+			}
+			return okKeepAlive, false
+		}
+		firsts()
+		return okKeepAlive, false
+	})
+	return hc, conns, second
+}
+
+// With many idle connections, one that went stale is still replaced by a
+// new one, and none of the others, which the server keeps, is closed.
+func TestRetryWithManyIdleConnections(t *testing.T) {
+	t.Parallel()
+	hc, conns, second := staleOnce(t, 40)
+	fill(t, hc, 40)
+	var attempts atomic.Int64
+	reused, err := do(t, hc, Options{}, &attempts)
+	if err != nil {
+		t.Fatalf("the request failed: %v", err)
+	}
+	if reused {
+		t.Error("the answer came on a reused connection, want a new one")
+	}
+	if a, s, c := attempts.Load(), second.Load(), conns.Load(); a != 2 || s != 1 || c != 41 {
+		t.Errorf("%d attempts, %d on pooled connections, %d connections; want 2, 1 and 41", a, s, c)
+	}
+	if n := hc.IdleConnsCount(); n != 40 {
+		t.Errorf("%d idle connections after the retry, want 40 (39 set aside, the new one)", n)
+	}
+}
+
+// Past maxHeld good pooled connections, the retry takes the next one
+// (it just passed the hang-up check) rather than failing or closing any.
+func TestRetryPastMaxHeldTakesACheckedPooledConnection(t *testing.T) {
+	t.Parallel()
+	const k = maxHeld + 2
+	hc, conns, second := staleOnce(t, k)
+	fill(t, hc, k)
+	var attempts atomic.Int64
+	reused, err := do(t, hc, Options{}, &attempts)
+	if err != nil {
+		t.Fatalf("the request failed: %v", err)
+	}
+	if !reused {
+		t.Error("the retry dialled, want the pooled connection past the ones held")
+	}
+	if a, s, c := attempts.Load(), second.Load(), conns.Load(); a != 2 || s != 2 || c != k {
+		t.Errorf("%d attempts, %d on pooled connections, %d connections; want 2, 2 and %d", a, s, c, k)
+	}
+	if n := hc.IdleConnsCount(); n != k-1 {
+		t.Errorf("%d idle connections after the retry, want %d (all but the stale one)", n, k-1)
+	}
+}
+
+// fullPool is a pool at its MaxConns: it dials nothing, and with no idle
+// connection it says ErrNoFreeConns, as fasthttp's does.
+type fullPool[C Conn] struct {
+	Pool[C]
+	idle func() int
+}
+
+func (p fullPool[C]) AcquireConn(reqTimeout time.Duration, connectionClose bool) (C, error) {
+	if p.idle() == 0 {
+		var zero C
+		return zero, fasthttp.ErrNoFreeConns
+	}
+	return p.Pool.AcquireConn(reqTimeout, connectionClose)
+}
+
+func full[C Conn](p Pool[C], idle func() int) fullPool[C] { return fullPool[C]{p, idle} }
+
+// A retry on a full pool takes a pooled connection that passed the
+// hang-up check rather than closing one to dial.
+func TestRetryOnAFullPoolTakesACheckedPooledConnection(t *testing.T) {
+	t.Parallel()
+	hc, conns, second := staleOnce(t, 3)
+	fill(t, hc, 3)
+	var attempts atomic.Int64
+	reused, err := doOn(t, full(hc, hc.IdleConnsCount), hc.Addr, Options{}, &attempts)
+	if err != nil {
+		t.Fatalf("the request failed: %v", err)
+	}
+	if !reused {
+		t.Error("the answer came on a new connection, want a pooled one")
+	}
+	if a, s, c := attempts.Load(), second.Load(), conns.Load(); a != 2 || s != 2 || c != 3 {
+		t.Errorf("%d attempts, %d on pooled connections, %d connections; want 2, 2 and 3", a, s, c)
+	}
+	if n := hc.IdleConnsCount(); n != 2 {
+		t.Errorf("%d idle connections after the retry, want 2 (all but the stale one)", n)
+	}
+}
+
+// A Keep-Alive header is learned whatever the case of its name, also
+// from headers that keep names as sent (DisableNormalizing, as the
+// gateway's pools do; Do's own response normalizes them).
+func TestKeepAliveHeaderNameInAnyCase(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"Keep-Alive", "keep-alive", "KEEP-ALIVE"} {
+		for _, asSent := range []bool{false, true} {
+			var h fasthttp.ResponseHeader
+			if asSent {
+				h.DisableNormalizing()
+			}
+			raw := "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n" + name + ": timeout=3, max=100\r\n\r\n"
+			if err := h.Read(bufio.NewReader(strings.NewReader(raw))); err != nil {
+				t.Fatal(err)
+			}
+			var peer Peer
+			peer.learn(&h)
+			if d := peer.IdleTimeout(); d != 3*time.Second {
+				t.Errorf("%s (names as sent: %v): learned idle timeout %v, want 3s", name, asSent, d)
+			}
+		}
+	}
+}
+
 // A pooled connection the server closed while it rested is seen closed
 // before anything is written on it: the request goes on a new one at
 // the first attempt.
@@ -262,13 +422,26 @@ func TestClosedPooledConnectionIsNotUsed(t *testing.T) {
 	if _, err := do(t, hc, Options{}, nil); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		// Wait until the server's FIN is here (one loopback trip).
-		if hc.IdleConnsCount() == 1 && conns.Load() == 1 {
-			break
+	// Wait until the server's FIN is here (one loopback trip): the pooled
+	// connection no longer rests.
+	closed := false
+	for deadline := time.Now().Add(5 * time.Second); !closed && time.Now().Before(deadline); {
+		cc, err := hc.AcquireConn(time.Second, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cc.LastUseTime().IsZero() {
+			t.Fatal("the pool dialled: the first connection is gone from it")
+		}
+		closed = !hangup.Resting(cc.Conn())
+		hc.ReleaseConn(cc)
+		if !closed {
+			time.Sleep(time.Millisecond)
 		}
 	}
-	time.Sleep(20 * time.Millisecond)
+	if !closed {
+		t.Fatal("the server's close did not reach the pooled connection in 5 s")
+	}
 	var attempts atomic.Int64
 	reused, err := do(t, hc, Options{}, &attempts)
 	if err != nil {
