@@ -40,6 +40,22 @@ trap cleanup EXIT
 # port: a port free now (the kernel's pick, released at once).
 port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
+# await PID URL TRIES LOG: PID (a background server, stopped at exit)
+# answers 200 at URL within TRIES tenths of a second, or the last lines
+# of LOG are printed and it fails.
+await() {
+  local pid=$1 url=$2 tries=$3 log=$4
+  pids+=($pid)
+  for _ in $(seq "$tries"); do
+    kill -0 "$pid" 2>/dev/null || break
+    curl -fs "$url" >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  echo "$url did not answer:" >&2
+  tail -3 "$log" >&2
+  return 1
+}
+
 # llama PORT VARIANT NP [ARGS...]: a server in the background, waited for.
 llama() {
   local port=$1 variant=$2 np=$3
@@ -47,16 +63,7 @@ llama() {
   ${PIN:+taskset -c $PIN} "$LL/bin/llama-server" -m "$LL/models/infergate-tiny-$variant.gguf" --host 127.0.0.1 --port "$port" \
     -np "$np" -c $((2048 * np)) -n 1024 -t ${THREADS:-1} --metrics --slots --no-webui --alias infergate-tiny "$@" \
     >"$OUT/llama-$port.log" 2>&1 &
-  local pid=$!
-  pids+=($pid)
-  for _ in $(seq 600); do
-    kill -0 $pid 2>/dev/null || break
-    curl -fs "http://127.0.0.1:$port/health" >/dev/null 2>&1 && return 0
-    sleep 0.1
-  done
-  echo "llama-server on $port did not start:" >&2
-  tail -3 "$OUT/llama-$port.log" >&2
-  return 1
+  await $! "http://127.0.0.1:$port/health" 600 "$OUT/llama-$port.log"
 }
 
 # gateway PORT ADMIN [serve flags...]
@@ -64,15 +71,7 @@ gateway() {
   local port=$1 admin=$2
   shift 2
   "$B" serve --listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$admin" --log-level warn "$@" >"$OUT/gw-$port.log" 2>&1 &
-  local pid=$!
-  pids+=($pid)
-  for _ in $(seq 100); do
-    kill -0 $pid 2>/dev/null || break
-    curl -fs "http://127.0.0.1:$admin/readyz" >/dev/null 2>&1 && return 0
-    sleep 0.1
-  done
-  echo "gateway on $port did not start" >&2
-  return 1
+  await $! "http://127.0.0.1:$admin/readyz" 100 "$OUT/gw-$port.log"
 }
 
 stop_all() { cleanup; pids=(); }
@@ -144,8 +143,7 @@ mirror:
 YAML
     rm -f "$OUT/pairs.jsonl"
     "$B" serve --config "$OUT/shadow.yaml" --log-level warn >"$OUT/gw-shadow.log" 2>&1 &
-    pids+=($!)
-    sleep 1
+    await $! "http://127.0.0.1:$GADM/readyz" 100 "$OUT/gw-shadow.log"
     # Short requests, so that a minute or two gives the pairs a verdict needs.
     "$B" bench --url http://127.0.0.1:$G --input-tokens 64 --output-tokens 32 --force-output-length --quiet \
       --concurrency 4 --duration "${SHADOW_DUR:-90s}" | tee "$OUT/shadow-load.txt"

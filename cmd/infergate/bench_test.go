@@ -29,15 +29,7 @@ func exitCodeStdout(t *testing.T, args ...string) (int, string) {
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return 0, string(out)
-	case errors.As(err, &ee):
-		return ee.ExitCode(), string(out)
-	}
-	t.Fatalf("infergate %v: %v\n%s", args, err, stderr.String())
-	return -1, ""
+	return exitOf(t, args, out, err, stderr.String())
 }
 
 // exitCodeEnv is exitCode with variables added to the environment.
@@ -48,6 +40,13 @@ func exitCodeEnv(t *testing.T, env []string, args ...string) (int, string) {
 		cmd.Env = append(os.Environ(), env...)
 	}
 	out, err := cmd.CombinedOutput()
+	return exitOf(t, args, out, err, "")
+}
+
+// exitOf is a finished run's status and output; a run that could not
+// start fails t, with stderr when it was kept apart.
+func exitOf(t *testing.T, args []string, out []byte, err error, stderr string) (int, string) {
+	t.Helper()
 	var ee *exec.ExitError
 	switch {
 	case err == nil:
@@ -55,7 +54,7 @@ func exitCodeEnv(t *testing.T, env []string, args ...string) (int, string) {
 	case errors.As(err, &ee):
 		return ee.ExitCode(), string(out)
 	}
-	t.Fatalf("infergate %v: %v", args, err)
+	t.Fatalf("infergate %v: %v\n%s", args, err, stderr)
 	return -1, ""
 }
 
