@@ -142,12 +142,20 @@ func goodputComparable(a, b *Conditions) (bool, string) {
 func sloChanges(stage int, a, b *Summary, o verdict.Options, goodputJudged bool) []verdict.Change {
 	obj := o.Objective
 	metA, metB := attained(a, obj.SLOs), attained(b, obj.SLOs)
-	out := []verdict.Change{verdict.Attainment(stage, metA, a.Requests, metB, b.Requests, o.QualityTolerance)}
+	att := verdict.Attainment(stage, metA, a.Requests, metB, b.Requests, o.QualityTolerance)
 	g := verdict.Goodput(stage, metA, a.Window, metB, b.Window, min(a.Requests, b.Requests), o.SpeedTolerance)
-	if !goodputJudged {
+	switch {
+	case !goodputJudged:
 		g.Judgement, g.Need = verdict.Info, 0
+	case att.Judgement == verdict.Unsure:
+		// Open loop at one rate: goodput judges speed and attainment
+		// guards it, vetoing only a fall beyond doubt. Both count the
+		// same met requests; at a share near one half attainment needs
+		// ~900 requests a run to settle within 3 points, which would
+		// hold back a goodput gain its own interval has settled.
+		att.Judgement, att.Need = verdict.Info, 0
 	}
-	out = append(out, g)
+	out := []verdict.Change{att, g}
 	for _, slo := range obj.SLOs {
 		out = append(out, verdict.Crossing(stage, slo, obj.Pct(), sloValues(a, slo.Metric), sloValues(b, slo.Metric)))
 	}

@@ -108,3 +108,44 @@ func TestJournal(t *testing.T) {
 		t.Errorf("journal %q", lines)
 	}
 }
+
+// In open loop at one rate goodput judges and attainment guards it: an
+// attainment too close to call does not hold back a goodput gain that
+// settled, and an attainment that fell beyond doubt rolls it back.
+func TestOpenLoopAttainmentGuardsGoodput(t *testing.T) {
+	run := func(requests, ok, met int, window float64) *Summary {
+		s := &Summary{Requests: requests, OK: ok, Window: window, PerRequest: map[string][]float64{}}
+		for i := range ok {
+			ttft := 3000.0
+			if i < met {
+				ttft = 500
+			}
+			s.PerRequest["ttft"] = append(s.PerRequest["ttft"], ttft)
+			s.PerRequest["e2e"] = append(s.PerRequest["e2e"], ttft+100)
+		}
+		return s
+	}
+	o := verdict.Options{Objective: verdict.Objective{SLOs: []verdict.SLO{{Metric: "ttft", MaxMs: 2000}}}}
+	o.Defaults()
+	// What CI's tune run measured: a queue deadline shed 56 of 194
+	// requests; 96 → 99 met, in 13.5 s → 10.2 s.
+	base := run(194, 194, 96, 13.5)
+	for _, c := range []struct {
+		name string
+		next *Summary
+		want string
+	}{
+		{"attainment unsettled", run(194, 138, 99, 10.2), verdict.Keep},
+		{"attainment fell", run(194, 120, 70, 7), verdict.RollBack},
+	} {
+		changes := sloChanges(0, base, c.next, o, true)
+		r := verdict.Decide(changes, o)
+		if r.Verdict != c.want || changes[1].CILow <= 0 {
+			t.Errorf("%s: %s (goodput %s), want %s with goodput up: %q", c.name, r.Verdict, verdict.FormatDelta(changes[1]), c.want, r.Reasons)
+		}
+		// In closed loop attainment judges alone: unsettled is unsettled.
+		if r := verdict.Decide(sloChanges(0, base, c.next, o, false), o); c.want == verdict.Keep && r.Verdict != verdict.Inconclusive {
+			t.Errorf("%s, closed loop: %s, want INCONCLUSIVE: %q", c.name, r.Verdict, r.Reasons)
+		}
+	}
+}

@@ -229,17 +229,19 @@ func checkGainsKept(t *testing.T, cfg Config, j []Entry, out string) {
 			continue
 		}
 		c := bench.Compare(base, rec, cfg.Options)
-		rose, qualityRose, answers := false, false, rec.Stages[0].OK
+		rose, qualityRose, vetoed, answers := false, false, false, rec.Stages[0].OK
 		for _, ch := range c.Changes {
 			switch {
 			case ch.Metric == "goodput" && ch.CILow > 0:
 				rose = true
+			case ch.Metric == "slo_attainment" && ch.Judgement == verdict.Regressed:
+				vetoed = true // attainment, goodput's guard, fell beyond doubt
 			case ch.Quality && !strings.HasPrefix(ch.Metric, "failure") && ch.Count != nil &&
 				ch.Count.New*ch.Count.BaseOf > ch.Count.Base*ch.Count.NewOf:
 				qualityRose = true
 			}
 		}
-		if rose && !qualityRose && answers >= size {
+		if rose && !qualityRose && !vetoed && answers >= size {
 			gains++
 			if e.Verdict != verdict.Keep {
 				t.Errorf("step %d (%s): goodput rose beyond doubt, no quality rate rose, %d answers: %s %q", e.Step, e.Event, answers, e.Verdict, e.Reasons)

@@ -16,7 +16,9 @@ import (
 //   - strict (no objective): any judged figure that got worse rolls back.
 //     A roll-back that a trade caused (one latency worse, another better)
 //     says so in Hint and names the flag that would judge the trade.
-//   - slo: goodput and attainment at the SLOs judge speed; each latency
+//   - slo: goodput and attainment at the SLOs judge speed (bench's open
+//     loop at one rate judges goodput, attainment vetoing only a fall
+//     beyond doubt; closed loop judges attainment); each latency
 //     is shown, and counts against the change only when the change makes
 //     it cross its SLO at the objective's percentile. A failed request is
 //     one that missed the SLOs: failures count there (a queue deadline
