@@ -17,7 +17,6 @@ import (
 	"go.opentelemetry.io/otel/sdk/instrumentation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -248,15 +247,15 @@ func (t *Tracer) End(parent, sc trace.SpanContext, tl *Timeline, r RequestSpans)
 			}
 		}
 	}
-	root := tracetest.SpanStub{Name: name, SpanContext: sc, Parent: parent, SpanKind: trace.SpanKindServer,
-		StartTime: tl.Received, EndTime: tl.Done, Attributes: attrs, Status: status, Resource: t.res, InstrumentationScope: t.scope}
+	root := &finishedSpan{name: name, spanContext: sc, parent: parent, spanKind: trace.SpanKindServer,
+		start: tl.Received, end: tl.Done, attributes: attrs, status: status, resource: t.res, scope: t.scope}
 	if !tl.FirstTokenOut.IsZero() {
-		root.Events = []sdktrace.Event{{Name: "gen_ai.first_token", Time: tl.FirstTokenOut}}
+		root.events = []sdktrace.Event{{Name: "gen_ai.first_token", Time: tl.FirstTokenOut}}
 	}
 	child := func(name string, kind trace.SpanKind, start, end time.Time, attrs []attribute.KeyValue) {
-		root.ChildSpanCount++
-		t.emit(tracetest.SpanStub{Name: name, SpanContext: sc.WithSpanID(randomSpanID()).WithRemote(false), Parent: sc, SpanKind: kind,
-			StartTime: start, EndTime: end, Attributes: attrs, Resource: t.res, InstrumentationScope: t.scope})
+		root.childSpanCount++
+		t.emit(&finishedSpan{name: name, spanContext: sc.WithSpanID(randomSpanID()).WithRemote(false), parent: sc, spanKind: kind,
+			start: start, end: end, attributes: attrs, resource: t.res, scope: t.scope})
 	}
 	// A queue span only for a request that waited: a microsecond of
 	// admission is no queue, and a span costs what the request did.
@@ -275,8 +274,7 @@ func (t *Tracer) End(parent, sc trace.SpanContext, tl *Timeline, r RequestSpans)
 }
 
 // emit hands a finished span to the exporter's batch and the processors.
-func (t *Tracer) emit(s tracetest.SpanStub) {
-	ro := s.Snapshot()
+func (t *Tracer) emit(ro sdktrace.ReadOnlySpan) {
 	for _, sp := range t.extra {
 		sp.OnEnd(ro)
 	}
