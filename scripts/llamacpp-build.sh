@@ -32,6 +32,17 @@ fi
 need npm || { echo "llamacpp-build: npm is needed to fetch node-llama-cpp@$version" >&2; exit 1; }
 
 mkdir -p "$root"
+# One build at a time: a second run (another test session, a helper) would
+# delete the sources under the first one's compiler. It waits, then finds
+# the finished build.
+exec 9>"$root/.lock"
+if command -v flock >/dev/null; then
+  flock 9
+  if [ -x "$root/bin/llama-server" ] && [ -x "$root/bin/llama-quantize" ] && [ -d "$root/src/gguf-py" ]; then
+    echo "$root"
+    exit 0
+  fi
+fi
 work=$(mktemp -d "$root/.build.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
