@@ -19,7 +19,7 @@ const MaxBackends = 64
 // million distinct prefixes as after ten (EntryBytes per entry). Safe for
 // concurrent use: each bucket has its own lock, held for a few loads.
 // The index is one gateway's: replicas behind a load balancer learn their
-// own (see the README's routing section for what that costs).
+// own (see docs/gateway.md's routing section for what that costs).
 type Index struct {
 	buckets []bucket
 	mask    uint64

@@ -217,7 +217,7 @@ func podConfig(t *testing.T, o objects) string {
 }
 
 // TestChartDefaults renders the chart with its defaults and checks what the
-// README promises of the Deployment: probes on the gateway's health paths,
+// docs/deploying.md promises of the Deployment: probes on the gateway's health paths,
 // a grace period that covers preStop and the drain, a non-root, read-only
 // container with resources, the config mounted and reloaded in place, and
 // the caps shared through the Redis the chart runs.

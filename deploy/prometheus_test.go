@@ -130,7 +130,7 @@ func loadCompose(t *testing.T) *types.Project {
 }
 
 // TestComposeFile checks the stack's file as docker compose would read it:
-// every service the README names, the infergate services on the image the
+// every service docs/deploying.md names, the infergate services on the image the
 // builder makes with its user, every file it mounts present, Prometheus
 // pointed at the gateway's admin port and the rules, the gateway's config
 // valid to the gateway.

@@ -196,7 +196,8 @@ func newDialConn(c net.Conn, handshake time.Duration) *dialConn {
 
 // rttFresh is how long a connection's round-trip time is reused before
 // TCP_INFO is read again: one getsockopt per request was 3% of the
-// gateway's CPU on small requests (BENCHMARKS.md, issue 16).
+// gateway's CPU on small requests (docs/benchmarks-log.md,
+// "2026-12-03: Request cost against nginx (issue 16)").
 const rttFresh = 200 * time.Millisecond
 
 // dialer dials TCP and, for HTTPS, does the TLS handshake itself so the

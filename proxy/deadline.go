@@ -10,7 +10,8 @@ import (
 // than pushed back: the timeout then fires between 63/64 of it and the
 // whole of it after the last read or write, and a stream pays one runtime
 // timer update per 64th of the timeout instead of one per read or write
-// (BENCHMARKS.md, issue 16). due is for the connection's one reader or
+// (docs/benchmarks-log.md,
+// "2026-12-03: Request cost against nginx (issue 16)"). due is for the connection's one reader or
 // writer; reset, for whoever moved the deadline meanwhile, from any
 // goroutine.
 type coarseDeadline struct {

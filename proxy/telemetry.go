@@ -23,7 +23,8 @@ const telemetryQueue = 4096
 
 // handOffLinger is how long the telemetry goroutine waits for more
 // finished requests before it parks: under load it then wakes about once
-// per linger instead of once per request (BENCHMARKS.md, issue 16).
+// per linger instead of once per request (docs/benchmarks-log.md,
+// "2026-12-03: Request cost against nginx (issue 16)").
 const handOffLinger = 2 * time.Millisecond
 
 // startTelemetry starts the goroutine; stopTelemetry drains and stops it.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The soak (BENCHMARKS.md): the gateway, the simulator and Redis as
+# The soak (BENCHMARKS.md; docs/benchmarks-log.md, "2026-12-03: The soak"): the gateway, the simulator and Redis as
 # processes on 127.0.0.1 under a sustained mix of streams and plain calls,
 # client aborts at random points, backend faults (resets, stalls, 5xx,
 # 429) and a Redis restart halfway; at the end goroutines, open files,

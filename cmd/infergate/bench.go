@@ -274,7 +274,8 @@ func benchRun(ctx context.Context, cfg bench.Config, f *benchFlags, stdout, stde
 	defer stopProfiles()
 	// With a thousand streams or more the heap is mostly open streams and
 	// little garbage: collecting at +50% rather than +100% keeps the peak
-	// per stream small at a CPU cost within noise (BENCHMARKS.md). Below
+	// per stream small at a CPU cost within noise (docs/benchmarks-log.md,
+	// "2026-12-02: The load generator (issue 4)"). Below
 	// that, CPU matters more. GOGC in the environment still decides.
 	if os.Getenv("GOGC") == "" && maxInFlight(cfg) >= 1000 {
 		debug.SetGCPercent(50)

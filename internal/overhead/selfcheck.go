@@ -16,7 +16,8 @@ import (
 	"github.com/infergate/infergate/verdict"
 )
 
-// The load generator's own checks, the figures BENCHMARKS.md promises: how
+// The load generator's own checks, the figures BENCHMARKS.md
+// promises (docs/benchmarks-log.md, "2026-12-02: The load generator (issue 4)"): how
 // many streams one bench process drives and at what CPU and memory, how
 // its plain request rate compares with hey's, and how much it adds to a
 // measured TTFT.

@@ -11,7 +11,8 @@ import (
 	"github.com/infergate/infergate/verdict"
 )
 
-// Admission control's checks, the figures BENCHMARKS.md promises: what a
+// Admission control's checks, the figures BENCHMARKS.md
+// promises (docs/benchmarks-log.md, "2026-12-02: Admission control (issue 6)"): what a
 // shared cap in Redis adds to TTFT against one Redis round trip, and what
 // a cap at the backend's knee does to TTFT and throughput when offered
 // more than the backend can take.
