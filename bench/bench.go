@@ -18,6 +18,7 @@ import (
 	"github.com/infergate/infergate/internal/tokens"
 
 	"github.com/infergate/infergate/quality"
+	"github.com/infergate/infergate/verdict"
 )
 
 // Config is one benchmark: where, what, how hard, and where the
@@ -32,7 +33,7 @@ type Config struct {
 	// Sweep runs one stage per value: concurrencies in closed loop, rates
 	// in open loop. Empty runs one stage at Load's level.
 	Sweep []float64
-	SLOs  []SLO
+	SLOs  []verdict.SLO
 	// SLOPercentile is the share of requests that must meet each SLO for
 	// it to be met (0.9 when zero); compare judges by it.
 	SLOPercentile float64

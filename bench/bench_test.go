@@ -230,7 +230,7 @@ func TestRunCountsErrorsByClass(t *testing.T) {
 func TestRecordRoundTrips(t *testing.T) {
 	url := startSim(t, 5*time.Millisecond, time.Millisecond)
 	cfg := baseConfig(url)
-	cfg.SLOs = []SLO{{"ttft", time.Second}}
+	cfg.SLOs = []verdict.SLO{{Metric: "ttft", MaxMs: 1000}}
 	cfg.Sweep = []float64{1, 2, 4}
 	cfg.Load.Requests = 8
 	rec, err := Run(context.Background(), cfg)

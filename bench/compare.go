@@ -56,7 +56,7 @@ func Compare(base, next *Record, o verdict.Options) *Comparison {
 	o.Defaults()
 	ca, cb := &base.Conditions, &next.Conditions
 	if o.Objective.Mode() == verdict.Strict && len(ca.SLOs) > 0 && slices.Equal(ca.SLOs, cb.SLOs) && ca.SLOPercentile == cb.SLOPercentile {
-		o.Objective.SLOs, o.Objective.Percentile = VerdictSLOs(base.Conditions.SLOs), base.Conditions.SLOPercentile
+		o.Objective.SLOs, o.Objective.Percentile = base.Conditions.SLOs, base.Conditions.SLOPercentile
 	}
 	c := &Comparison{}
 	rng := rand.New(rand.NewPCG(o.Seed, 7))

@@ -53,7 +53,7 @@ type Conditions struct {
 	Sweep []float64 `json:"sweep,omitempty"`
 	// Headers are the names (never the values) of the extra headers sent.
 	Headers []string `json:"headers,omitempty"`
-	SLOs    []SLO    `json:"slos,omitempty"`
+	SLOs    SLOs     `json:"slos,omitempty"`
 	// SLOPercentile is the share of requests that must meet each SLO
 	// (0.9 when zero).
 	SLOPercentile float64 `json:"slo_percentile,omitempty"`

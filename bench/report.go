@@ -5,6 +5,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"time"
 )
 
 // WriteText prints the record as the terminal report: conditions, a
@@ -114,7 +115,7 @@ func (s *Summary) writeText(w io.Writer, mode string, sweep bool) {
 	if len(s.SLOs) > 0 {
 		var parts []string
 		for _, o := range s.SLOs {
-			parts = append(parts, fmt.Sprintf("%s≤%v", o.Metric, o.Max))
+			parts = append(parts, fmt.Sprintf("%s≤%v", o.Metric, time.Duration(o.MaxMs*1e6)))
 		}
 		fmt.Fprintf(w, "goodput (%s): %.1f%% of requests, %.2f req/s\n", strings.Join(parts, ", "), s.GoodputShare*100, s.Goodput)
 	}

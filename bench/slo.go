@@ -1,38 +1,60 @@
 package bench
 
 import (
+	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/infergate/infergate/verdict"
 )
 
-// SLO is one service-level objective on a per-request latency metric.
-type SLO struct {
+// SLOs are the SLOs a run was judged at (verdict.SLO, the one SLO type),
+// as records hold them: each bound in nanoseconds under "max", as records
+// have held it from the first (verdict's own JSON is "max_ms"). A
+// []verdict.SLO is assignable to it and back.
+type SLOs []verdict.SLO
+
+// recordSLO is one SLO in a record's JSON.
+type recordSLO struct {
 	Metric string        `json:"metric"` // ttft, ttft_sched, tpot, e2e
 	Max    time.Duration `json:"max"`
 }
 
-// ParseSLOs reads "ttft=500ms,tpot=50ms" (verdict.ParseSLOs' syntax).
-func ParseSLOs(s string) ([]SLO, error) {
-	vs, err := verdict.ParseSLOs(s)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]SLO, len(vs))
-	for i, v := range vs {
-		out[i] = SLO{Metric: v.Metric, Max: time.Duration(v.MaxMs * 1e6)}
-	}
-	return out, nil
-}
-
-// VerdictSLOs is slos as package verdict judges them.
-func VerdictSLOs(slos []SLO) []verdict.SLO {
-	out := make([]verdict.SLO, len(slos))
-	for i, s := range slos {
-		out[i] = verdict.SLO{Metric: s.Metric, MaxMs: float64(s.Max) / 1e6}
+func (s SLOs) records() []recordSLO {
+	out := make([]recordSLO, len(s))
+	for i, o := range s {
+		out[i] = recordSLO{Metric: o.Metric, Max: time.Duration(o.MaxMs * 1e6)}
 	}
 	return out
 }
+
+// MarshalJSON writes the record form.
+func (s SLOs) MarshalJSON() ([]byte, error) {
+	if s == nil {
+		return []byte("null"), nil
+	}
+	return json.Marshal(s.records())
+}
+
+// UnmarshalJSON reads the record form.
+func (s *SLOs) UnmarshalJSON(b []byte) error {
+	var rs []recordSLO
+	if err := json.Unmarshal(b, &rs); err != nil {
+		return err
+	}
+	if rs == nil {
+		*s = nil
+		return nil
+	}
+	*s = make(SLOs, len(rs))
+	for i, r := range rs {
+		(*s)[i] = verdict.SLO{Metric: r.Metric, MaxMs: float64(r.Max) / 1e6}
+	}
+	return nil
+}
+
+// String writes each SLO as its metric and bound ("[{ttft 500ms}]").
+func (s SLOs) String() string { return fmt.Sprint(s.records()) }
 
 // met reports whether the row meets every SLO (verdict.Met's rule).
 func (w *row) met(slos []verdict.SLO) bool {

@@ -179,7 +179,7 @@ type Summary struct {
 	RequestedRate float64 `json:"requested_rate,omitempty"`
 	AchievedRate  float64 `json:"achieved_rate,omitempty"`
 
-	SLOs         []SLO   `json:"slos,omitempty"`
+	SLOs         SLOs    `json:"slos,omitempty"`
 	GoodputShare float64 `json:"goodput_share,omitempty"`
 	Goodput      float64 `json:"goodput,omitempty"`
 
@@ -239,7 +239,7 @@ const maxSamples = 100000
 
 // Summarize computes stage n's summary. level is its concurrency or rate;
 // win the window the runner reported.
-func (c *Collector) Summarize(n int, l LoadSpec, win Window, slos []SLO) *Summary {
+func (c *Collector) Summarize(n int, l LoadSpec, win Window, slos []verdict.SLO) *Summary {
 	c.mu.Lock()
 	sd := c.stage(n)
 	rows := slices.Clone(sd.rows)
@@ -262,7 +262,7 @@ func (c *Collector) Summarize(n int, l LoadSpec, win Window, slos []SLO) *Summar
 	add := func(k string, v float64) { vals[k] = append(vals[k], v) }
 	ms := func(ns int64) float64 { return float64(ns) / 1e6 }
 	var first, lastEnd, lastSend int64 = math.MaxInt64, 0, 0
-	met, vslos, perReq := 0, VerdictSLOs(slos), map[string][]float64{}
+	met, vslos, perReq := 0, slos, map[string][]float64{}
 	var asked, served, cached, cachedOf float64
 	inputs := 0
 	for i := range rows {

@@ -171,7 +171,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		cfg.Knobs = AllKnobs
 	}
 	cfg.MaxSteps = cmp.Or(cfg.MaxSteps, 8)
-	cfg.Bench.SLOs = fromVerdict(cfg.Options.Objective.SLOs)
+	cfg.Bench.SLOs = cfg.Options.Objective.SLOs
 	cfg.Bench.SLOPercentile = cfg.Options.Objective.Percentile
 	cfg.Bench.Load.Defaults(cfg.Bench.Workload.Replay != "")
 	var size Size
@@ -363,14 +363,6 @@ func figures(r *bench.Record, obj verdict.Objective) (goodput, attainment float6
 func nowUTC() time.Time { return time.Now().UTC() }
 
 func fmtMs(ms float64) string { return time.Duration(ms * 1e6).Round(time.Millisecond).String() }
-
-func fromVerdict(slos []verdict.SLO) []bench.SLO {
-	out := make([]bench.SLO, len(slos))
-	for i, s := range slos {
-		out[i] = bench.SLO{Metric: s.Metric, Max: time.Duration(s.MaxMs * 1e6)}
-	}
-	return out
-}
 
 func loadText(l bench.LoadSpec) string {
 	switch l.Mode {

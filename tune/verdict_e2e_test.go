@@ -63,7 +63,7 @@ func TestVerdictJudgesTheTradeEndToEnd(t *testing.T) {
 		if err := g.Reload(gwCfg(upstream)); err != nil {
 			t.Fatal(err)
 		}
-		rec, err := bench.Run(context.Background(), bench.Config{URL: "http://" + ln.Addr().String(), SLOs: fromVerdict(slos),
+		rec, err := bench.Run(context.Background(), bench.Config{URL: "http://" + ln.Addr().String(), SLOs: slos,
 			Workload: bench.WorkloadSpec{Model: "sim-model", Stream: true, InputTokens: "32", OutputTokens: "32", ForceOutputLength: true},
 			Load:     bench.LoadSpec{Mode: "open", Rate: 60, Duration: 5 * time.Second, WarmupTime: 200 * time.Millisecond}})
 		if err != nil {

@@ -222,7 +222,7 @@ func orDataset(v, dataset string) string {
 // interrupted, ranked, with the error.
 func Run(ctx context.Context, f *File, o Options) (*Record, error) {
 	w := f.Workload
-	slos, err := bench.ParseSLOs(w.SLO)
+	slos, err := verdict.ParseSLOs(w.SLO)
 	if err != nil {
 		return nil, fmt.Errorf("workload.slo: %w", err)
 	}
@@ -239,7 +239,6 @@ func Run(ctx context.Context, f *File, o Options) (*Record, error) {
 	}
 	cond := bench.NewConditions()
 	rec := &Record{Schema: Schema, Start: cond.Start, Tool: cond.ToolVersion, Host: cond.Host, Workload: w, Bound: plan.Bound, Plan: &plan, Formulas: Formulas}
-	vslos := bench.VerdictSLOs(slos)
 	budget := cmp.Or(o.HoldBudget, DefaultHoldBudget)
 	// One tokenizer for all the endpoints' benches (~14 MB each).
 	tok, err := tokens.New()
@@ -287,7 +286,7 @@ func Run(ctx context.Context, f *File, o Options) (*Record, error) {
 			if r.Warmup || r.ErrClass == bench.ErrCancelled {
 				return
 			}
-			row := requestOf(r, e.Price, vslos)
+			row := requestOf(r, e.Price, slos)
 			l.mu.Lock()
 			row.Round = l.round
 			l.res.Requests = append(l.res.Requests, row)
@@ -371,7 +370,7 @@ rounds:
 		}
 	}
 	for _, l := range lives {
-		l.res.Figures = figures(l.res, w, vslos, pct)
+		l.res.Figures = figures(l.res, w, slos, pct)
 	}
 	rec.Ranking = Order(rec.Endpoints, w)
 	rec.Warnings = warnings(rec.Endpoints)

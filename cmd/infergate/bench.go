@@ -184,7 +184,7 @@ func (f *benchFlags) config(set map[string]bool, stderr io.Writer) (bench.Config
 	if err := cfg.Load.SetWarmup(*f.warmup); err != nil {
 		return cfg, err
 	}
-	slos, err := bench.ParseSLOs(*f.slo)
+	slos, err := verdict.ParseSLOs(*f.slo)
 	if err != nil {
 		return cfg, err
 	}

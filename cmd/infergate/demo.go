@@ -163,7 +163,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	bench.WriteProbe(stdout, gwURL+"/v1/chat/completions", rs)
 
 	// 1. The loop, walked by tune: baseline, diagnosis, the cap.
-	obj := verdict.Objective{SLOs: bench.VerdictSLOs(cfg.SLOs), Percentile: cfg.SLOPercentile}
+	obj := verdict.Objective{SLOs: cfg.SLOs, Percentile: cfg.SLOPercentile}
 	step(stdout, 1, "tune: baseline, diagnosis and the gateway's own knob, judged at %s", obj.String())
 	// The budget is generous: the plan is bounded by its two steps, and a
 	// busy machine must not cut the second one short.

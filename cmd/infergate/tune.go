@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/infergate/infergate/bench"
 	"github.com/infergate/infergate/tune"
 	"github.com/infergate/infergate/verdict"
 )
@@ -104,7 +103,7 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	tc := tune.Config{Admin: withScheme(*gateway), AdminKey: *f.gwAdminKey, Bench: cfg, Budget: *budget, MaxSteps: *maxSteps,
 		Journal: *journal, Dir: *dir, DryRun: *dryRun, Out: stdout, Backends: backends,
 		Options: verdict.Options{SpeedTolerance: st, QualityTolerance: qt,
-			Objective: verdict.Objective{SLOs: bench.VerdictSLOs(cfg.SLOs), Percentile: cfg.SLOPercentile}}}
+			Objective: verdict.Objective{SLOs: cfg.SLOs, Percentile: cfg.SLOPercentile}}}
 	for k := range strings.SplitSeq(*knobs, ",") {
 		if k = strings.TrimSpace(k); k != "" {
 			tc.Knobs = append(tc.Knobs, k)
