@@ -153,15 +153,12 @@ func dial(timeout time.Duration, tlsConf *tls.Config) fasthttp.DialFunc {
 // would allocate.
 type fdConn struct {
 	net.Conn
-	fd int
+	hangup.FD
 }
 
-// SocketFD returns the socket's descriptor (hangup.SocketFD).
-func (c *fdConn) SocketFD() (int, bool) { return c.fd, true }
-
 func socketConn(c net.Conn) net.Conn {
-	if fd, ok := hangup.SocketFD(c); ok {
-		return &fdConn{Conn: c, fd: fd}
+	if fd := hangup.FDOf(c); fd != (hangup.FD{}) {
+		return &fdConn{Conn: c, FD: fd}
 	}
 	return c
 }

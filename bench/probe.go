@@ -90,12 +90,9 @@ func probeOne(ctx context.Context, client *http.Client, c ProbeConfig) ProbeResu
 	}
 	req.Header.Set("Content-Type", "application/json")
 	// With --reuse, a kept connection the server closed just as the
-	// request left (llama.cpp's server closes one after every streamed
-	// answer) fails before anything came back: net/http sends the request
-	// again on another connection only when it counts as idempotent. An
-	// empty X-Idempotency-Key says so and is not sent; a completion is
-	// safe to ask twice.
-	req.Header["X-Idempotency-Key"] = nil
+	// request left fails before anything came back; a completion is safe
+	// to ask twice on another.
+	safehttp.Resendable(req)
 	for _, h := range c.Headers {
 		req.Header.Set(h[0], h[1])
 	}

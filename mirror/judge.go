@@ -48,10 +48,8 @@ func (j *Judge) grade(ctx context.Context, p Pair, rng *rand.Rand) (int, error) 
 	}
 	req.Header.Set("Content-Type", "application/json")
 	// A judge on llama.cpp's server closes the kept connection after its
-	// answers: net/http resends a POST that failed on one only when it
-	// counts as idempotent, which an empty X-Idempotency-Key says (it is
-	// not sent). A verdict is safe to ask twice.
-	req.Header["X-Idempotency-Key"] = nil
+	// answers; a verdict is safe to ask twice on another.
+	safehttp.Resendable(req)
 	if j.Key != "" {
 		req.Header.Set("Authorization", "Bearer "+j.Key)
 	}

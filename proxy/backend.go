@@ -177,21 +177,15 @@ type dialConn struct {
 	// figure moves slowly, so it is read again only after rttFresh.
 	rtt   time.Duration
 	rttAt time.Time
-	fd    int // the socket's descriptor, -1 when none
+	// FD is the socket's descriptor, found once at the dial: the round
+	// trip polls a pooled connection for the backend's hang-up before
+	// each reuse (hangup.Resting).
+	hangup.FD
 }
-
-// SocketFD returns the socket's descriptor, found once at the dial: the
-// round trip polls a pooled connection for the backend's hang-up before
-// each reuse (hangup.Resting), and a lookup each time would allocate.
-func (c *dialConn) SocketFD() (int, bool) { return c.fd, c.fd >= 0 }
 
 // newDialConn wraps c, a new connection.
 func newDialConn(c net.Conn, handshake time.Duration) *dialConn {
-	dc := &dialConn{Conn: c, handshake: handshake, fd: -1}
-	if fd, ok := hangup.SocketFD(c); ok {
-		dc.fd = fd
-	}
-	return dc
+	return &dialConn{Conn: c, handshake: handshake, FD: hangup.FDOf(c)}
 }
 
 // rttFresh is how long a connection's round-trip time is reused before

@@ -36,11 +36,7 @@ func (l *connLimit) Accept() (net.Conn, error) {
 			continue
 		}
 		l.open.Add(1)
-		cc := &countedConn{Conn: c, l: l, fd: -1}
-		if fd, ok := hangup.SocketFD(c); ok {
-			cc.fd = fd
-		}
-		return cc, nil
+		return &countedConn{Conn: c, l: l, FD: hangup.FDOf(c)}, nil
 	}
 }
 
@@ -49,13 +45,10 @@ func (l *connLimit) Accept() (net.Conn, error) {
 // polls it for every request, need not look it up each time.
 type countedConn struct {
 	net.Conn
-	l    *connLimit
-	fd   int // -1 when there is no socket
+	l *connLimit
+	hangup.FD
 	once sync.Once
 }
-
-// SocketFD returns the socket's descriptor (hangup.Watch).
-func (c *countedConn) SocketFD() (int, bool) { return c.fd, c.fd >= 0 }
 
 func (c *countedConn) Close() error {
 	c.once.Do(func() { c.l.open.Add(-1) })

@@ -231,7 +231,7 @@ func (t *tuner) walk(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := bench.Unjudged(base, 0.5); err != nil {
+	if err := bench.Unjudged(base, maxFailed); err != nil {
 		return fmt.Errorf("tune: the baseline cannot be judged: %w", err)
 	}
 	t.best, t.bestFile = base, file

@@ -150,6 +150,25 @@ func (w *Watcher) loop() {
 	}
 }
 
+// FD is a socket's descriptor, looked up once when its connection was
+// dialed or accepted. A connection wrapper embeds it for the SocketFD
+// method that SocketFD looks for first: Watch and Resting poll a
+// connection for every request, and a lookup through its syscall.RawConn
+// each time would allocate. The zero value has no descriptor.
+type FD struct {
+	fd int
+	ok bool
+}
+
+// FDOf looks up conn's descriptor (SocketFD) to keep.
+func FDOf(conn net.Conn) FD {
+	fd, ok := SocketFD(conn)
+	return FD{fd: fd, ok: ok}
+}
+
+// SocketFD returns the descriptor kept, false when there is none.
+func (f FD) SocketFD() (int, bool) { return f.fd, f.ok }
+
 // SocketFD returns the file descriptor under conn, looking through TLS:
 // from the connection's own SocketFD method when it has one (a wrapper
 // that found it once, at accept), else through its syscall.RawConn.

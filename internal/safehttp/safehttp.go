@@ -67,3 +67,11 @@ func IsCredential(name string) bool {
 	}
 	return false
 }
+
+// Resendable marks req, a POST that is safe to send twice (a completion,
+// a judge's verdict), as one net/http may send again on another
+// connection when a kept one the server closed (llama.cpp's server closes
+// one after every streamed answer) fails before anything came back:
+// net/http resends only a request it counts as idempotent, which an
+// X-Idempotency-Key header with no value says; the header is not sent.
+func Resendable(req *http.Request) { req.Header["X-Idempotency-Key"] = nil }
