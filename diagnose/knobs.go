@@ -99,3 +99,53 @@ func slotKnobs(s signals) []Knob {
 			Remeasure: "queue wait at the gateway (infergate top)"},
 	}
 }
+
+// loadKind says whether the load is prefill- or decode-bound, from the
+// token rates.
+func loadKind(s signals) (string, string) {
+	if !(s.output > 0) || math.IsNaN(s.prompt) {
+		return "unknown", "no token counts in the window"
+	}
+	r := s.prompt / s.output
+	switch {
+	case r >= prefillHigh:
+		return "prefill-bound", fmt.Sprintf("%.1f prompt tokens per output token: long inputs, short outputs; prefill sets TTFT and the batch's step time", r)
+	case r <= decodeHigh:
+		return "decode-bound", fmt.Sprintf("%.1f prompt tokens per output token: generation dominates; inter-token latency and batch size matter most", r)
+	}
+	return "mixed", fmt.Sprintf("%.1f prompt tokens per output token: neither phase dominates", r)
+}
+
+// capAt suggests a concurrency cap for memory and compute: the sweep's
+// last step before preemptions (or its knee in throughput), else what
+// the backends ran with the cache full.
+func capAt(b string, s signals, sweep []SweepPoint) int {
+	if b != Memory && b != Compute {
+		return 0
+	}
+	if len(sweep) >= 2 {
+		best := 0.0
+		for i, p := range sweep {
+			if !math.IsNaN(s.preemptFrom) && p.Concurrency >= s.preemptFrom {
+				break
+			}
+			// Stop where throughput gains less than a third of the
+			// added concurrency.
+			if i > 0 && sweep[i-1].OutputTokPerS > 0 && p.OutputTokPerS.Known() {
+				g := float64(p.OutputTokPerS/sweep[i-1].OutputTokPerS) - 1
+				c := p.Concurrency/sweep[i-1].Concurrency - 1
+				if g < c/3 {
+					break
+				}
+			}
+			best = p.Concurrency
+		}
+		if best > 0 {
+			return int(best)
+		}
+	}
+	if s.running >= 1 {
+		return int(math.Max(1, math.Floor(s.running*0.9)))
+	}
+	return 0
+}
