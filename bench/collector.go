@@ -153,3 +153,48 @@ func (c *Collector) Live() (done, failed int64, ttftP50 time.Duration) {
 	defer c.mu.Unlock()
 	return c.done, c.failed, c.liveTTFT.Quantile(50)
 }
+
+func (w *row) metric(name string) int64 {
+	switch name {
+	case "ttft":
+		return w.ttft
+	case "ttft_sched":
+		return w.ttft + w.lag
+	case "tpot":
+		if w.out < 2 {
+			return 0
+		}
+		return (w.last - w.ttft) / int64(w.out-1)
+	case "e2e":
+		return w.e2e()
+	}
+	return 0
+}
+
+func (w *row) e2e() int64 {
+	if w.last > 0 {
+		return w.last
+	}
+	return w.end
+}
+
+// tokensIn is the share of the row's output tokens produced inside
+// [from, to] (ns from the stage's begin), taking them as evenly spread
+// between its first and last content event.
+func (w *row) tokensIn(from, to int64) float64 {
+	if !w.ok || w.out == 0 || w.ttft == 0 {
+		return 0
+	}
+	a, b := w.sent+w.ttft, w.sent+w.last
+	if b <= a {
+		if a >= from && a <= to {
+			return float64(w.out)
+		}
+		return 0
+	}
+	lo, hi := max(a, from), min(b, to)
+	if hi <= lo {
+		return 0
+	}
+	return float64(w.out) * float64(hi-lo) / float64(b-a)
+}

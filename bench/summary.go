@@ -1,12 +1,8 @@
 package bench
 
 import (
-	"errors"
-	"fmt"
 	"math"
 	"slices"
-	"sort"
-	"strings"
 
 	"github.com/infergate/infergate/internal/quantile"
 	"github.com/infergate/infergate/verdict"
@@ -40,82 +36,6 @@ var Formulas = map[string]string{
 	"goodput":                        "successful requests meeting every SLO (a TPOT not measured, one token, cannot miss; any other latency not measured does), per second of the window; goodput_share (attainment): the same as a share of measured requests",
 	"achieved_rate":                  "measured requests sent / (last send − first send)",
 	"percentiles":                    quantile.Rule + " (itl: from an HdrHistogram at 3 significant digits)",
-}
-
-// Percentiles describe one distribution. A quantile is left out when n is
-// too small to carry it (p90 needs 10 values, p95 20, p99 100;
-// quantile.Enough).
-type Percentiles struct {
-	N    int64    `json:"n"`
-	Mean float64  `json:"mean"`
-	Min  float64  `json:"min"`
-	Max  float64  `json:"max"`
-	P50  float64  `json:"p50"`
-	P90  *float64 `json:"p90,omitempty"`
-	P95  *float64 `json:"p95,omitempty"`
-	P99  *float64 `json:"p99,omitempty"`
-}
-
-// percentiles of exact samples, by the one rule (package quantile).
-func percentiles(xs []float64) *Percentiles {
-	if len(xs) == 0 {
-		return nil
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	p := &Percentiles{N: int64(len(s)), Min: s[0], Max: s[len(s)-1]}
-	sum := 0.0
-	for _, x := range s {
-		sum += x
-	}
-	p.Mean = sum / float64(len(s))
-	p.P50 = quantile.Rank(s, 0.5)
-	p.P90, p.P95, p.P99 = quantile.Maybe(s, 0.90), quantile.Maybe(s, 0.95), quantile.Maybe(s, 0.99)
-	return p
-}
-
-// distPercentiles reads a Dist, in milliseconds.
-func distPercentiles(d *Dist) *Percentiles {
-	n := d.Count()
-	if n == 0 {
-		return nil
-	}
-	ms := func(v int64) float64 { return float64(v) / 1e6 }
-	p := &Percentiles{N: n, Mean: d.h.Mean() / 1e6, Min: ms(d.h.Min()), Max: ms(d.h.Max()), P50: ms(d.h.ValueAtQuantile(50))}
-	set := func(dst **float64, q float64, need int64) {
-		if n >= need {
-			v := ms(d.h.ValueAtQuantile(q))
-			*dst = &v
-		}
-	}
-	set(&p.P90, 90, 10)
-	set(&p.P95, 95, 20)
-	set(&p.P99, 99, 100)
-	return p
-}
-
-func (w *row) metric(name string) int64 {
-	switch name {
-	case "ttft":
-		return w.ttft
-	case "ttft_sched":
-		return w.ttft + w.lag
-	case "tpot":
-		if w.out < 2 {
-			return 0
-		}
-		return (w.last - w.ttft) / int64(w.out-1)
-	case "e2e":
-		return w.e2e()
-	}
-	return 0
-}
-
-func (w *row) e2e() int64 {
-	if w.last > 0 {
-		return w.last
-	}
-	return w.end
 }
 
 // Summary is the figures of one stage. Latencies are in milliseconds.
@@ -459,27 +379,6 @@ func (c *Collector) Summarize(n int, l LoadSpec, win Window, slos []verdict.SLO)
 	return s
 }
 
-// tokensIn is the share of the row's output tokens produced inside
-// [from, to] (ns from the stage's begin), taking them as evenly spread
-// between its first and last content event.
-func (w *row) tokensIn(from, to int64) float64 {
-	if !w.ok || w.out == 0 || w.ttft == 0 {
-		return 0
-	}
-	a, b := w.sent+w.ttft, w.sent+w.last
-	if b <= a {
-		if a >= from && a <= to {
-			return float64(w.out)
-		}
-		return 0
-	}
-	lo, hi := max(a, from), min(b, to)
-	if hi <= lo {
-		return 0
-	}
-	return float64(w.out) * float64(hi-lo) / float64(b-a)
-}
-
 // timeline buckets the stage by second.
 func timeline(rows []row, scale float64) []Bucket {
 	var last int64
@@ -523,92 +422,4 @@ func timeline(rows []row, scale float64) []Bucket {
 		}
 	}
 	return out
-}
-
-// Knee finds where a sweep stops paying: the first stage whose output
-// token throughput reaches 90% of the sweep's peak. Beyond it more load
-// mostly adds latency. It returns -1 for fewer than 3 stages.
-func Knee(stages []*Summary) int {
-	if len(stages) < 3 {
-		return -1
-	}
-	peak := 0.0
-	for _, s := range stages {
-		peak = max(peak, s.OutputTokenThroughput)
-	}
-	for i, s := range stages {
-		if s.OutputTokenThroughput >= 0.9*peak {
-			return i
-		}
-	}
-	return -1
-}
-
-// Over-saturation: when a sweep stops raising the load. Past the knee a
-// server's throughput stops growing while its queue, and so the time to
-// first token, grows with every step of load: more steps measure only
-// the queue. The rule, stated in the record (StopReason):
-//
-//   - the last stage gained less than 5% output-token throughput over
-//     the best stage before it (throughput is flat), and
-//   - TTFT p50 rose stage over stage across the last three, the last
-//     step by at least 1.5× (it grows with the load, without bound);
-//
-// or the last stage failed more than half its requests.
-const (
-	satFlatGain = 1.05
-	satTTFTGrow = 1.5
-)
-
-// OverSaturated reports whether a sweep should stop after its last stage,
-// and why.
-func OverSaturated(stages []*Summary) (bool, string) {
-	n := len(stages)
-	if n == 0 {
-		return false, ""
-	}
-	c := stages[n-1]
-	if c.Requests > 0 && float64(c.Failed) > 0.5*float64(c.Requests) {
-		return true, fmt.Sprintf("stage %d (level %g) failed %d of %d requests", c.Stage, c.Level, c.Failed, c.Requests)
-	}
-	if n < 3 {
-		return false, ""
-	}
-	peakBefore := func(i int) float64 {
-		p := 0.0
-		for _, s := range stages[:i] {
-			p = max(p, s.OutputTokenThroughput)
-		}
-		return p
-	}
-	flat := c.OutputTokenThroughput < satFlatGain*peakBefore(n-1)
-	ttft := func(s *Summary) float64 {
-		if p := s.Metrics["ttft"]; p != nil {
-			return p.P50
-		}
-		return 0
-	}
-	a, b := stages[n-3], stages[n-2]
-	grows := ttft(a) > 0 && ttft(a) < ttft(b) && ttft(c) >= satTTFTGrow*ttft(b)
-	if !flat || !grows {
-		return false, ""
-	}
-	return true, fmt.Sprintf("over-saturated at stage %d (level %g): output throughput flat (%.0f tok/s, under %.0f%% above the best before it, %.0f) while TTFT p50 grew %.0f → %.0f → %.0f ms",
-		c.Stage, c.Level, c.OutputTokenThroughput, (satFlatGain-1)*100, peakBefore(n-1), ttft(a), ttft(b), ttft(c))
-}
-
-// ParseSweep reads "1,2,4,8".
-func ParseSweep(s string) ([]float64, error) {
-	var out []float64
-	for part := range strings.SplitSeq(s, ",") {
-		var v float64
-		if _, err := fmt.Sscan(strings.TrimSpace(part), &v); err != nil || v <= 0 {
-			return nil, fmt.Errorf("bench: --sweep %q: want positive numbers separated by commas", s)
-		}
-		out = append(out, v)
-	}
-	if !sort.Float64sAreSorted(out) {
-		return nil, errors.New("bench: --sweep values must increase")
-	}
-	return out, nil
 }
