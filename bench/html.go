@@ -3,11 +3,52 @@ package bench
 import (
 	"bufio"
 	"fmt"
-	"html"
+	"html/template"
 	"io"
+	"strconv"
 
 	"github.com/infergate/infergate/internal/svgchart"
 )
+
+// htmlPage is what the record's page shows, every value as text the
+// template escapes; only the charts go in as markup.
+type htmlPage struct {
+	Title      string
+	Conditions [][2]string
+	Stages     [][]string // the results table, one row a stage
+	Knee       string
+	Stopped    string
+	Turns      []htmlTurns
+	Charts     []template.HTML
+}
+
+// htmlTurns is a stage's note on a reasoning model and its table by turn.
+type htmlTurns struct {
+	Stage     int
+	Reasoning string
+	Rows      [][]string
+}
+
+var pageHTML = svgchart.Page(`{{define "body"}}<h2>Conditions</h2>
+<table>
+{{range .Conditions}}<tr><th>{{index . 0}}</th><td>{{index . 1}}</td></tr>
+{{end}}</table>
+<h2>Results</h2>
+<table class="num">
+<tr><th>stage</th><th>level</th><th>requests</th><th>failed</th><th>output tok/s</th><th>TTFT p50 ms</th><th>TTFT p99 ms</th><th>TPOT p50 ms</th><th>e2e p50 ms</th><th>cached prompt tokens</th><th>input tokens asked / by the server</th></tr>
+{{range .Stages}}<tr>{{range .}}<td>{{.}}</td>{{end}}</tr>
+{{end}}</table>
+{{with .Knee}}<p>knee: {{.}} (the first stage at 90% of the sweep's peak throughput)</p>
+{{end}}{{with .Stopped}}<p>sweep stopped: {{.}}</p>
+{{end}}{{range .Turns}}{{with .Reasoning}}<p>{{.}}</p>
+{{end}}{{if .Rows}}<h3>Stage {{.Stage}} by turn</h3>
+<table class="num">
+<tr><th>turn</th><th>n</th><th>failed</th><th>TTFT p50 ms</th><th>TTFT p90 ms</th><th>e2e p50 ms</th><th>prompt tokens p50</th><th>cached</th></tr>
+{{range .Rows}}<tr>{{range .}}<td>{{.}}</td>{{end}}</tr>
+{{end}}</table>
+{{end}}{{end}}<h2>Charts</h2>
+{{range .Charts}}{{.}}
+{{end}}{{end}}`)
 
 // WriteHTML renders the record as one self-contained HTML page: the
 // conditions and the headline figures as tables at the top, then the
@@ -16,18 +57,45 @@ import (
 // distributions as CDFs, throughput and TTFT over time, and for a sweep
 // the throughput-latency curve with its knee.
 func (r *Record) WriteHTML(w io.Writer) error {
-	bw := bufio.NewWriter(w)
-	title := "infergate bench: " + r.Conditions.URL
-	svgchart.PageStart(bw, title)
-	c := r.Conditions
-	fmt.Fprintf(bw, "<h2>Conditions</h2>\n<table>\n")
-	row := func(k, v string) {
-		fmt.Fprintf(bw, "<tr><th>%s</th><td>%s</td></tr>\n", html.EscapeString(k), html.EscapeString(v))
+	pg := htmlPage{Title: "infergate bench: " + r.Conditions.URL, Conditions: r.htmlConditions()}
+	for _, s := range r.Stages {
+		pg.Stages = append(pg.Stages, htmlStage(s))
 	}
-	row("URL", c.URL)
-	row("model", c.Workload.Model)
-	row("endpoint", fmt.Sprintf("%s, stream %v", c.Workload.Endpoint, c.Workload.Stream))
-	row("input / output tokens", fmt.Sprintf("%s / %s", c.Workload.InputTokens, c.Workload.OutputTokens))
+	if r.Knee >= 0 && r.Knee < len(r.Stages) {
+		pg.Knee = fmt.Sprintf("stage %d, level %g", r.Knee, r.Stages[r.Knee].Level)
+	}
+	pg.Stopped = r.StopReason
+	for _, s := range r.Stages {
+		t := htmlTurns{Stage: s.Stage}
+		if m, rs := s.Metrics["ttfo"], s.Metrics["reasoning"]; m != nil && rs != nil {
+			t.Reasoning = fmt.Sprintf("stage %d, a reasoning model: time to first output token p50 %.1f ms, of it thinking p50 %.1f ms (TTFT counts the first token of any kind)", s.Stage, m.P50, rs.P50)
+		}
+		for _, u := range s.Turns {
+			p90, cached := u.optional("%.1f")
+			t.Rows = append(t.Rows, []string{strconv.Itoa(u.Turn), strconv.Itoa(u.N), strconv.Itoa(u.Failed), fmt.Sprintf("%.1f", u.TTFTP50), p90,
+				fmt.Sprintf("%.1f", u.E2EP50), fmt.Sprintf("%.0f", u.PromptTokensP50), cached})
+		}
+		if t.Reasoning != "" || len(t.Rows) > 0 {
+			pg.Turns = append(pg.Turns, t)
+		}
+	}
+	pg.Charts = r.htmlCharts()
+	bw := bufio.NewWriter(w)
+	if err := pageHTML.Execute(bw, pg); err != nil {
+		return fmt.Errorf("bench: html: %w", err)
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("bench: html: %w", err)
+	}
+	return nil
+}
+
+// htmlConditions are the rows of the conditions table.
+func (r *Record) htmlConditions() [][2]string {
+	c := r.Conditions
+	rows := [][2]string{{"URL", c.URL}, {"model", c.Workload.Model},
+		{"endpoint", fmt.Sprintf("%s, stream %v", c.Workload.Endpoint, c.Workload.Stream)},
+		{"input / output tokens", fmt.Sprintf("%s / %s", c.Workload.InputTokens, c.Workload.OutputTokens)}}
 	load := fmt.Sprintf("%s, concurrency %d", c.Load.Mode, c.Load.Concurrency)
 	if c.Load.Mode == "open" {
 		load = fmt.Sprintf("open, %g requests/s (%s)", c.Load.Rate, c.Load.Arrival)
@@ -41,61 +109,45 @@ func (r *Record) WriteHTML(w io.Writer) error {
 			load = fmt.Sprintf("%s trace %s ×%g %s", c.Workload.TraceFormat, c.Workload.Trace, c.Workload.Speedup, c.Workload.TraceWindow)
 		}
 	}
-	row("load", load)
+	rows = append(rows, [2]string{"load", load})
 	if cache := c.CacheText(); cache != "" {
-		row("cache", cache)
+		rows = append(rows, [2]string{"cache", cache})
 	}
 	if c.GatewayConfigHash != "" {
-		row("gateway config hash", c.GatewayConfigHash)
+		rows = append(rows, [2]string{"gateway config hash", c.GatewayConfigHash})
 	}
-	row("started", c.Start.Format("2006-01-02 15:04:05 MST"))
-	row("tool, host", fmt.Sprintf("%s, %s (%d CPUs)", c.ToolVersion, c.Host, c.CPUs))
-	fmt.Fprintf(bw, "</table>\n<h2>Results</h2>\n<table class=\"num\">\n<tr><th>stage</th><th>level</th><th>requests</th><th>failed</th><th>output tok/s</th><th>TTFT p50 ms</th><th>TTFT p99 ms</th><th>TPOT p50 ms</th><th>e2e p50 ms</th><th>cached prompt tokens</th><th>input tokens asked / by the server</th></tr>\n")
-	for _, s := range r.Stages {
-		p := func(key string, p99 bool) string {
-			m := s.Metrics[key]
-			switch {
-			case m == nil:
-				return "-"
-			case p99 && m.P99 != nil:
-				return fmt.Sprintf("%.1f", *m.P99)
-			case p99:
-				return "-"
-			}
-			return fmt.Sprintf("%.1f", m.P50)
+	return append(rows, [2]string{"started", c.Start.Format("2006-01-02 15:04:05 MST")},
+		[2]string{"tool, host", fmt.Sprintf("%s, %s (%d CPUs)", c.ToolVersion, c.Host, c.CPUs)})
+}
+
+// htmlStage is a stage's row of the results table.
+func htmlStage(s *Summary) []string {
+	p := func(key string, p99 bool) string {
+		m := s.Metrics[key]
+		switch {
+		case m == nil:
+			return "-"
+		case p99 && m.P99 != nil:
+			return fmt.Sprintf("%.1f", *m.P99)
+		case p99:
+			return "-"
 		}
-		cached, input := "not reported", "-"
-		if s.CachedShare != nil {
-			cached = fmt.Sprintf("%.1f%% (%d answers)", *s.CachedShare*100, s.CachedAnswers)
-		}
-		if s.InputTokensServer > 0 {
-			input = fmt.Sprintf("%.1f / %.1f", s.InputTokensAsked, s.InputTokensServer)
-		}
-		fmt.Fprintf(bw, "<tr><td>%d</td><td>%g</td><td>%d</td><td>%d</td><td>%.1f</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>\n",
-			s.Stage, s.Level, s.Requests, s.Failed, s.OutputTokenThroughput, p("ttft", false), p("ttft", true), p("tpot", false), p("e2e", false), cached, input)
+		return fmt.Sprintf("%.1f", m.P50)
 	}
-	fmt.Fprintf(bw, "</table>\n")
-	if r.Knee >= 0 && r.Knee < len(r.Stages) {
-		fmt.Fprintf(bw, "<p>knee: stage %d, level %g (the first stage at 90%% of the sweep's peak throughput)</p>\n", r.Knee, r.Stages[r.Knee].Level)
+	cached, input := "not reported", "-"
+	if s.CachedShare != nil {
+		cached = fmt.Sprintf("%.1f%% (%d answers)", *s.CachedShare*100, s.CachedAnswers)
 	}
-	if r.StopReason != "" {
-		fmt.Fprintf(bw, "<p>sweep stopped: %s</p>\n", html.EscapeString(r.StopReason))
+	if s.InputTokensServer > 0 {
+		input = fmt.Sprintf("%.1f / %.1f", s.InputTokensAsked, s.InputTokensServer)
 	}
-	for _, s := range r.Stages {
-		if m, rs := s.Metrics["ttfo"], s.Metrics["reasoning"]; m != nil && rs != nil {
-			fmt.Fprintf(bw, "<p>stage %d, a reasoning model: time to first output token p50 %.1f ms, of it thinking p50 %.1f ms (TTFT counts the first token of any kind)</p>\n", s.Stage, m.P50, rs.P50)
-		}
-		if len(s.Turns) == 0 {
-			continue
-		}
-		fmt.Fprintf(bw, "<h3>Stage %d by turn</h3>\n<table class=\"num\">\n<tr><th>turn</th><th>n</th><th>failed</th><th>TTFT p50 ms</th><th>TTFT p90 ms</th><th>e2e p50 ms</th><th>prompt tokens p50</th><th>cached</th></tr>\n", s.Stage)
-		for _, t := range s.Turns {
-			p90, cached := t.optional("%.1f")
-			fmt.Fprintf(bw, "<tr><td>%d</td><td>%d</td><td>%d</td><td>%.1f</td><td>%s</td><td>%.1f</td><td>%.0f</td><td>%s</td></tr>\n", t.Turn, t.N, t.Failed, t.TTFTP50, p90, t.E2EP50, t.PromptTokensP50, cached)
-		}
-		fmt.Fprintf(bw, "</table>\n")
-	}
-	fmt.Fprintf(bw, "<h2>Charts</h2>\n")
+	return []string{strconv.Itoa(s.Stage), fmt.Sprintf("%g", s.Level), strconv.Itoa(s.Requests), strconv.Itoa(s.Failed), fmt.Sprintf("%.1f", s.OutputTokenThroughput),
+		p("ttft", false), p("ttft", true), p("tpot", false), p("e2e", false), cached, input}
+}
+
+// htmlCharts draws the record's charts.
+func (r *Record) htmlCharts() []template.HTML {
+	var out []template.HTML
 	for _, m := range []struct{ key, title string }{{"ttft", "TTFT"}, {"tpot", "TPOT"}, {"e2e", "end-to-end latency"}} {
 		ch := svgchart.Chart{Title: m.title + " distribution: share of requests at or below each value", XLabel: "ms", YLabel: "share"}
 		for _, s := range r.Stages {
@@ -104,7 +156,7 @@ func (r *Record) WriteHTML(w io.Writer) error {
 			}
 		}
 		if len(ch.Series) > 0 {
-			ch.Write(bw)
+			out = append(out, ch.SVG())
 		}
 	}
 	tok := svgchart.Chart{Title: "Output tokens per second, over time", XLabel: "s", YLabel: "tokens/s"}
@@ -122,8 +174,7 @@ func (r *Record) WriteHTML(w io.Writer) error {
 	}
 	tok.Series = []svgchart.Series{{Name: "output tokens/s", X: ts, Y: tv}}
 	ttft.Series = []svgchart.Series{{Name: "TTFT p50", X: fs, Y: fv}}
-	tok.Write(bw)
-	ttft.Write(bw)
+	out = append(out, tok.SVG(), ttft.SVG())
 	if len(r.Stages) > 1 {
 		sw := svgchart.Chart{Title: "Sweep: TTFT against throughput, one point per stage", XLabel: "output tokens/s", YLabel: "TTFT (ms)"}
 		var x, p50, p99 []float64
@@ -139,11 +190,7 @@ func (r *Record) WriteHTML(w io.Writer) error {
 		if len(p99) == len(x) {
 			sw.Series = append(sw.Series, svgchart.Series{Name: "TTFT p99", X: x, Y: p99})
 		}
-		sw.Write(bw)
+		out = append(out, sw.SVG())
 	}
-	svgchart.PageEnd(bw)
-	if err := bw.Flush(); err != nil {
-		return fmt.Errorf("bench: html: %w", err)
-	}
-	return nil
+	return out
 }

@@ -3,8 +3,9 @@ package tune
 import (
 	"bufio"
 	"fmt"
-	"html"
+	"html/template"
 	"io"
+	"strconv"
 	"strings"
 
 	"github.com/infergate/infergate/internal/svgchart"
@@ -64,46 +65,66 @@ func clip(s string, n int) string {
 	return s
 }
 
+// htmlPage is what the walk's page shows, every value as text the
+// template escapes; only the charts go in as markup.
+type htmlPage struct {
+	Title                            string
+	Objective, Bottleneck, Diagnosis string
+	Size, Rule                       string
+	Charts                           []template.HTML
+	Steps, Next                      [][]string
+	Version                          int
+	Hash, Stopped, Shadow            string
+}
+
+var pageHTML = svgchart.Page(`{{define "body"}}<p>objective: {{.Objective}}; bottleneck: {{.Bottleneck}}: {{.Diagnosis}}</p>
+{{if .Rule}}<p>size: {{.Size}}</p>
+<p>rule: {{.Rule}}</p>
+{{end}}{{range .Charts}}{{.}}{{end}}<table>
+<tr><th>step</th><th>knob</th><th>change</th><th>goodput/s</th><th>attainment</th><th>decision</th><th>why</th></tr>
+{{template "rows" .Steps}}</table>
+<p>the gateway ends on configuration version {{.Version}} ({{.Hash}})</p>
+{{with .Stopped}}<p>stopped early: {{.}}</p>
+{{end}}{{if .Next}}<h2>Next: the backend's knobs, to shadow-test in this order</h2>
+<table>
+<tr><th>knob</th><th>action</th><th>not if</th></tr>
+{{template "rows" .Next}}</table>
+<pre>{{.Shadow}}</pre>
+{{end}}{{end}}
+{{define "rows"}}{{range .}}<tr>{{range .}}<td>{{.}}</td>{{end}}</tr>
+{{end}}{{end}}`)
+
 // WriteHTML writes the walk as one self-contained page: a chart of
 // goodput and attainment per step, the steps with their verdicts and
 // reasons, and the backend's knobs to shadow-test next.
 func (r *Result) WriteHTML(w io.Writer) error {
-	bw := bufio.NewWriter(w)
-	svgchart.PageStart(bw, "infergate tune")
-	esc := html.EscapeString
-	fmt.Fprintf(bw, "<p>objective: %s; bottleneck: %s: %s</p>\n", esc(r.Objective), esc(r.Bottleneck), esc(r.Diagnosis))
+	pg := htmlPage{Title: "infergate tune", Objective: r.Objective, Bottleneck: r.Bottleneck, Diagnosis: r.Diagnosis, Rule: r.Rule,
+		Version: r.Final.Version, Hash: r.Final.Hash, Stopped: r.Stopped}
 	if r.Rule != "" {
-		fmt.Fprintf(bw, "<p>size: %s</p>\n<p>rule: %s</p>\n", esc(r.Size.String()), esc(r.Rule))
+		pg.Size = r.Size.String()
 	}
 	d := r.decided()
 	var x, good, att []float64
 	for i, e := range d {
 		x, good, att = append(x, float64(i)), append(good, e.Goodput), append(att, e.Attainment*100)
+		pg.Steps = append(pg.Steps, []string{strconv.Itoa(e.Step), e.Knob, strings.Join(e.Diff, "; "), fmt.Sprintf("%.2f", e.Goodput),
+			fmt.Sprintf("%.1f%%", e.Attainment*100), e.Event, strings.Join(e.Reasons, "; ")})
 	}
 	for _, c := range []svgchart.Chart{
 		{Title: "Goodput per step (0 = baseline)", XLabel: "step", YLabel: "requests/s meeting every SLO", Series: []svgchart.Series{{Name: "goodput", X: x, Y: good}}},
 		{Title: "SLO attainment per step", XLabel: "step", YLabel: "% of requests", Series: []svgchart.Series{{Name: "attainment", X: x, Y: att}}},
 	} {
-		if err := c.Write(bw); err != nil {
-			return err
-		}
+		pg.Charts = append(pg.Charts, c.SVG())
 	}
-	fmt.Fprintf(bw, "<table>\n<tr><th>step</th><th>knob</th><th>change</th><th>goodput/s</th><th>attainment</th><th>decision</th><th>why</th></tr>\n")
-	for _, e := range d {
-		fmt.Fprintf(bw, "<tr><td>%d</td><td>%s</td><td>%s</td><td>%.2f</td><td>%.1f%%</td><td>%s</td><td>%s</td></tr>\n", e.Step, esc(e.Knob),
-			esc(strings.Join(e.Diff, "; ")), e.Goodput, e.Attainment*100, esc(e.Event), esc(strings.Join(e.Reasons, "; ")))
-	}
-	fmt.Fprintf(bw, "</table>\n<p>the gateway ends on configuration version %d (%s)</p>\n", r.Final.Version, esc(r.Final.Hash))
-	if r.Stopped != "" {
-		fmt.Fprintf(bw, "<p>stopped early: %s</p>\n", esc(r.Stopped))
+	for _, s := range r.Next {
+		pg.Next = append(pg.Next, []string{s.Knob, s.Action, s.Not})
 	}
 	if len(r.Next) > 0 {
-		fmt.Fprintf(bw, "<h2>Next: the backend's knobs, to shadow-test in this order</h2>\n<table>\n<tr><th>knob</th><th>action</th><th>not if</th></tr>\n")
-		for _, s := range r.Next {
-			fmt.Fprintf(bw, "<tr><td>%s</td><td>%s</td><td>%s</td></tr>\n", esc(s.Knob), esc(s.Action), esc(s.Not))
-		}
-		fmt.Fprintf(bw, "</table>\n<pre>%s</pre>\n", esc(strings.Join(r.Next[0].Shadow, "\n")))
+		pg.Shadow = strings.Join(r.Next[0].Shadow, "\n")
 	}
-	svgchart.PageEnd(bw)
+	bw := bufio.NewWriter(w)
+	if err := pageHTML.Execute(bw, pg); err != nil {
+		return fmt.Errorf("tune: html: %w", err)
+	}
 	return bw.Flush()
 }

@@ -4,7 +4,7 @@ import (
 	"bufio"
 	"encoding/csv"
 	"fmt"
-	"html"
+	"html/template"
 	"io"
 	"math"
 	"strconv"
@@ -146,31 +146,50 @@ func (r *Record) WriteCSV(w io.Writer) error {
 	return cw.Error()
 }
 
+// htmlPage is what the run's page shows, every value as text the
+// template escapes; only the charts go in as markup.
+type htmlPage struct {
+	Title, Bound, Order, SLO, Percentile, Started, Host string
+	Ranking                                             [][]string
+	Rounds                                              []template.HTML
+	Runs                                                int // with history, how many runs
+	History                                             []template.HTML
+	Flags                                               []Flag
+}
+
+var pageHTML = svgchart.Page(`{{define "body"}}<p>{{.Bound}}</p>
+<p>order: {{.Order}}{{if .SLO}}; objective {{.SLO}} at {{.Percentile}}{{end}}; started {{.Started}} on {{.Host}}</p>
+<h2>Ranking</h2>
+<table class="num">
+<tr><th>rank</th><th>endpoint</th><th>SLO</th><th>TTFT p50 ms</th><th>TTFT p90 ms</th><th>speed tok/s</th><th>throughput tok/s</th><th>error rate</th><th>availability</th><th>$/request</th><th>$/M output</th><th>blended 3:1</th><th>$/hour</th><th>why</th></tr>
+{{range .Ranking}}<tr>{{range .}}<td>{{.}}</td>{{end}}</tr>
+{{end}}</table>
+<h2>By round</h2>
+{{range .Rounds}}{{.}}{{end}}{{if .Runs}}<h2>Over {{.Runs}} runs</h2>
+{{range .History}}{{.}}{{end}}<h3>Changes beyond noise</h3>
+<ul>
+{{range .Flags}}<li>{{.Endpoint}}: {{.What}}</li>
+{{else}}<li>none between consecutive runs</li>
+{{end}}</ul>
+{{end}}{{end}}`)
+
 // WriteHTML renders the run as one self-contained page (no script,
 // nothing fetched): the ranking and the figures as a table, then a chart
 // per figure over the rounds, and, given earlier runs (oldest first, this
 // one last), each figure over the runs with the flags.
 func (r *Record) WriteHTML(w io.Writer, history []*Record, flags []Flag) error {
-	bw := bufio.NewWriter(w)
-	esc := html.EscapeString
-	svgchart.PageStart(bw, "infergate rank")
-	fmt.Fprintf(bw, "<p>%s</p>\n<p>order: %s", esc(r.Bound), esc(r.Workload.Order))
-	if r.Workload.SLO != "" {
-		fmt.Fprintf(bw, "; objective %s at %s", esc(r.Workload.SLO), esc(r.Workload.SLOPercentile))
-	}
-	fmt.Fprintf(bw, "; started %s on %s</p>\n", r.Start.UTC().Format("2006-01-02 15:04:05 UTC"), esc(r.Host))
-	fmt.Fprintf(bw, "<h2>Ranking</h2>\n<table class=\"num\">\n<tr><th>rank</th><th>endpoint</th><th>SLO</th><th>TTFT p50 ms</th><th>TTFT p90 ms</th><th>speed tok/s</th><th>throughput tok/s</th><th>error rate</th><th>availability</th><th>$/request</th><th>$/M output</th><th>blended 3:1</th><th>$/hour</th><th>why</th></tr>\n")
+	pg := htmlPage{Title: "infergate rank", Bound: r.Bound, Order: r.Workload.Order, SLO: r.Workload.SLO, Percentile: r.Workload.SLOPercentile,
+		Started: r.Start.UTC().Format("2006-01-02 15:04:05 UTC"), Host: r.Host, Flags: flags}
 	for _, p := range r.Ranking {
 		e := find(r, p.Name)
 		if e == nil {
 			continue // a record edited by hand: a place without its endpoint
 		}
 		f := e.Figures
-		fmt.Fprintf(bw, "<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%.1f</td><td>%.1f%%</td><td>%.1f%%</td><td>%s</td><td>%.4f</td><td>%.4f</td><td>%.4f</td><td>%s</td></tr>\n",
-			rankText(p), esc(e.Name), esc(f.SLO), ci(f.TTFTP50, "%.1f"), ci(f.TTFTP90, "%.1f"), ci(f.SpeedP50, "%.1f"), f.Throughput.Value,
-			f.ErrorRate.Value*100, f.Availability*100, ci(f.CostPerRequest, "%.6f"), f.CostPerMOutput, f.Blended, f.CostPerHour, esc(p.Why))
+		pg.Ranking = append(pg.Ranking, []string{rankText(p), e.Name, f.SLO, ci(f.TTFTP50, "%.1f"), ci(f.TTFTP90, "%.1f"), ci(f.SpeedP50, "%.1f"),
+			fmt.Sprintf("%.1f", f.Throughput.Value), fmt.Sprintf("%.1f%%", f.ErrorRate.Value*100), fmt.Sprintf("%.1f%%", f.Availability*100),
+			ci(f.CostPerRequest, "%.6f"), fmt.Sprintf("%.4f", f.CostPerMOutput), fmt.Sprintf("%.4f", f.Blended), fmt.Sprintf("%.4f", f.CostPerHour), p.Why})
 	}
-	fmt.Fprintf(bw, "</table>\n<h2>By round</h2>\n")
 	for _, c := range []struct {
 		title, unit string
 		v           func(Round) float64
@@ -190,7 +209,7 @@ func (r *Record) WriteHTML(w io.Writer, history []*Record, flags []Flag) error {
 			}
 			ch.Series = append(ch.Series, s)
 		}
-		ch.Write(bw)
+		pg.Rounds = append(pg.Rounds, ch.SVG())
 	}
 	ttft := svgchart.Chart{Title: "TTFT distribution: share of requests at or below each value", XLabel: "ms", YLabel: "share"}
 	for _, e := range r.Endpoints {
@@ -198,9 +217,9 @@ func (r *Record) WriteHTML(w io.Writer, history []*Record, flags []Flag) error {
 			ttft.Series = append(ttft.Series, svgchart.CDF(e.Name, xs, 400))
 		}
 	}
-	ttft.Write(bw)
+	pg.Rounds = append(pg.Rounds, ttft.SVG())
 	if len(history) > 1 {
-		fmt.Fprintf(bw, "<h2>Over %d runs</h2>\n", len(history))
+		pg.Runs = len(history)
 		for _, c := range []struct {
 			title, unit string
 			v           func(Figures) float64
@@ -220,18 +239,13 @@ func (r *Record) WriteHTML(w io.Writer, history []*Record, flags []Flag) error {
 				}
 				ch.Series = append(ch.Series, s)
 			}
-			ch.Write(bw)
+			pg.History = append(pg.History, ch.SVG())
 		}
-		fmt.Fprintf(bw, "<h3>Changes beyond noise</h3>\n<ul>\n")
-		for _, f := range flags {
-			fmt.Fprintf(bw, "<li>%s: %s</li>\n", esc(f.Endpoint), esc(f.What))
-		}
-		if len(flags) == 0 {
-			fmt.Fprintf(bw, "<li>none between consecutive runs</li>\n")
-		}
-		fmt.Fprintf(bw, "</ul>\n")
 	}
-	svgchart.PageEnd(bw)
+	bw := bufio.NewWriter(w)
+	if err := pageHTML.Execute(bw, pg); err != nil {
+		return fmt.Errorf("rank: html: %w", err)
+	}
 	if err := bw.Flush(); err != nil {
 		return fmt.Errorf("rank: html: %w", err)
 	}
