@@ -101,11 +101,13 @@ func (g *Gateway) Stats(now time.Time) tracing.Snapshot {
 			n := b.Outstanding()
 			snap.Gateway.InFlight += n
 			bs := tracing.BackendState{Pool: p.name, Name: b.name, InFlight: n, Breaker: b.BreakerState().String(), Up: b.Available(now)}
-			if p.scored {
-				p.routingState(b, now, &bs)
-			} else {
-				bs.Routes = b.routes()
+			if p.load != nil {
+				last := p.load.state(b, now, &bs)
+				if p.prefix != nil {
+					p.prefix.state(b, last, &bs)
+				}
 			}
+			bs.Routes = b.routes()
 			snap.Gateway.Backends = append(snap.Gateway.Backends, bs)
 		}
 	}

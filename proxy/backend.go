@@ -49,7 +49,7 @@ type backend struct {
 	nameHash                     uint64
 	promptBlocks, expectedBlocks atomic.Int64
 	usagePrompt, usageCached     atomic.Int64
-	reasons                      [len(routeReasons)]atomic.Int64
+	reasons                      [numReasons]atomic.Int64
 	// tpot is a moving average of the time between content events of b's
 	// streams (float64 seconds as bits; 0 before the first): selection
 	// load and prefix weigh a backend's load by how slowly it decodes.

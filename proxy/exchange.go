@@ -218,15 +218,15 @@ func (g *Gateway) serveAPI(rc *fasthttp.RequestCtx, strict bool) {
 		if body, ok = x.applyPolicy(rc, body, env); !ok {
 			return
 		}
-		prefix := x.route.pool.index != nil
-		if x.pol.Body != nil && (x.route.upstreamModel != "" || prefix) {
+		prefix := x.route.pool.prefix
+		if x.pol.Body != nil && (x.route.upstreamModel != "" || prefix != nil) {
 			env, _ = openai.ScanRequest(body) // the policy rewrote it
 		}
-		if prefix {
+		if prefix != nil {
 			// What the backend caches is what it is sent: the body after
 			// the policy (the model's name is not part of the prefix).
 			x.key = new(affinity.Key)
-			x.route.pool.hashPrefix(body, &env, x.key)
+			prefix.key(body, &env, x.key)
 		}
 		if x.route.upstreamModel != "" {
 			body = openai.RewriteModel(body, env, x.route.upstreamModel)

@@ -27,7 +27,7 @@ func (x *exchange) forward(fill bool) error {
 		if err != nil {
 			return err
 		}
-		x.routeWhy = why
+		x.routeWhy = why.traced()
 		b.outstanding.Add(1)
 		// The attempt is the request's from here: whatever happens, a
 		// panic included, finishWith gives its permit and count back.

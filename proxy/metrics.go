@@ -152,15 +152,15 @@ func observe(meter metric.Meter, g *Gateway) error {
 						o.ObserveInt64(tokenCounts, n, metric.WithAttributes(attribute.String("pool", p.name), attribute.String("backend", b.name), attribute.String("source", f.String())))
 					}
 				}
-				if !p.scored {
+				if p.load == nil {
 					continue
 				}
-				for i, r := range routeReasons {
-					if n := b.reasons[i].Load(); n > 0 {
-						o.ObserveInt64(routed, n, metric.WithAttributes(attribute.String("pool", p.name), attribute.String("backend", b.name), attribute.String("reason", r)))
+				for r := range numReasons {
+					if n := b.reasons[r].Load(); n > 0 {
+						o.ObserveInt64(routed, n, metric.WithAttributes(attribute.String("pool", p.name), attribute.String("backend", b.name), attribute.String("reason", r.String())))
 					}
 				}
-				e := b.estimate(time.Now(), p.load.StaleAfter)
+				e := b.estimate(time.Now(), p.load.cfg.StaleAfter)
 				src := "gateway"
 				if e.fromMetrics {
 					src = "metrics"
@@ -169,7 +169,7 @@ func observe(meter metric.Meter, g *Gateway) error {
 				if st := b.load.Load(); st != nil {
 					o.ObserveInt64(scrapeFail, st.failures, at)
 				}
-				if p.index != nil {
+				if p.prefix != nil {
 					kind := func(k string) metric.ObserveOption {
 						return metric.WithAttributes(attribute.String("pool", p.name), attribute.String("backend", b.name), attribute.String("kind", k))
 					}

@@ -103,8 +103,8 @@ func BenchmarkPickScored(b *testing.B) {
 				h.Reset(&keys[i], 128, 1024)
 				h.Write([]byte(strconv.Itoa(i)))
 				h.Write(text)
-				if p.index != nil {
-					p.index.Add(&keys[i], i%4)
+				if p.prefix != nil {
+					p.prefix.index.Add(&keys[i], i%4)
 				}
 			}
 			now := time.Now()

@@ -10,7 +10,6 @@ import (
 
 	"github.com/infergate/infergate/affinity"
 	"github.com/infergate/infergate/internal/supervise"
-	"github.com/infergate/infergate/openai"
 )
 
 // errAttemptFailed is what a failed attempt reports to its breaker.
@@ -22,25 +21,27 @@ type pool struct {
 	name     string
 	backends []*backend
 	sel      selector
+	placer   placer // sel, when it learns where requests went
 	health   *backendLoops
-	// Selection load and prefix: scored picks (route_select.go), the
-	// backends' scraped load, and for prefix the index of prefixes.
-	scored  bool
-	load    LoadConfig
-	prefix  PrefixConfig
+	// Selection load and prefix read the backends' load (the scraper's);
+	// prefix also the request's prompt. nil for the other selections.
+	load    *loadSelector
+	prefix  *prefixSelector
 	scraper *backendLoops
-	index   *affinity.Index
-	rr      atomic.Uint64
-	// plainReason counts the picks of the other selections.
-	plainReason int
 }
 
 // newPool builds a pool. A backend of reuse whose settings are unchanged
 // is taken over (and removed from reuse) instead of made anew, so a reload
 // keeps its connections, outstanding count, health and breaker state.
 func newPool(name string, pc PoolConfig, connect time.Duration, log *slog.Logger, reuse map[string]*backend) (*pool, error) {
-	p := &pool{name: name, sel: newSelector(pc.Selection), load: pc.Load, prefix: pc.Prefix,
-		scored: pc.Selection == LoadPolicy || pc.Selection == PrefixPolicy, plainReason: reasonIndex(pc.Selection)}
+	p := &pool{name: name, sel: newSelector(pc)}
+	p.placer, _ = p.sel.(placer)
+	switch s := p.sel.(type) {
+	case *loadSelector:
+		p.load = s
+	case *prefixSelector:
+		p.load, p.prefix = &s.loadSelector, s
+	}
 	for _, bc := range pc.Backends {
 		key := backendKey(bc, pc, connect)
 		b, ok := reuse[key]
@@ -58,28 +59,13 @@ func newPool(name string, pc PoolConfig, connect time.Duration, log *slog.Logger
 	if pc.Health.Path != "" {
 		p.health = startHealth(p, pc.Health, log)
 	}
-	if p.scored {
+	if p.load != nil {
 		if log == nil {
 			log = slog.New(slog.DiscardHandler)
 		}
 		p.scraper = startLoad(p, pc.Load, log)
 	}
-	if pc.Selection == PrefixPolicy {
-		p.index = affinity.NewIndex(pc.Prefix.IndexEntries)
-	}
 	return p, nil
-}
-
-// hashPrefix writes the prefix key of a request body into k, for a pool
-// of selection prefix; it reports whether it did.
-func (p *pool) hashPrefix(body []byte, env *openai.Envelope, k *affinity.Key) bool {
-	if p.index == nil {
-		return false
-	}
-	var h affinity.Hasher
-	h.Reset(k, p.prefix.BlockBytes, p.prefix.MaxPrefixBytes/p.prefix.BlockBytes)
-	h.Request(body, env)
-	return true
 }
 
 // Backends returns the pool's backends.
@@ -95,66 +81,36 @@ func (p *pool) Ready(now time.Time) bool {
 	return false
 }
 
-// pick chooses an available backend not in tried and takes a breaker
-// permit for it. The permit must be settled (Backend.settle) with the
-// outcome. k is the request's prefix, for selection prefix (nil: none);
-// the reason says why the backend was chosen.
-func (p *pool) pick(tried []*backend, now time.Time, k *affinity.Key) (*backend, func(error), string, error) {
-	if p.scored {
-		return p.pickScored(tried, now, k)
-	}
-	b, done, err := p.pickPlain(tried, now)
-	if err == nil {
-		b.reasons[p.plainReason].Add(1)
-	}
-	return b, done, "", err
-}
-
-// pickPlain is pick for the selectors that need nothing of the request.
-func (p *pool) pickPlain(tried []*backend, now time.Time) (*backend, func(error), error) {
-	var only *backend
-	n := 0
-	for _, b := range p.backends {
+// pick chooses an available backend not in tried, by the pool's
+// selector, and takes a breaker permit for it. The permit must be settled
+// (Backend.settle) with the outcome. k is the request's prefix, for
+// selection prefix (nil: none); the reason says why the backend was
+// chosen.
+func (p *pool) pick(tried []*backend, now time.Time, k *affinity.Key) (*backend, func(error), reason, error) {
+	s := pickPool.Get().(*pick)
+	defer s.release()
+	s.key, s.now = k, now
+	for i, b := range p.backends {
 		if b.Available(now) && !contains(tried, b) {
-			only = b
-			n++
+			s.cands = append(s.cands, b)
+			s.pos = append(s.pos, i)
 		}
 	}
-	switch n {
-	case 0:
-		return nil, nil, ErrNoBackend
-	case 1:
-		// Nothing to choose (the common single-backend pool): no list to
-		// build for the selector.
-		if done, err := only.cb.Allow(); err == nil {
-			return only, done, nil
+	for len(s.cands) > 0 {
+		c, why := p.sel.Select(s)
+		b := s.cands[c]
+		if done, err := b.cb.Allow(); err == nil {
+			if p.placer != nil {
+				p.placer.placed(s, c)
+			}
+			b.reasons[why].Add(1)
+			return b, done, why, nil
 		}
-		return nil, nil, ErrNoBackend
+		// Open or half-open with its probes in use: the others.
+		s.drop(c)
 	}
-	sp := candsPool.Get().(*[]*backend)
-	defer candsPool.Put(sp)
-	cands := (*sp)[:0]
-	for _, b := range p.backends {
-		if b.Available(now) && !contains(tried, b) {
-			cands = append(cands, b)
-		}
-	}
-	defer func() { clear(cands); *sp = cands[:0] }()
-	for len(cands) > 0 {
-		b := p.sel.Select(cands)
-		done, err := b.cb.Allow()
-		if err == nil {
-			return b, done, nil
-		}
-		// Open or half-open with its probes in use: try the others.
-		cands = remove(cands, b)
-	}
-	return nil, nil, ErrNoBackend
+	return nil, nil, 0, ErrNoBackend
 }
-
-// candsPool holds pick's candidate lists: the selector is an interface,
-// so a list on pick's stack would escape to the heap on every request.
-var candsPool = sync.Pool{New: func() any { s := make([]*backend, 0, 16); return &s }}
 
 // settle reports an attempt's outcome to b's breaker, through the permit
 // pick gave, and to its ejection count.
@@ -174,15 +130,6 @@ func contains(s []*backend, b *backend) bool {
 		}
 	}
 	return false
-}
-
-func remove(s []*backend, b *backend) []*backend {
-	for i, x := range s {
-		if x == b {
-			return append(s[:i], s[i+1:]...)
-		}
-	}
-	return s
 }
 
 // Close stops health checks and drops idle connections. Safe to call twice.

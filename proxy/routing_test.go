@@ -183,7 +183,7 @@ func TestPrefixAffinityHoldsUntilTheGuardTrips(t *testing.T) {
 	}
 	st := backendStates(gw)
 	warm := st[home[0].URL]
-	if warm.Routes[routeWarm] < 9 || warm.Prefix == nil || warm.Prefix.ExpectedRatio == nil || *warm.Prefix.ExpectedRatio < 0.5 {
+	if warm.Routes[reasonWarm.String()] < 9 || warm.Prefix == nil || warm.Prefix.ExpectedRatio == nil || *warm.Prefix.ExpectedRatio < 0.5 {
 		t.Fatalf("the warm backend's state: routes %v, prefix %+v", warm.Routes, warm.Prefix)
 	}
 	if r := warm.Prefix.ReportedRatio; r == nil || *r != 0.64 {
@@ -215,7 +215,7 @@ func TestPrefixAffinityHoldsUntilTheGuardTrips(t *testing.T) {
 	}
 	spilled := int64(0)
 	for _, b := range backendStates(gw) {
-		spilled += b.Routes[routeSpillQueue]
+		spilled += b.Routes[reasonSpillQueue.String()]
 	}
 	if spilled != 1 {
 		t.Fatalf("%d picks counted as prefix_spill_queue, want 1", spilled)
@@ -234,7 +234,7 @@ func TestPrefixAffinityHoldsUntilTheGuardTrips(t *testing.T) {
 	})
 	warmBefore := int64(0)
 	for _, b := range backendStates(gw) {
-		warmBefore += b.Routes[routeWarm]
+		warmBefore += b.Routes[reasonWarm.String()]
 	}
 	before, spilledBefore := home[0].chats.Load(), spillTo.chats.Load()
 	post(t, gw.URL, "/v1/chat/completions", groupBody(0, 100))
@@ -243,7 +243,7 @@ func TestPrefixAffinityHoldsUntilTheGuardTrips(t *testing.T) {
 	}
 	warmAfter := int64(0)
 	for _, b := range backendStates(gw) {
-		warmAfter += b.Routes[routeWarm]
+		warmAfter += b.Routes[reasonWarm.String()]
 	}
 	if warmAfter != warmBefore+1 {
 		t.Fatalf("the request after the drain was not routed prefix_warm (%d → %d)", warmBefore, warmAfter)

@@ -16,14 +16,21 @@ func backends(weights ...int) []*backend {
 	return bs
 }
 
+// chosen asks sel to pick among bs.
+func chosen(sel selector, bs []*backend) *backend {
+	s := &pick{cands: bs}
+	c, _ := sel.Select(s)
+	return bs[c]
+}
+
 func TestLeastOutstanding(t *testing.T) {
 	bs := backends(1, 1, 1)
 	bs[0].outstanding.Store(5)
 	bs[1].outstanding.Store(2)
 	bs[2].outstanding.Store(7)
-	var l leastOutstanding
+	l := &leastOutstanding{}
 	for range 10 {
-		if got := l.Select(bs); got != bs[1] {
+		if got := chosen(l, bs); got != bs[1] {
 			t.Fatalf("picked %s, want b1 (fewest outstanding)", got.name)
 		}
 	}
@@ -33,7 +40,7 @@ func TestLeastOutstanding(t *testing.T) {
 	ws[1].outstanding.Store(6)
 	seen := map[*backend]int{}
 	for range 10 {
-		seen[l.Select(ws)]++
+		seen[chosen(l, ws)]++
 	}
 	if seen[ws[0]] == 0 || seen[ws[1]] == 0 {
 		t.Errorf("ties went %v, want both used", seen)
@@ -42,7 +49,7 @@ func TestLeastOutstanding(t *testing.T) {
 	eq := backends(1, 1, 1, 1)
 	counts := map[*backend]int{}
 	for range 400 {
-		counts[l.Select(eq)]++
+		counts[chosen(l, eq)]++
 	}
 	for _, b := range eq {
 		if counts[b] != 100 {
@@ -53,11 +60,11 @@ func TestLeastOutstanding(t *testing.T) {
 
 func TestWeightedRoundRobinIsProportionalAndSmooth(t *testing.T) {
 	bs := backends(5, 1, 1)
-	var w weightedRoundRobin
+	w := &weightedRoundRobin{}
 	var seq []string
 	counts := map[*backend]int{}
 	for range 70 {
-		b := w.Select(bs)
+		b := chosen(w, bs)
 		counts[b]++
 		seq = append(seq, b.name)
 	}
@@ -76,11 +83,11 @@ func TestPowerOfTwoAvoidsTheBusy(t *testing.T) {
 	bs[0].outstanding.Store(100)
 	var p powerOfTwo
 	for range 200 {
-		if p.Select(bs) == bs[0] {
+		if chosen(p, bs) == bs[0] {
 			t.Fatal("picked the busiest backend: of any two sampled, the other is less busy")
 		}
 	}
-	if got := p.Select(bs[:1]); got != bs[0] {
+	if got := chosen(p, bs[:1]); got != bs[0] {
 		t.Error("single candidate not returned")
 	}
 }
