@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/internal/hangup"
-	"github.com/infergate/infergate/internal/httpbody"
 	"github.com/infergate/infergate/internal/roundtrip"
 	"github.com/valyala/fasthttp"
 )
@@ -219,17 +218,15 @@ func (c *Client) do(ctx context.Context, body []byte, stream bool, p *parser, r 
 	if c.responses {
 		c.outputCap(r, clamp)
 	}
-	var b httpbody.Reader
-	b.Reset(trip.Reader, httpbody.Mode(req, resp), int64(resp.Header.ContentLength()))
 	// Neither is needed while the body streams: a long stream holds
 	// only its connection, the parser and its small reader.
 	fasthttp.ReleaseResponse(resp)
 	release()
 	p.tally.Responses = c.responses
-	p.read(ctx, &b, r, isSSE)
-	// Nothing may be left unread: the connection carries no other
-	// response. (Finish honours the server's Connection: close.)
-	trip.Finish(b.Complete() && trip.Reader.Buffered() == 0)
+	p.read(ctx, &trip.Body, r, isSSE)
+	// Finish pools the connection only if the body was read to its end
+	// with nothing after it, and the server did not say it closes it.
+	trip.Finish(true)
 }
 
 // outputCap sets the max_output_tokens a Responses answer is judged by

@@ -10,7 +10,6 @@ import (
 	"net"
 	"time"
 
-	"github.com/infergate/infergate/internal/httpbody"
 	"github.com/infergate/infergate/internal/roundtrip"
 	"github.com/infergate/infergate/mirror"
 	"github.com/infergate/infergate/openai"
@@ -111,19 +110,17 @@ func readArm(ctx context.Context, b *backend, req *fasthttp.Request, stream, res
 	}
 	resp := trip.Resp
 	a.Status = resp.StatusCode()
-	var body httpbody.Reader
-	body.Reset(trip.Reader, httpbody.Mode(req, resp), int64(resp.Header.ContentLength()))
 	sse := bytes.HasPrefix(resp.Header.ContentType(), eventStream) && a.Status < 300
 	fasthttp.ReleaseResponse(resp)
 	ta := openai.Tally{TextLimit: mirror.MaxCapture, Responses: responses}
 	var done time.Time
 	trip.DeadlineSet = true // both readers bound their reads
 	if sse {
-		done, err = readArmStream(trip.Conn, &body, t, &ta)
+		done, err = readArmStream(trip.Conn, &trip.Body, t, &ta)
 	} else {
-		done, err = readArmBody(trip.Conn, &body, t, &ta, a, maxBody, []byte(b.auth))
+		done, err = readArmBody(trip.Conn, &trip.Body, t, &ta, a, maxBody, []byte(b.auth))
 	}
-	trip.Finish(err == nil && body.Complete())
+	trip.Finish(err == nil)
 	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		// The connection was closed under the reader: say why.
 		err = fmt.Errorf("the copy ran past timeouts.total (%v): deadline exceeded", t.Total)

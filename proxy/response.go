@@ -116,12 +116,12 @@ func (x *exchange) readWhole(buf []byte) ([]byte, error) {
 		if len(buf) == cap(buf) {
 			buf = append(buf, 0)[:len(buf)]
 		}
-		if !x.up.body.Ready() {
+		if !x.up.Body.Ready() {
 			// Only a read that may wait on the backend needs the bound:
 			// a small answer is usually whole in the reader already.
 			_ = x.up.SetReadDeadline(time.Now().Add(idle))
 		}
-		n, err := x.up.body.Read(buf[len(buf):cap(buf)])
+		n, err := x.up.Body.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
 		if len(buf) > limit {
 			return nil, errResponseTooLarge

@@ -59,7 +59,7 @@ func (x *exchange) relayStream(w *bufio.Writer) {
 func (x *exchange) ready() bool {
 	if x.er == nil {
 		x.er = readerPool.Get().(*openai.EventReader)
-		x.er.Reset(&x.up.body, nil, maxEventBytes)
+		x.er.Reset(&x.up.Body, nil, maxEventBytes)
 	}
 	return x.er.TryFill()
 }
@@ -109,7 +109,7 @@ func (x *exchange) reader() *openai.EventReader {
 		return x.er // made by ready or the keep-alive path
 	}
 	er := readerPool.Get().(*openai.EventReader)
-	er.Reset(&x.up.body, nil, maxEventBytes)
+	er.Reset(&x.up.Body, nil, maxEventBytes)
 	return er
 }
 
@@ -124,7 +124,7 @@ func (x *exchange) putReader(er *openai.EventReader) {
 // fillFirst waits for the first event of a stream, keeping it buffered.
 func (x *exchange) fillFirst() {
 	x.er = readerPool.Get().(*openai.EventReader)
-	x.er.Reset(&x.up.body, nil, maxEventBytes)
+	x.er.Reset(&x.up.Body, nil, maxEventBytes)
 	_ = x.up.SetReadDeadline(time.Now().Add(x.st.cfg.Timeouts.FirstByte))
 	x.er.Fill()
 }

@@ -8,7 +8,6 @@ import (
 	"net"
 	"time"
 
-	"github.com/infergate/infergate/internal/httpbody"
 	"github.com/infergate/infergate/internal/roundtrip"
 	"github.com/valyala/fasthttp"
 )
@@ -17,15 +16,13 @@ import (
 // read. finish (not the Trip's Finish, which it calls) must be called
 // exactly once.
 type upstream struct {
-	roundtrip.Trip // Resp holds the headers; Conn the connection
-	body           httpbody.Reader
+	roundtrip.Trip // Resp holds the headers; Conn the connection; Body the body
 }
 
 // finish releases the connection: back to the pool when reuse is set, the
 // body was read to its end and the backend did not ask to close (the
 // Trip's Finish sees to that); closed otherwise.
 func (up *upstream) finish(reuse bool) {
-	reuse = reuse && up.body.Complete()
 	up.Finish(reuse)
 	fasthttp.ReleaseResponse(up.Resp)
 }
@@ -68,7 +65,6 @@ func (b *backend) roundTrip(ctx context.Context, x *exchange, t *Timeouts) (*ups
 	x.tl.Headers = time.Now()
 	up := &x.upBuf // the last attempt's, finished
 	*up = upstream{Trip: trip}
-	up.body.Reset(trip.Reader, httpbody.Mode(x.ureq, trip.Resp), int64(trip.Resp.Header.ContentLength()))
 	return up, nil
 }
 

@@ -58,7 +58,7 @@ func (b *Reader) Reset(br *bufio.Reader, mode int, length int64) {
 // Complete reports whether the body was read to its end, so the connection
 // can carry another request.
 func (b *Reader) Complete() bool {
-	return b.state == stDone && b.err == nil && b.mode != Close
+	return (b.state == stDone || b.mode == Fixed && b.left == 0) && b.err == nil && b.mode != Close
 }
 
 // Read implements io.Reader.

@@ -122,9 +122,10 @@ type Trip struct {
 	// Resp holds the status and headers (SkipBody); the caller releases
 	// it with fasthttp.ReleaseResponse when done with it.
 	Resp *fasthttp.Response
-	// Conn is the connection, Reader what the body is read through.
-	Conn   net.Conn
-	Reader *bufio.Reader
+	// Conn is the connection; Body reads the body from it, decoded
+	// (fixed length, chunked, or until the close).
+	Conn net.Conn
+	Body httpbody.Reader
 	// Reused says the connection came from the pool.
 	Reused bool
 	// DeadlineSet says the caller set a deadline on Conn, which Finish
@@ -134,14 +135,18 @@ type Trip struct {
 	// closing: the server said it closes the connection after this
 	// answer (Connection: close, or HTTP/1.0 without keep-alive).
 	closing bool
+	br      *bufio.Reader
 	finish  func(reuse, deadline bool)
 }
 
-// Finish gives the reader back and the connection to its pool when reuse
-// is set (the caller read the body to its end), the server did not say it
-// closes the connection, and the context did not close it; else it closes
-// the connection.
-func (t *Trip) Finish(reuse bool) { t.finish(reuse && !t.closing, t.DeadlineSet) }
+// Finish gives the reader back, and the connection to its pool when reuse
+// is set, the body was read to its end with nothing after it (the
+// connection carries no other answer), the server did not say it closes
+// the connection, and the context did not close it; else it closes the
+// connection.
+func (t *Trip) Finish(reuse bool) {
+	t.finish(reuse && t.Body.Complete() && t.br.Buffered() == 0 && !t.closing, t.DeadlineSet)
+}
 
 // Do sends req on a connection of p and reads the response headers. When
 // ctx ends first it returns context.Cause(ctx); otherwise a failure is an
@@ -217,7 +222,8 @@ func Do[C Conn](ctx context.Context, p Pool[C], req *fasthttp.Request, o Options
 			return Trip{}, &Error{StageHeaders, err}
 		}
 		o.Peer.learn(&resp.Header)
-		t := Trip{Resp: resp, Conn: conn, Reader: br, Reused: reused, closing: resp.ConnectionClose()}
+		t := Trip{Resp: resp, Conn: conn, Reused: reused, closing: resp.ConnectionClose(), br: br}
+		t.Body.Reset(br, httpbody.Mode(req, resp), int64(resp.Header.ContentLength()))
 		t.finish = func(reuse, deadline bool) {
 			// stop reports false once the close ran: never pool that conn.
 			reuse = stop() && reuse
@@ -437,9 +443,7 @@ func Fetch(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Respon
 		return err
 	}
 	defer fasthttp.ReleaseResponse(trip.Resp)
-	var body httpbody.Reader
-	body.Reset(trip.Reader, httpbody.Mode(req, trip.Resp), int64(trip.Resp.Header.ContentLength()))
-	r := io.Reader(&body)
+	r := io.Reader(&trip.Body)
 	if maxBody > 0 {
 		r = io.LimitReader(r, int64(maxBody)+1)
 	}
@@ -447,7 +451,7 @@ func Fetch(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Respon
 	if err == nil && maxBody > 0 && len(b) > maxBody {
 		err = fasthttp.ErrBodyTooLarge
 	}
-	trip.Finish(err == nil && body.Complete())
+	trip.Finish(err == nil)
 	if err != nil {
 		if ctx.Err() != nil {
 			return reqctx.Cause(ctx)

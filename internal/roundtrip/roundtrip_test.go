@@ -87,7 +87,9 @@ func TestStalePooledConnectionIsReplacedOnce(t *testing.T) {
 		if trip.Resp.StatusCode() != 200 {
 			t.Fatalf("request %d: status %d", i, trip.Resp.StatusCode())
 		}
-		// The body ("ok") is left in the reader; reuse the connection.
+		if b, err := io.ReadAll(&trip.Body); err != nil || string(b) != "ok" {
+			t.Fatalf("request %d: body %q, %v", i, b, err)
+		}
 		trip.Finish(true)
 		fasthttp.ReleaseResponse(trip.Resp)
 		time.Sleep(50 * time.Millisecond) // the server has closed it by now
@@ -204,7 +206,7 @@ func doOn[C Conn](t *testing.T, p Pool[C], addr string, o Options, attempts *ato
 	}
 	defer fasthttp.ReleaseResponse(trip.Resp)
 	body := make([]byte, 2)
-	if _, err := io.ReadFull(trip.Reader, body); err != nil || string(body) != "ok" {
+	if _, err := io.ReadFull(&trip.Body, body); err != nil || string(body) != "ok" {
 		trip.Finish(false)
 		return trip.Reused, fmt.Errorf("body %q: %v", body, err)
 	}
@@ -502,6 +504,41 @@ func TestConnectionCloseIsHonoured(t *testing.T) {
 	}
 	if conns.Load() != 2 || hc.IdleConnsCount() != 0 {
 		t.Errorf("%d connections, %d idle; want 2 and none kept", conns.Load(), hc.IdleConnsCount())
+	}
+}
+
+// Finish pools a connection only when its body was read to the end with
+// nothing after it: a caller that stopped early, or a server that sent
+// more than it declared, leaves bytes that would be read as the next
+// answer.
+func TestFinishPoolsOnlyAWholeBody(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, answer string
+		read         bool
+		pooled       bool
+	}{
+		{"read", okKeepAlive, true, true},
+		{"unread", okKeepAlive, false, false},
+		{"bytes after it", okKeepAlive + "junk", true, false}, // one write: read with the headers
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hc, _ := scripted(t, func(int, int) (string, bool) { return tc.answer, false })
+			trip, err := get(t, context.Background(), hc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fasthttp.ReleaseResponse(trip.Resp)
+			if tc.read {
+				if b, err := io.ReadAll(&trip.Body); err != nil || string(b) != "ok" {
+					t.Fatalf("body %q, %v", b, err)
+				}
+			}
+			trip.Finish(true)
+			if got := hc.IdleConnsCount() == 1; got != tc.pooled {
+				t.Errorf("pooled %v, want %v", got, tc.pooled)
+			}
+		})
 	}
 }
 
