@@ -134,12 +134,23 @@ func commonString(b []byte) string {
 	return string(b)
 }
 
-// serveAPI reads, routes, admits and forwards an API request. strict
-// requests (the completion routes) must carry a JSON body with a string
-// model; other /v1 paths are routed by their model when they have one,
-// else to the default pool. A panic while serving it ends this request
-// only (recoverRequest).
-func (g *Gateway) serveAPI(rc *fasthttp.RequestCtx, strict bool) {
+// apiRoute is the kind of /v1 route a request came in on.
+type apiRoute uint8
+
+const (
+	// completionRoute: chat completions, completions and responses. The
+	// request must carry a JSON body with a string model, and it is the
+	// one kind mirrored.
+	completionRoute apiRoute = iota
+	// otherRoute: any other /v1 path, routed by its model when it has
+	// one, else to the default pool.
+	otherRoute
+)
+
+// serveAPI reads, routes, admits and forwards an API request that came in
+// on a route of the given kind. A panic while serving it ends this
+// request only (recoverRequest).
+func (g *Gateway) serveAPI(rc *fasthttp.RequestCtx, kind apiRoute) {
 	x := &exchange{g: g, st: g.state.Load(), method: commonString(rc.Method()), path: commonString(rc.Path())}
 	if raw := rc.URI().PathOriginal(); string(raw) == x.path {
 		x.rawPath = x.path // the common case: nothing was encoded, no copy
@@ -178,6 +189,7 @@ func (g *Gateway) serveAPI(rc *fasthttp.RequestCtx, strict bool) {
 		}
 	}
 	var env openai.Envelope
+	strict := kind == completionRoute
 	if strict || len(body) > 0 {
 		env, err = openai.ScanRequest(body)
 		// Broken JSON on any route is answered here: llama.cpp's server
@@ -237,9 +249,7 @@ func (g *Gateway) serveAPI(rc *fasthttp.RequestCtx, strict bool) {
 		x.fail(rc, err)
 		return
 	}
-	if h := g.testHook; h != nil {
-		h("admitted", x.id)
-	}
+	g.fail.at("admitted", x.id)
 	if strict && len(x.st.mirrors) > 0 {
 		// Only the completion routes are copied (always POSTs): the A/B
 		// report compares answers, and nothing else (GET /v1/models, an

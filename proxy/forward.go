@@ -32,9 +32,7 @@ func (x *exchange) forward(fill bool) error {
 		// The attempt is the request's from here: whatever happens, a
 		// panic included, finishWith gives its permit and count back.
 		x.backend, x.done = b, done
-		if h := x.g.testHook; h != nil {
-			h("attempt", x.id)
-		}
+		x.g.fail.at("attempt", x.id)
 		x.prepare(b)
 		x.tl.Attempts++
 		up, err := b.roundTrip(&x.ctx, x, &cfg.Timeouts)

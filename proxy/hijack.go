@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/internal/hangup"
-	"github.com/infergate/infergate/internal/reqctx"
 	"github.com/valyala/fasthttp"
 )
 
@@ -27,17 +26,18 @@ import (
 // written here, and afterwards, for a keep-alive client, handed back to
 // the server with ServeConn.
 //
-// When the streamer's ready reports that the first bytes of the body are
+// When the stream's ready reports that the first bytes of the body are
 // already at hand, the headers leave with them in one write; otherwise
 // they go at once, so the client sees the status while the model is still
 // in prefill.
 //
 // fasthttp skips the hijack handler when it cannot flush an earlier
 // pipelined response or reset the deadline; then the body never runs. So
-// when ctx ends before the handler starts (the hang-up watcher fires once
-// fasthttp closes that connection), the streamer is abandoned instead:
-// whichever of the two comes first claims the stream.
-func (g *Gateway) streamResponse(ctx *reqctx.Ctx, rc *fasthttp.RequestCtx, s streamer) {
+// when the request's context ends before the handler starts (the hang-up
+// watcher fires once fasthttp closes that connection), the stream is
+// abandoned instead: whichever of the two comes first claims it.
+func (x *exchange) streamResponse(rc *fasthttp.RequestCtx, s streamer) {
+	g, ctx := x.g, &x.ctx
 	// HTTP/1.0 has no chunked coding: its stream ends with the connection.
 	chunked := rc.Request.Header.IsHTTP11()
 	keep := chunked && !rc.Request.Header.ConnectionClose() && !g.draining.Load()
@@ -63,13 +63,13 @@ func (g *Gateway) streamResponse(ctx *reqctx.Ctx, rc *fasthttp.RequestCtx, s str
 			return
 		}
 		if c := ctx.Cause(); errors.Is(c, errTotalTimeout) || errors.Is(c, errShutdown) {
-			s.clientConn().unblock()
+			x.conn.unblock()
 		}
 	})
 	rc.HijackSetNoResponse(true)
-	s.hijacked()
+	x.streamed = true // the connection owns the response now
 	rc.Hijack(func(c net.Conn) {
-		cc := s.clientConn()
+		cc := &x.conn
 		cc.set(c, &cw.dl)
 		if !claimed.CompareAndSwap(false, true) {
 			cc.set(nil, nil)
@@ -87,9 +87,9 @@ func (g *Gateway) streamResponse(ctx *reqctx.Ctx, rc *fasthttp.RequestCtx, s str
 				// The writer's state is unknown: it is not pooled again,
 				// and the connection is not reused.
 				if owned {
-					g.endAfterPanic(s, cw, v)
+					x.endAfterPanic(s, cw, v)
 				} else {
-					g.recovered(panicStream, v, s.reqID())
+					g.recovered(panicStream, v, x.id)
 				}
 				c.Close()
 			}
@@ -130,7 +130,11 @@ func (g *Gateway) streamResponse(ctx *reqctx.Ctx, rc *fasthttp.RequestCtx, s str
 	})
 }
 
-// streamer is a response body written after the handler returns.
+// streamer is a response body written after the handler returns: what
+// the two kinds of stream differ in. A relayed one (the exchange itself,
+// stream.go) has its backend's first event or awaits it; a keep-alive one
+// (keepalive.go) was committed before its backend answered, and its
+// forwarding may still run.
 type streamer interface {
 	// ready reports whether the first bytes are already at hand.
 	ready() bool
@@ -138,18 +142,8 @@ type streamer interface {
 	body(w *bufio.Writer)
 	// abandon releases what the body would have, when it will never run.
 	abandon()
-	// hijacked says the connection now owns the response.
-	hijacked()
 	// release ends the request after body panicked (panics.go).
 	release(err error)
-	// reqID is the request's id, for the log.
-	reqID() string
-	// errorEvent is the SSE event that ends the stream with an error, in
-	// the stream's own form (a chat chunk's, or the Responses API's).
-	errorEvent(ce clientError) []byte
-	// clientConn is where the stream's connection is kept while its body
-	// runs.
-	clientConn() *clientConn
 }
 
 // clientConn is a stream's client connection while its body runs, so

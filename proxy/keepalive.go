@@ -38,7 +38,7 @@ func (x *exchange) forwardWithKeepAlive(rc *fasthttp.RequestCtx, ka KeepAlive) {
 	rc.SetContentType("text/event-stream")
 	rc.Response.Header.Set("Cache-Control", "no-cache")
 	rc.Response.Header.Set("X-Accel-Buffering", "no")
-	x.g.streamResponse(&x.ctx, rc, &keepAliveStream{x: x, res: res, interval: ka.Interval})
+	x.streamResponse(rc, &keepAliveStream{x: x, res: res, interval: ka.Interval})
 }
 
 // keepAliveStream is the body of a stream committed before its backend
@@ -51,10 +51,6 @@ type keepAliveStream struct {
 }
 
 func (k *keepAliveStream) ready() bool { return false }
-
-func (k *keepAliveStream) hijacked() { k.x.streamed = true }
-
-func (k *keepAliveStream) clientConn() *clientConn { return &k.x.conn }
 
 func (k *keepAliveStream) body(w *bufio.Writer) {
 	x := k.x
@@ -102,6 +98,21 @@ func (k *keepAliveStream) abandon() {
 		err = errClientGone
 	}
 	k.x.failStream(nil, err)
+}
+
+// release ends a keep-alive stream after a panic: its forwarding may still
+// run, so it is cancelled and awaited before anything is released.
+func (k *keepAliveStream) release(err error) {
+	x := k.x
+	if x.finished {
+		return
+	}
+	x.ctx.Cancel(err)
+	if !k.answered {
+		<-k.res
+		k.answered = true
+	}
+	x.failStream(nil, err)
 }
 
 // failStream ends a committed stream that never got a backend stream; w

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-func withTestHook(h func(point, id string)) Option { return func(g *Gateway) { g.testHook = h } }
+func withFailpoints(f failpoints) Option { return func(g *Gateway) { g.fail = f } }
 
 // A panic while serving one request ends that request only: 20 streams
 // running beside it finish, the process carries on, the client of the
@@ -19,7 +19,7 @@ func TestPanicEndsOneRequestOnly(t *testing.T) {
 	be := newTestBackend(t, sseHandler(30, 5*time.Millisecond))
 	cfg := testConfig(be.URL)
 	cfg.Shaping.Global.MaxRequests = 32
-	gw := startGateway(t, cfg, withTestHook(func(point, id string) {
+	gw := startGateway(t, cfg, withFailpoints(func(point, id string) {
 		if id == "boom-"+point {
 			panic("test: a bug on the request path at " + point)
 		}

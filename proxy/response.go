@@ -30,7 +30,7 @@ func (x *exchange) commit(rc *fasthttp.RequestCtx) {
 	copyResponseHeaders(&rc.Response.Header, &up.Resp.Header)
 	if bytes.HasPrefix(up.Resp.Header.ContentType(), eventStream) && x.status < 300 {
 		rc.Response.Header.Set("X-Accel-Buffering", "no")
-		x.g.streamResponse(&x.ctx, rc, x)
+		x.streamResponse(rc, x)
 		return
 	}
 	wb := wholePool.Get().(*[]byte)

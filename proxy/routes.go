@@ -77,7 +77,7 @@ func (g *Gateway) handle(rc *fasthttp.RequestCtx) {
 			writeError(rc, http.StatusMethodNotAllowed, openai.TypeInvalidRequest, "method_not_allowed", "use POST for "+string(path))
 			return
 		}
-		g.serveAPI(rc, true)
+		g.serveAPI(rc, completionRoute)
 	case bytes.Equal(path, pathModels) && g.state.Load().modelList != nil:
 		if !rc.IsGet() {
 			rc.Response.Header.Set("Allow", "GET")
@@ -92,7 +92,7 @@ func (g *Gateway) handle(rc *fasthttp.RequestCtx) {
 		rc.SetContentType("application/json")
 		rc.SetBody(g.state.Load().modelList)
 	case bytes.HasPrefix(path, pathV1):
-		g.serveAPI(rc, false)
+		g.serveAPI(rc, otherRoute)
 	case string(path) == "/healthz":
 		rc.Response.Header.Set("X-Infergate-Config-Hash", g.state.Load().configHash)
 		rc.SetContentType("text/plain")

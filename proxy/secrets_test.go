@@ -64,7 +64,7 @@ func TestSecretsStayOut(t *testing.T) {
 	cfg.Auth.Required = true
 	cfg.Tenants = map[string]TenantConfig{"acme": {Tenant: policy.Tenant{APIKeys: []string{tenantKey}}}}
 	cfg.Server.AdminAuth = adminKey
-	gw := startGateway(t, cfg, withTestHook(func(point, id string) {
+	gw := startGateway(t, cfg, withFailpoints(func(point, id string) {
 		if id == "boom-"+point {
 			panic("test: a bug with the request in hand at " + point)
 		}

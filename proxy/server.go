@@ -63,9 +63,8 @@ type Gateway struct {
 	conns atomic.Pointer[connLimit]
 	// Panics recovered on the request path (panics.go).
 	panicsRequest, panicsStream, panicsForward, panicsMirror atomic.Int64
-	// testHook, when a test sets it, is called at points of a request's
-	// life ("admitted", "stream"); tests make it panic.
-	testHook func(point, id string)
+	// fail is the failpoints, which only tests set (panics.go).
+	fail failpoints
 }
 
 // New validates cfg (after filling its defaults) and builds a gateway.

@@ -28,10 +28,13 @@ func (x *exchange) abandon() {
 	x.finishWith(499, outcomeClientGone)
 }
 
-// hijacked says the connection now owns the response.
-func (x *exchange) hijacked() { x.streamed = true }
-
-func (x *exchange) clientConn() *clientConn { return &x.conn }
+// release ends the request after a panic on its stream.
+func (x *exchange) release(err error) {
+	if x.finished {
+		return
+	}
+	x.failStream(nil, err)
+}
 
 // errorEvent is the event that ends the stream after its first byte
 // when it did not end well: data: {"error":{...}} on a chat or completion
@@ -44,9 +47,7 @@ func (x *exchange) errorEvent(ce clientError) []byte {
 }
 
 func (x *exchange) relayStream(w *bufio.Writer) {
-	if h := x.g.testHook; h != nil {
-		h("stream", x.id)
-	}
+	x.g.fail.at("stream", x.id)
 	er := x.reader()
 	cfg := &x.st.cfg
 	out := relay(w, er, x.up, cfg.Timeouts.FirstByte, cfg.Timeouts.Idle, &x.tl, &x.tally, x.relayMode())
