@@ -23,7 +23,9 @@
 //   - mirror.go: the tap, where a sampled copy leaves for a candidate
 //     (the mirror package does the rest); arm.go the primary's answer
 //     handed to its pair, and the copy's round trip.
-//   - forward.go: a backend picked (pool.go, selector.go, backend.go,
+//   - forward.go: a backend picked (pool.go; selector.go the selector
+//     every policy is, select_load.go and select_prefix.go the two that
+//     score the backends' load, load.go where they read it; backend.go;
 //     budget.go the retry budget) and tried, with failover; upstream.go
 //     the round trip to it; rtt_linux.go (rtt_other.go elsewhere) the
 //     kernel's round-trip time.
