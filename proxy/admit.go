@@ -1,12 +1,15 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/infergate/infergate/shaping"
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // Admission: before a backend is picked, every request asks the limiter
@@ -54,4 +57,49 @@ func (x *exchange) admit(rc *fasthttp.RequestCtx, body []byte) error {
 	}
 	x.permit = p
 	return nil
+}
+
+// observeShaping registers the limiter's queue, slots, caps and refusals.
+func (g *Gateway) observeShaping(meter metric.Meter) error {
+	in := instruments{meter: meter}
+	queued := in.gauge("infergate.queue.depth", "{request}", "Requests waiting for a slot.")
+	inFlight := in.gauge("infergate.shaping.in_flight", "", "Requests and tokens holding a slot, by cap (level, name, unit).")
+	limits := in.gauge("infergate.shaping.limit", "", "Each cap's limit, by cap (level, name, unit); 0 when that unit is not capped.")
+	rejected := in.counter("infergate.shaping.rejections", "{request}", "Requests refused by admission control, by reason.")
+	admitted := in.counter("infergate.shaping.admitted", "{request}", "Requests given a slot.")
+	abandoned := in.counter("infergate.shaping.queue_abandoned", "{request}", "Requests whose client left while they waited.")
+	redisUp := in.gauge("infergate.shaping.redis_up", "", "1 while the shared caps' Redis answers (only with shaping.redis).")
+	redisDown := in.counter("infergate.shaping.redis_down", "", "Times Redis was found down and the caps fell back (on_failure).")
+	reason := func(r string) metric.ObserveOption {
+		return metric.WithAttributes(attribute.String("reason", r))
+	}
+	return in.register(func(_ context.Context, o metric.Observer) error {
+		s := g.lim.Stats()
+		o.ObserveInt64(queued, int64(s.Waiting))
+		o.ObserveInt64(admitted, s.Admitted)
+		o.ObserveInt64(abandoned, s.Cancelled)
+		o.ObserveInt64(rejected, s.RejectedFull-s.RejectedFullTenant, reason("queue_full"))
+		o.ObserveInt64(rejected, s.RejectedTimeout-s.RejectedTimeoutTenant, reason("queue_timeout"))
+		o.ObserveInt64(rejected, s.RejectedFullTenant, reason("tenant_queue_full"))
+		o.ObserveInt64(rejected, s.RejectedTimeoutTenant, reason("tenant_queue_timeout"))
+		if s.Shared {
+			up := int64(0)
+			if s.SharedUp {
+				up = 1
+			}
+			o.ObserveInt64(redisUp, up)
+			o.ObserveInt64(redisDown, s.SharedDownTransitions)
+			o.ObserveInt64(rejected, s.RejectedShared, reason("redis_down"))
+		}
+		for _, cp := range g.lim.Caps() {
+			at := func(unit string) metric.ObserveOption {
+				return metric.WithAttributes(attribute.String("level", cp.Level), attribute.String("name", cp.Name), attribute.String("unit", unit))
+			}
+			o.ObserveInt64(inFlight, cp.Requests, at("requests"))
+			o.ObserveInt64(inFlight, cp.Tokens, at("tokens"))
+			o.ObserveInt64(limits, cp.MaxRequests, at("requests"))
+			o.ObserveInt64(limits, cp.MaxTokens, at("tokens"))
+		}
+		return nil
+	})
 }

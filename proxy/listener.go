@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"net"
 	"sync"
@@ -8,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/infergate/infergate/internal/hangup"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // connLimit caps the client connections open at once (server.
@@ -66,3 +68,17 @@ func (c *countedConn) SyscallConn() (syscall.RawConn, error) {
 var errNoSocket = errors.New("proxy: connection has no socket")
 
 var _ syscall.Conn = (*countedConn)(nil)
+
+// observeConns registers the API listener's open and refused connections.
+func (g *Gateway) observeConns(meter metric.Meter) error {
+	in := instruments{meter: meter}
+	open := in.gauge("infergate.connections.open", "{connection}", "Client connections open on the API listener.")
+	refused := in.counter("infergate.connections.refused", "{connection}", "Client connections closed unread because server.max_connections were open.")
+	return in.register(func(_ context.Context, o metric.Observer) error {
+		if cl := g.conns.Load(); cl != nil {
+			o.ObserveInt64(open, cl.open.Load())
+			o.ObserveInt64(refused, cl.refused.Load())
+		}
+		return nil
+	})
+}

@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/infergate/infergate/mirror"
 	"github.com/infergate/infergate/openai"
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // The mirror tap (DESIGN: the request path). After the primary was
@@ -150,4 +153,28 @@ func (g *Gateway) runArm(f *mirror.Flight, a *mirror.Answer, rule *mirror.LiveRu
 	ok := readArm(f.Ctx, b, req, f.Meta().Stream, path == openai.ResponsesPath, t, a, maxBody)
 	b.settle(done, ok)
 	f.Done()
+}
+
+// observeMirror registers the pairs recorded, the copies dropped or in
+// flight, and the pairs the file lost.
+func (g *Gateway) observeMirror(meter metric.Meter) error {
+	in := instruments{meter: meter}
+	pairs := in.counter("infergate.mirror.pairs", "{pair}", "Mirrored pairs (and canary records) recorded.")
+	dropped := in.counter("infergate.mirror.dropped", "{copy}", "Mirrored copies dropped, by rule and reason (cap_full: the rule's max_in_flight; aa_cap_full: the A/A copy; lost: the recorder was behind).")
+	fileLost := in.counter("infergate.mirror.file_lost", "{pair}", "Pairs the pairs file could not take (a write error: a full disk, the file removed); the file is reopened and recording goes on.")
+	inFlight := in.gauge("infergate.mirror.in_flight", "{copy}", "Mirrored copies waiting for their answers.")
+	return in.register(func(_ context.Context, o metric.Observer) error {
+		ps := g.pairs.Counts()
+		o.ObserveInt64(fileLost, ps.FileLost)
+		o.ObserveInt64(pairs, ps.Recorded)
+		for k, n := range ps.Dropped {
+			rule, why, _ := strings.Cut(k, " ")
+			o.ObserveInt64(dropped, n, metric.WithAttributes(attribute.String("rule", rule), attribute.String("reason", why)))
+		}
+		if ps.Lost > 0 {
+			o.ObserveInt64(dropped, ps.Lost, metric.WithAttributes(attribute.String("rule", ""), attribute.String("reason", "lost")))
+		}
+		o.ObserveInt64(inFlight, int64(g.MirrorsInFlight()))
+		return nil
+	})
 }

@@ -1,12 +1,15 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"runtime/debug"
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // A panic while serving one request ends that request and nothing else
@@ -21,28 +24,29 @@ import (
 // errPanic ends a request whose serving panicked.
 var errPanic = errors.New("proxy: internal error (a panic, recovered)")
 
-// Where a panic was recovered, as infergate_panics_total labels it.
+// panicKind is where on the request path a panic was recovered; the
+// gateway counts each kind (Gateway.panics). The loops beside it
+// (telemetry, health checks, load scrapes, shaping, the hang-up watcher)
+// count their own.
+type panicKind uint8
+
 const (
-	panicRequest   = "request"   // the handler, before the response was committed
-	panicStream    = "stream"    // a response written on the hijacked connection
-	panicForward   = "forward"   // the keep-alive path's forwarding goroutine
-	panicMirror    = "mirror"    // a mirrored copy's goroutine
-	panicTelemetry = "telemetry" // the telemetry goroutine (metrics, spans, request log)
+	panicRequest panicKind = iota // the handler, before the response was committed
+	panicStream                   // a response written on the hijacked connection
+	panicForward                  // the keep-alive path's forwarding goroutine
+	panicMirror                   // a mirrored copy's goroutine
+	numPanicKinds
 )
 
+// String is the kind as infergate_panics_total labels it.
+func (k panicKind) String() string {
+	return [numPanicKinds]string{"request", "stream", "forward", "mirror"}[k]
+}
+
 // recovered logs a recovered panic with its stack and counts it.
-func (g *Gateway) recovered(where string, v any, id string) {
-	switch where {
-	case panicRequest:
-		g.panicsRequest.Add(1)
-	case panicStream:
-		g.panicsStream.Add(1)
-	case panicForward:
-		g.panicsForward.Add(1)
-	case panicMirror:
-		g.panicsMirror.Add(1)
-	}
-	g.log.Error("panic recovered; the rest of the gateway carries on", "where", where, "id", id,
+func (g *Gateway) recovered(where panicKind, v any, id string) {
+	g.panics[where].Add(1)
+	g.log.Error("panic recovered; the rest of the gateway carries on", "where", where.String(), "id", id,
 		"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
 }
 
@@ -109,4 +113,32 @@ func (f failpoints) at(point, id string) {
 	if f != nil {
 		f(point, id)
 	}
+}
+
+// observePanics registers the panics recovered, by where: the request
+// path's, and those of the loops that count their own.
+func (g *Gateway) observePanics(meter metric.Meter) error {
+	in := instruments{meter: meter}
+	panics := in.counter("infergate.panics", "{panic}", "Panics recovered, by where: a request, its stream, the keep-alive forwarder, telemetry, health checks, shaping, the hang-up watcher. Each ended one request or restarted one loop; the process carried on.")
+	where := func(w string) metric.ObserveOption { return metric.WithAttributes(attribute.String("where", w)) }
+	return in.register(func(_ context.Context, o metric.Observer) error {
+		for k := range numPanicKinds {
+			o.ObserveInt64(panics, g.panics[k].Load(), where(k.String()))
+		}
+		var health, scrapes int64
+		for _, p := range g.state.Load().pools {
+			if p.health != nil {
+				health += p.health.panics.Load()
+			}
+			if p.scraper != nil {
+				scrapes += p.scraper.panics.Load()
+			}
+		}
+		o.ObserveInt64(panics, g.telem.Panics(), where("telemetry"))
+		o.ObserveInt64(panics, health, where("health"))
+		o.ObserveInt64(panics, scrapes, where("load_scrape"))
+		o.ObserveInt64(panics, g.lim.Stats().Panics, where("shaping"))
+		o.ObserveInt64(panics, g.watch.Panics(), where("hangup"))
+		return nil
+	})
 }

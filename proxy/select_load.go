@@ -1,12 +1,15 @@
 package proxy
 
 import (
+	"context"
 	"math"
 	"sync/atomic"
 	"time"
 
 	"github.com/infergate/infergate/affinity"
 	"github.com/infergate/infergate/tracing"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // loadSelector is selection load: the backend where a new request can
@@ -114,4 +117,38 @@ func finite(v float64) *float64 {
 		return nil
 	}
 	return &v
+}
+
+// observeLoad registers, for the pools of selection load and prefix, each
+// backend's picks by reason, its estimated load and its failed scrapes.
+func (g *Gateway) observeLoad(meter metric.Meter) error {
+	in := instruments{meter: meter}
+	routed := in.counter("infergate.route.decisions", "{request}", "Picks of each backend by selection load and prefix, by reason (load, prefix_warm, prefix_cold, prefix_spill_queue, prefix_spill_kv, prefix_spill_imbalance).")
+	estimate := in.gauge("infergate.backend.load", "{request}", "Requests in each backend's batch and queue as selection load and prefix count them; source metrics (its own reading, corrected by the gateway's since) or gateway (its scrape failed or is stale).")
+	scrapeFail := in.counter("infergate.backend.load_scrape_failures", "{scrape}", "Failed scrapes of each backend's metrics by selection load and prefix.")
+	return in.register(func(_ context.Context, o metric.Observer) error {
+		now := time.Now()
+		for _, p := range g.state.Load().pools {
+			if p.load == nil {
+				continue
+			}
+			for _, b := range p.backends {
+				for r := range numReasons {
+					if n := b.reasons[r].Load(); n > 0 {
+						o.ObserveInt64(routed, n, backendAttrs(p, b, attribute.String("reason", r.String())))
+					}
+				}
+				e := b.estimate(now, p.load.cfg.StaleAfter)
+				src := "gateway"
+				if e.fromMetrics {
+					src = "metrics"
+				}
+				o.ObserveInt64(estimate, int64(math.Round(e.total)), backendAttrs(p, b, attribute.String("source", src)))
+				if st := b.load.Load(); st != nil {
+					o.ObserveInt64(scrapeFail, st.failures, backendAttrs(p, b))
+				}
+			}
+		}
+		return nil
+	})
 }

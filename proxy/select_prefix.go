@@ -1,11 +1,14 @@
 package proxy
 
 import (
+	"context"
 	"math"
 
 	"github.com/infergate/infergate/affinity"
 	"github.com/infergate/infergate/openai"
 	"github.com/infergate/infergate/tracing"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // prefixSelector is selection prefix: a prompt goes to the backend
@@ -121,4 +124,27 @@ func ratio(a, b int64) *float64 {
 	}
 	r := float64(a) / float64(b)
 	return &r
+}
+
+// observePrefix registers, for the pools of selection prefix, each
+// backend's prompt blocks routed and expected, and its cached tokens.
+func (g *Gateway) observePrefix(meter metric.Meter) error {
+	in := instruments{meter: meter}
+	blocks := in.counter("infergate.prefix.blocks", "{block}", "Prompt blocks routed to each backend by selection prefix (kind routed), and those the index expected it to hold (kind expected).")
+	usage := in.counter("infergate.backend.usage_prompt_tokens", "{token}", "Prompt tokens of each backend's answers that reported cached tokens (kind prompt), and those cached (kind cached): the hit ratio the backend reports.")
+	return in.register(func(_ context.Context, o metric.Observer) error {
+		for _, p := range g.state.Load().pools {
+			if p.prefix == nil {
+				continue
+			}
+			for _, b := range p.backends {
+				kind := func(k string) metric.ObserveOption { return backendAttrs(p, b, attribute.String("kind", k)) }
+				o.ObserveInt64(blocks, b.promptBlocks.Load(), kind("routed"))
+				o.ObserveInt64(blocks, b.expectedBlocks.Load(), kind("expected"))
+				o.ObserveInt64(usage, b.usagePrompt.Load(), kind("prompt"))
+				o.ObserveInt64(usage, b.usageCached.Load(), kind("cached"))
+			}
+		}
+		return nil
+	})
 }

@@ -62,7 +62,7 @@ type Gateway struct {
 	// conns counts the API listener's connections (listener.go).
 	conns atomic.Pointer[connLimit]
 	// Panics recovered on the request path (panics.go).
-	panicsRequest, panicsStream, panicsForward, panicsMirror atomic.Int64
+	panics [numPanicKinds]atomic.Int64
 	// fail is the failpoints, which only tests set (panics.go).
 	fail failpoints
 }

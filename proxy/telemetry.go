@@ -8,6 +8,7 @@ import (
 
 	"github.com/infergate/infergate/internal/bgqueue"
 	"github.com/infergate/infergate/tracing"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // A finished request's log line, span, metrics, live-view sample and
@@ -154,4 +155,22 @@ func (x *exchange) logEntry() {
 		e.Error = x.err.Error()
 	}
 	x.g.rlog.Log(e)
+}
+
+// observeTelemetry registers the request log's and the tracer's drops.
+func (g *Gateway) observeTelemetry(meter metric.Meter) error {
+	in := instruments{meter: meter}
+	dropped := in.counter("infergate.request_log.dropped", "{line}", "Request-log lines dropped because the writer was behind (the request path never waits).")
+	lost := in.counter("infergate.request_log.lost", "{line}", "Request-log lines lost to write errors (the log reopens its file and carries on).")
+	spansDropped := in.counter("infergate.spans.dropped", "{span}", "Spans dropped because the exporter was behind.")
+	return in.register(func(_ context.Context, o metric.Observer) error {
+		if g.rlog != nil {
+			o.ObserveInt64(dropped, g.rlog.Dropped())
+			o.ObserveInt64(lost, g.rlog.Lost())
+		}
+		if g.tracer != nil {
+			o.ObserveInt64(spansDropped, g.tracer.Dropped())
+		}
+		return nil
+	})
 }

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,8 @@ import (
 	"github.com/infergate/infergate/openai"
 	"github.com/infergate/infergate/policy"
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // The backend's own count of a prompt (tokenizer "backend"). Servers
@@ -335,4 +338,23 @@ func (b *backend) countCall(path string, body []byte, timeout time.Duration, v a
 		return fmt.Errorf("%w: POST %s: %v", errNotThisForm, path, err)
 	}
 	return nil
+}
+
+// observeTokenCounts registers each backend's prompts counted, by the form
+// that counted them.
+func (g *Gateway) observeTokenCounts(meter metric.Meter) error {
+	in := instruments{meter: meter}
+	counts := in.counter("infergate.backend.token_counts", "{request}", "Prompts counted for tokenizer backend, by source: the backend's form that counted it (tokenize, input_tokens, apply_template) or estimate (no exact count: the policy's estimate was used).")
+	return in.register(func(_ context.Context, o metric.Observer) error {
+		for _, p := range g.state.Load().pools {
+			for _, b := range p.backends {
+				for f := formTokenize; f < numCountForms; f++ {
+					if n := b.counts.by[f].Load(); n > 0 {
+						o.ObserveInt64(counts, n, backendAttrs(p, b, attribute.String("source", f.String())))
+					}
+				}
+			}
+		}
+		return nil
+	})
 }
