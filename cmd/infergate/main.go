@@ -48,7 +48,7 @@ func usage(w io.Writer) {
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintln(w, "\nRun 'infergate <command> --help' for a command's flags.")
+	fmt.Fprintln(w, "\nRun 'infergate <command> --help' for a command's flags, 'infergate help flags' for all of them.")
 }
 
 func main() {
@@ -58,6 +58,13 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 2 && args[0] == "help" && args[1] == "flags" {
+		if err := writeFlagsDoc(ctx, stdout); err != nil {
+			fmt.Fprintf(stderr, "infergate help flags: %v\n", err)
+			return 1
+		}
+		return 0
+	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(stdout)
 		return 0
