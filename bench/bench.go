@@ -51,7 +51,7 @@ func Run(ctx context.Context, cfg Config) (*Record, error) {
 			break
 		}
 		if len(levels) > 1 && !cfg.NoSweepStop && i < len(levels)-1 {
-			if stop, why := OverSaturated(rec.Stages); stop {
+			if stop, why := overSaturated(rec.Stages); stop {
 				rec.StopReason = fmt.Sprintf("%s: levels %v not run", why, levels[i+1:])
 				break
 			}
@@ -84,7 +84,7 @@ func Run(ctx context.Context, cfg Config) (*Record, error) {
 		defer gw.Close()
 		rec.Paired = b.runPaired(ctx, gw, direct, int(b.rn.next.Load()), cfg.Pairs, tokens, dEndpoint)
 	}
-	rec.Knee = Knee(rec.Stages)
+	rec.Knee = knee(rec.Stages)
 	rec.Warnings = append(rec.Warnings, b.warnings()...)
 	if err := b.rows.Flush(); err != nil && runErr == nil {
 		runErr = err
@@ -105,7 +105,7 @@ type Bench struct {
 	count    func(string) int
 	rn       *Runner
 	col      *Collector
-	rows     *RowWriter
+	rows     *rowWriter
 	ff       failFast
 	// stopStage ends the stage under way with a cause (failFast).
 	stopStage         context.CancelCauseFunc
@@ -146,7 +146,7 @@ func Open(ctx context.Context, cfg Config) (*Bench, error) {
 			return nil, err
 		}
 	}
-	wl, err := NewWorkload(&cfg.Workload, tok)
+	wl, err := newWorkload(&cfg.Workload, tok)
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +159,7 @@ func Open(ctx context.Context, cfg Config) (*Bench, error) {
 		return nil, err
 	}
 	b := &Bench{cfg: cfg, endpoint: endpoint, client: client, wl: wl, count: tok.Count}
-	rec := &Record{Schema: Schema, Conditions: NewConditions(), Knee: -1, Formulas: Formulas}
+	rec := &Record{Schema: schema, Conditions: NewConditions(), Knee: -1, Formulas: formulas}
 	rec.Conditions.URL = endpoint
 	rec.Conditions.Workload = cfg.Workload
 	rec.Conditions.Load = cfg.Load
@@ -181,7 +181,7 @@ func Open(ctx context.Context, cfg Config) (*Bench, error) {
 	}
 	b.rec = rec
 	b.col = NewCollector()
-	b.rows = NewRowWriter(cfg.CSV, cfg.Events)
+	b.rows = newRowWriter(cfg.CSV, cfg.Events)
 	b.col.Each = b.each
 	b.rn = &Runner{Client: client, Workload: wl, Stream: cfg.Workload.Stream, Count: tok.Count, Quality: q,
 		Sink: b.col.Add, Gaps: b.col.Gaps, KeepEvents: cfg.Events != nil, Seed: cfg.Workload.Seed,

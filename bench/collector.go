@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/infergate/infergate/openai"
 )
 
 // maxRows bounds the per-request rows a stage keeps in memory (about 90
@@ -24,7 +26,7 @@ type row struct {
 	out, usage, counted, prompt     int32
 	input                           int32 // the prompt length asked for (cl100k_base), 0 unknown
 	events                          int32
-	gw                              *GatewayTiming
+	gw                              *openai.Timing
 	ok, invalidJSON, empty, refusal bool
 	finishLength, lengthByPolicy    bool
 	jsonAsked, schemaAsked          bool

@@ -250,8 +250,8 @@ func unitOf(metric string) string {
 	return ""
 }
 
-// JournalEntry is one line of the tuning journal.
-type JournalEntry struct {
+// journalEntry is one line of the tuning journal.
+type journalEntry struct {
 	Time    time.Time        `json:"time"`
 	Change  string           `json:"change"`
 	Base    string           `json:"base"`
@@ -273,7 +273,7 @@ func (c *Comparison) AppendJournal(path, change string) error {
 		}
 		figs = append(figs, ch)
 	}
-	line, err := json.Marshal(JournalEntry{Time: time.Now().UTC(), Change: change, Base: c.Base, New: c.New, Verdict: c.Verdict, Reasons: c.Reasons, Figures: figs})
+	line, err := json.Marshal(journalEntry{Time: time.Now().UTC(), Change: change, Base: c.Base, New: c.New, Verdict: c.Verdict, Reasons: c.Reasons, Figures: figs})
 	if err != nil {
 		return fmt.Errorf("bench: journal: %w", err)
 	}

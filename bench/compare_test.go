@@ -57,7 +57,7 @@ func TestCompareQualityRegression(t *testing.T) {
 		for range 400 {
 			s.Samples["ttft"] = append(s.Samples["ttft"], 50+rng.NormFloat64())
 		}
-		return &Record{Schema: Schema, Stages: []*Summary{s}, Conditions: Conditions{Load: LoadSpec{Mode: "closed"}}}
+		return &Record{Schema: schema, Stages: []*Summary{s}, Conditions: Conditions{Load: LoadSpec{Mode: "closed"}}}
 	}
 	c := Compare(mk(0, 0), mk(0, 40), verdict.Options{})
 	if c.Verdict != verdict.RollBack || !strings.Contains(strings.Join(c.Reasons, ";"), "refusal_rate") {
@@ -90,7 +90,7 @@ func TestDifferencesRefuseOtherConditions(t *testing.T) {
 
 func TestKnee(t *testing.T) {
 	stages := []*Summary{{OutputTokenThroughput: 100}, {OutputTokenThroughput: 190}, {OutputTokenThroughput: 350}, {OutputTokenThroughput: 380}, {OutputTokenThroughput: 385}}
-	if k := Knee(stages); k != 2 {
+	if k := knee(stages); k != 2 {
 		t.Errorf("knee at %d, want 2 (350 ≥ 90%% of 385)", k)
 	}
 }

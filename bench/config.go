@@ -48,7 +48,7 @@ type Config struct {
 	DirectURL string
 	Pairs     int
 	// NoSweepStop runs every level of a sweep, past over-saturation too
-	// (OverSaturated).
+	// (overSaturated).
 	NoSweepStop bool
 	// GatewayAdmin is the admin listener of the infergate gateway at URL
 	// (and GatewayAdminKey its server.admin_auth key): the record then
@@ -173,10 +173,10 @@ func (c *Config) Validate() error {
 	if n := btoi(c.Workload.Dataset != "") + btoi(c.Workload.Replay != "") + btoi(c.Workload.Trace != ""); n > 1 {
 		return errors.New("bench: workload.dataset, workload.replay, workload.trace (--dataset, --replay, --trace): give one")
 	}
-	if f := c.Workload.TraceFormat; f != "" && f != TraceMooncake && f != TraceAzure && f != TraceBurstGPT {
+	if f := c.Workload.TraceFormat; f != "" && f != traceMooncake && f != traceAzure && f != traceBurstGPT {
 		return fmt.Errorf("bench: workload.trace_format (--trace-format) %q: want mooncake, azure or burstgpt", f)
 	}
-	if _, _, err := ParseTraceWindow(c.Workload.TraceWindow); err != nil {
+	if _, _, err := parseTraceWindow(c.Workload.TraceWindow); err != nil {
 		return fmt.Errorf("bench: workload.trace_window (--trace-window) %w", err)
 	}
 	if c.Workload.Speedup < 0 {

@@ -89,7 +89,7 @@ func (s *WorkloadSpec) datasetItems() ([]json.RawMessage, error) {
 // loadDataset reads one OpenAI request per line (messages or prompt), or
 // ShareGPT conversations (the first human turn is the prompt; the first
 // reply's length, counted, is max_tokens unless --output-tokens is set).
-func loadDataset(s *WorkloadSpec, out Lengths, tok *tokens.Tokenizer) (Workload, error) {
+func loadDataset(s *WorkloadSpec, out lengths, tok *tokens.Tokenizer) (Workload, error) {
 	items, err := s.datasetItems()
 	if err != nil {
 		return nil, err
@@ -123,7 +123,7 @@ func loadDataset(s *WorkloadSpec, out Lengths, tok *tokens.Tokenizer) (Workload,
 	return w, nil
 }
 
-func (s *WorkloadSpec) shareGPT(conv json.RawMessage, out Lengths, rng *rand.Rand, tok *tokens.Tokenizer) (Request, bool) {
+func (s *WorkloadSpec) shareGPT(conv json.RawMessage, out lengths, rng *rand.Rand, tok *tokens.Tokenizer) (Request, bool) {
 	var turns []struct {
 		From  string `json:"from"`
 		Value string `json:"value"`
@@ -160,7 +160,7 @@ func (s *WorkloadSpec) shareGPT(conv json.RawMessage, out Lengths, rng *rand.Ran
 
 // openAIRequest takes a request object, setting the run's model, stream
 // and output length over its own.
-func (s *WorkloadSpec) openAIRequest(obj map[string]json.RawMessage, out Lengths, rng *rand.Rand) (Request, bool, error) {
+func (s *WorkloadSpec) openAIRequest(obj map[string]json.RawMessage, out lengths, rng *rand.Rand) (Request, bool, error) {
 	_, hasMsgs := obj["messages"]
 	_, hasPrompt := obj["prompt"]
 	_, hasInput := obj["input"]

@@ -22,7 +22,7 @@ func runOf(rng *rand.Rand, n int, ttft, tpot float64) *Record {
 		}
 		s.Samples["speed"] = append(s.Samples["speed"], 1000/pt)
 	}
-	return &Record{Schema: Schema, Stages: []*Summary{s}, Conditions: Conditions{Load: LoadSpec{Mode: "open", Rate: 10}}}
+	return &Record{Schema: schema, Stages: []*Summary{s}, Conditions: Conditions{Load: LoadSpec{Mode: "open", Rate: 10}}}
 }
 
 func sloOptions(slo string) verdict.Options {

@@ -15,8 +15,8 @@ import (
 	"time"
 )
 
-// Schema names the record format; a reader refuses any other.
-const Schema = "infergate.bench/v1"
+// schema names the record format; a reader refuses any other.
+const schema = "infergate.bench/v1"
 
 // Record is what one bench run saves: the conditions it ran under, one
 // summary per stage, and how each figure is computed.
@@ -27,7 +27,7 @@ type Record struct {
 	// Knee is the index of the sweep's knee (see Knee), -1 when none.
 	Knee int `json:"knee"`
 	// StopReason says why a sweep stopped before its last level
-	// (OverSaturated), empty when it ran them all.
+	// (overSaturated), empty when it ran them all.
 	StopReason  string `json:"stop_reason,omitempty"`
 	Interrupted bool   `json:"interrupted,omitempty"`
 	// Paired is the gateway's added latency against its backend, with
@@ -107,8 +107,8 @@ func LoadRecord(path string) (*Record, error) {
 	if err := json.Unmarshal(b, &r); err != nil {
 		return nil, fmt.Errorf("bench: %s: %w", path, err)
 	}
-	if r.Schema != Schema {
-		return nil, fmt.Errorf("bench: %s: schema %q, want %q", path, r.Schema, Schema)
+	if r.Schema != schema {
+		return nil, fmt.Errorf("bench: %s: schema %q, want %q", path, r.Schema, schema)
 	}
 	if len(r.Stages) == 0 {
 		return nil, fmt.Errorf("bench: %s: no stages", path)
@@ -166,10 +166,10 @@ func Differences(a, b *Conditions) []string {
 	return out
 }
 
-// DefaultCacheTolerance is how far, in points of prompt tokens, the
+// defaultCacheTolerance is how far, in points of prompt tokens, the
 // cached shares of two runs' stages may differ for them to be compared
 // (CacheDifferences).
-const DefaultCacheTolerance = 0.10
+const defaultCacheTolerance = 0.10
 
 // CacheDifferences lists the stages of a and b whose cached shares (the
 // share of prompt tokens the server reported it found cached) differ by

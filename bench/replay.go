@@ -11,11 +11,11 @@ import (
 	"github.com/infergate/infergate/internal/tokens"
 )
 
-// ReplayEntry is one line of a request log that --replay reads: the
+// replayEntry is one line of a request log that --replay reads: the
 // gateway's request log (one JSON object per request). Only time is
 // required; body is the original request when the log kept it, else a
 // prompt of input_tokens is made and output_tokens becomes max_tokens.
-type ReplayEntry struct {
+type replayEntry struct {
 	Time time.Time `json:"time"`
 	// Path, when present, must be a completion endpoint; other requests
 	// of the log (GET /v1/models, say) are skipped.
@@ -28,7 +28,7 @@ type ReplayEntry struct {
 
 // loadReplay reads a request log; each entry is sent at its original
 // offset from the first, divided by Speedup.
-func loadReplay(s *WorkloadSpec, out Lengths, tok *tokens.Tokenizer) (Workload, error) {
+func loadReplay(s *WorkloadSpec, out lengths, tok *tokens.Tokenizer) (Workload, error) {
 	raw, sum, err := hashFile(s.Replay)
 	if err != nil {
 		return nil, err
@@ -49,11 +49,11 @@ func loadReplay(s *WorkloadSpec, out Lengths, tok *tokens.Tokenizer) (Workload, 
 	// equal times.
 	type entry struct {
 		n int
-		e ReplayEntry
+		e replayEntry
 	}
 	var es []entry
 	for n, it := range items {
-		var e ReplayEntry
+		var e replayEntry
 		if err := json.Unmarshal(it, &e); err != nil || e.Time.IsZero() {
 			return nil, fmt.Errorf("bench: replay %s entry %d: want an object with a time", s.Replay, n+1)
 		}

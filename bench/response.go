@@ -309,16 +309,11 @@ func leadingInt(b []byte) int64 {
 	return n
 }
 
-// GatewayTiming is what an infergate gateway reports of one request on
-// its usage chunk ("infergate_timing", milliseconds): its own TTFT and the
-// split of the request's time (tracing.Attribution).
-type GatewayTiming = openai.Timing
-
 // parseGatewayTiming reads the object at the start of b.
 // (The object nests the backend's split: the first value is decoded
 // whole, not cut at its first closing brace.)
-func parseGatewayTiming(b []byte) *GatewayTiming {
-	var g GatewayTiming
+func parseGatewayTiming(b []byte) *openai.Timing {
+	var g openai.Timing
 	if json.NewDecoder(bytes.NewReader(b)).Decode(&g) != nil {
 		return nil
 	}

@@ -3,6 +3,7 @@ package bench
 import (
 	"time"
 
+	"github.com/infergate/infergate/openai"
 	"github.com/infergate/infergate/quality"
 )
 
@@ -44,8 +45,10 @@ type Result struct {
 	// one (the simulator's sim_timing, asked for with X-Sim-Timing).
 	ServerTTFT time.Duration
 	// Gateway is an infergate gateway's own account of the request (asked
-	// for with X-Infergate-Timing), nil when there was none.
-	Gateway *GatewayTiming
+	// for with X-Infergate-Timing), nil when there was none: on its usage
+	// chunk ("infergate_timing", milliseconds), its own TTFT and the split
+	// of the request's time (tracing.Attribution).
+	Gateway *openai.Timing
 	Status  int
 	// RetryAfter is what a 429 or 503 answer's Retry-After asked for (at
 	// most MaxRetryAfter), 0 without one.

@@ -15,21 +15,21 @@ var csvHeader = []string{"stage", "index", "warmup", "sent", "send_lag_ms", "sta
 	"tpot_ms", "e2e_ms", "stream_end_ms", "output_tokens", "usage_tokens", "counted_tokens", "prompt_tokens", "input_tokens", "max_tokens",
 	"content_events", "finish_reason", "invalid_json", "empty", "refusal", "schema_invalid", "error"}
 
-// RowWriter streams one line per finished request to CSV and/or JSON
+// rowWriter streams one line per finished request to CSV and/or JSON
 // Lines (the latter with every content event's time), so per-request
 // data costs no memory however long the run. Not safe for concurrent
 // use: the collector calls it under its lock.
-type RowWriter struct {
+type rowWriter struct {
 	csv    *csv.Writer
 	events *bufio.Writer
 	err    error
 	rec    []string
 }
 
-// NewRowWriter writes CSV to csvW and event lines to eventsW; either may
+// newRowWriter writes CSV to csvW and event lines to eventsW; either may
 // be nil.
-func NewRowWriter(csvW, eventsW io.Writer) *RowWriter {
-	rw := &RowWriter{}
+func newRowWriter(csvW, eventsW io.Writer) *rowWriter {
+	rw := &rowWriter{}
 	if csvW != nil {
 		rw.csv = csv.NewWriter(csvW)
 		rw.err = rw.csv.Write(csvHeader)
@@ -48,7 +48,7 @@ func ms(d time.Duration) string {
 }
 
 // Write writes r.
-func (rw *RowWriter) Write(r *Result) {
+func (rw *rowWriter) Write(r *Result) {
 	if rw.err != nil {
 		return
 	}
@@ -89,7 +89,7 @@ func (rw *RowWriter) Write(r *Result) {
 }
 
 // Flush writes out what is buffered and reports the first error.
-func (rw *RowWriter) Flush() error {
+func (rw *rowWriter) Flush() error {
 	if rw.csv != nil {
 		rw.csv.Flush()
 		if err := rw.csv.Error(); err != nil && rw.err == nil {

@@ -174,7 +174,7 @@ func (rn *Runner) Run(ctx context.Context, stageNo int, l LoadSpec) (Window, err
 	case "closed":
 		s.closed(ctx)
 	case "sessions":
-		sw, ok := rn.Workload.(Sessions)
+		sw, ok := rn.Workload.(sessionWorkload)
 		if !ok {
 			return Window{}, errors.New("bench: load mode sessions needs a session workload (--sessions)")
 		}

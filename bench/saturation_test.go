@@ -27,13 +27,13 @@ func TestOverSaturated(t *testing.T) {
 		{"gaining 10%, TTFT growing", []*Summary{stageOf(1, 100, 20), stageOf(2, 180, 60), stageOf(4, 198, 200)}, false},
 		{"two stages", []*Summary{stageOf(1, 100, 20), stageOf(2, 100, 200)}, false},
 	} {
-		if stop, why := OverSaturated(tc.stages); stop != tc.stop || stop && !strings.Contains(why, "flat") {
+		if stop, why := overSaturated(tc.stages); stop != tc.stop || stop && !strings.Contains(why, "flat") {
 			t.Errorf("%s: stop %v (%s), want %v", tc.name, stop, why, tc.stop)
 		}
 	}
 	failing := []*Summary{stageOf(1, 100, 20)}
 	failing[0].Failed = 6
-	if stop, why := OverSaturated(failing); !stop || !strings.Contains(why, "failed 6 of 10") {
+	if stop, why := overSaturated(failing); !stop || !strings.Contains(why, "failed 6 of 10") {
 		t.Errorf("a failing stage: %v %s", stop, why)
 	}
 }

@@ -20,9 +20,9 @@ import (
 // once; the figures by turn show what a prefix cache and a growing
 // context do to what users see.
 
-// Turn is one user turn of a session: the user's message and the output
+// turn is one user turn of a session: the user's message and the output
 // asked for.
-type Turn struct {
+type turn struct {
 	// Text is the user's message (plain text).
 	Text string
 	// InputTokens is the message's length in tokens when the workload
@@ -30,13 +30,13 @@ type Turn struct {
 	InputTokens, MaxTokens int
 }
 
-// Sessions is a workload of conversations: Session(u) is user u's turns,
+// sessionWorkload is a workload of conversations: Session(u) is user u's turns,
 // deterministic for the seed.
-type Sessions interface {
+type sessionWorkload interface {
 	Workload
-	Session(u int) []Turn
+	Session(u int) []turn
 	// Body is the request of turn t after the conversation history.
-	Body(history []Message, t Turn) []byte
+	Body(history []message, t turn) []byte
 	// Count is how many distinct sessions there are (0: unbounded).
 	Count() int
 }
@@ -47,7 +47,7 @@ type sessionSet struct {
 	model []byte
 	// synthetic sessions draw their turns; a dataset's are listed.
 	syn   *synthetic
-	convs [][]Turn
+	convs [][]turn
 }
 
 func (w *sessionSet) Len() int { return 0 }
@@ -60,29 +60,29 @@ func (w *sessionSet) Request(i int) Request {
 
 func (w *sessionSet) Count() int { return len(w.convs) }
 
-func (w *sessionSet) Session(u int) []Turn {
+func (w *sessionSet) Session(u int) []turn {
 	if w.convs != nil {
 		return w.convs[u%len(w.convs)]
 	}
 	rng := rand.New(rand.NewPCG(w.spec.Seed^0x5e55, uint64(u)))
-	turns := make([]Turn, w.spec.Turns)
+	turns := make([]turn, w.spec.Turns)
 	for k := range turns {
 		n := w.syn.in.Sample(rng)
-		turns[k] = Turn{Text: string(w.syn.prompt(rng, n)), InputTokens: n, MaxTokens: w.syn.out.Sample(rng)}
+		turns[k] = turn{Text: string(w.syn.prompt(rng, n)), InputTokens: n, MaxTokens: w.syn.out.Sample(rng)}
 	}
 	return turns
 }
 
-// Message is one message of a conversation.
-type Message struct {
+// message is one message of a conversation.
+type message struct {
 	Role    string `json:"role"`
 	Content string `json:"content"`
 }
 
 // Body is the request of a turn after the conversation history: the
 // messages (the Responses API's input) and the spec's options.
-func (w *sessionSet) Body(history []Message, t Turn) []byte {
-	msgs, _ := json.Marshal(append(slices.Clip(history), Message{Role: "user", Content: t.Text}))
+func (w *sessionSet) Body(history []message, t turn) []byte {
+	msgs, _ := json.Marshal(append(slices.Clip(history), message{Role: "user", Content: t.Text}))
 	b := append([]byte(`{"model":`), w.model...)
 	b = append(b, w.spec.messagesKey()[:len(w.spec.messagesKey())-1]...)
 	b = append(b, msgs...)
@@ -93,7 +93,7 @@ func (w *sessionSet) Body(history []Message, t Turn) []byte {
 // (InputTokens, OutputTokens per turn) or a dataset's conversations
 // (ShareGPT: each human turn in order; the reply's counted length as its
 // max_tokens unless --output-tokens says).
-func newSessions(s *WorkloadSpec, in, out Lengths, tok *tokens.Tokenizer) (Workload, error) {
+func newSessions(s *WorkloadSpec, in, out lengths, tok *tokens.Tokenizer) (Workload, error) {
 	model, _ := json.Marshal(s.Model)
 	w := &sessionSet{spec: s, model: model}
 	if s.Dataset == "" {
@@ -118,7 +118,7 @@ func newSessions(s *WorkloadSpec, in, out Lengths, tok *tokens.Tokenizer) (Workl
 		if err := json.Unmarshal(it, &obj); err != nil {
 			return nil, fmt.Errorf("bench: dataset %s entry %d: not a ShareGPT conversation: %v", s.Dataset, n+1, err)
 		}
-		var turns []Turn
+		var turns []turn
 		for i, c := range obj.Conversations {
 			if c.From != "human" && c.From != "user" || c.Value == "" {
 				continue
@@ -127,7 +127,7 @@ func newSessions(s *WorkloadSpec, in, out Lengths, tok *tokens.Tokenizer) (Workl
 			if len(turns) == 0 {
 				text = s.Salt + text // the conversation's start: every turn carries it
 			}
-			t := Turn{Text: text, InputTokens: tok.Count(text), MaxTokens: out.Sample(rng)}
+			t := turn{Text: text, InputTokens: tok.Count(text), MaxTokens: out.Sample(rng)}
 			if out.zero() && i+1 < len(obj.Conversations) && obj.Conversations[i+1].Value != "" {
 				t.MaxTokens = max(1, tok.Count(obj.Conversations[i+1].Value))
 			}
@@ -144,7 +144,7 @@ func newSessions(s *WorkloadSpec, in, out Lengths, tok *tokens.Tokenizer) (Workl
 		return nil, fmt.Errorf("bench: dataset %s holds no conversation with a user turn", s.Dataset)
 	}
 	perm := rng.Perm(len(w.convs))
-	shuffled := make([][]Turn, len(perm))
+	shuffled := make([][]turn, len(perm))
 	for i, j := range perm {
 		shuffled[i] = w.convs[j]
 	}
@@ -157,7 +157,7 @@ func newSessions(s *WorkloadSpec, in, out Lengths, tok *tokens.Tokenizer) (Workl
 // are spent (the last sessions may end between turns then) or, with
 // neither bound, every conversation of a dataset was held once. A failed
 // turn ends its session.
-func (s *stage) sessions(ctx context.Context, sw Sessions) {
+func (s *stage) sessions(ctx context.Context, sw sessionWorkload) {
 	var users atomic.Int64
 	users.Store(int64(s.l.Concurrency))
 	for range s.l.Concurrency {
@@ -185,9 +185,9 @@ func (s *stage) sessions(ctx context.Context, sw Sessions) {
 }
 
 // session runs user u's session; false when the stage is over.
-func (s *stage) session(ctx context.Context, p *parser, sw Sessions, u int) bool {
+func (s *stage) session(ctx context.Context, p *parser, sw sessionWorkload, u int) bool {
 	turns := sw.Session(u)
-	var history []Message
+	var history []message
 	for k, t := range turns {
 		now := time.Now()
 		ok, warm := s.take(ctx, int(s.local.Add(1)-1), now)
@@ -200,7 +200,7 @@ func (s *stage) session(ctx context.Context, p *parser, sw Sessions, u int) bool
 		if !r {
 			return true // the session ends; the user starts another
 		}
-		history = append(history, Message{Role: "user", Content: t.Text}, Message{Role: "assistant", Content: string(p.text)})
+		history = append(history, message{Role: "user", Content: t.Text}, message{Role: "assistant", Content: string(p.text)})
 		if k+1 < len(turns) && s.l.ThinkTime > 0 {
 			tm := time.NewTimer(s.l.ThinkTime)
 			select {

@@ -8,9 +8,9 @@ import (
 	"github.com/infergate/infergate/verdict"
 )
 
-// Formulas name how each figure of a Summary is computed; a record
+// formulas name how each figure of a Summary is computed; a record
 // carries them so its numbers need no outside explanation.
-var Formulas = map[string]string{
+var formulas = map[string]string{
 	"ttft":                           "first SSE event whose delta carries non-empty content, reasoning_content, reasoning or tool_calls (a Responses stream: a text, reasoning or function-call delta) − send (a role-only chunk does not count); non-streaming: the whole body",
 	"ttfo":                           "reasoning models: first content event that is not thinking (not reasoning_content, reasoning or a Responses reasoning delta) − send; only requests whose model thought first",
 	"reasoning":                      "reasoning models: ttfo − ttft, the model's thinking before its first output token",

@@ -7,10 +7,10 @@ import (
 	"strings"
 )
 
-// Knee finds where a sweep stops paying: the first stage whose output
+// knee finds where a sweep stops paying: the first stage whose output
 // token throughput reaches 90% of the sweep's peak. Beyond it more load
 // mostly adds latency. It returns -1 for fewer than 3 stages.
-func Knee(stages []*Summary) int {
+func knee(stages []*Summary) int {
 	if len(stages) < 3 {
 		return -1
 	}
@@ -42,9 +42,9 @@ const (
 	satTTFTGrow = 1.5
 )
 
-// OverSaturated reports whether a sweep should stop after its last stage,
+// overSaturated reports whether a sweep should stop after its last stage,
 // and why.
-func OverSaturated(stages []*Summary) (bool, string) {
+func overSaturated(stages []*Summary) (bool, string) {
 	n := len(stages)
 	if n == 0 {
 		return false, ""

@@ -11,7 +11,7 @@ import (
 // synthetic makes prompts of an exact length from one-token words.
 type synthetic struct {
 	spec    *WorkloadSpec
-	in, out Lengths
+	in, out lengths
 	words   []string
 	model   []byte // spec.Model, quoted
 }

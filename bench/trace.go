@@ -43,9 +43,9 @@ import (
 
 // The trace formats.
 const (
-	TraceMooncake = "mooncake"
-	TraceAzure    = "azure"
-	TraceBurstGPT = "burstgpt"
+	traceMooncake = "mooncake"
+	traceAzure    = "azure"
+	traceBurstGPT = "burstgpt"
 )
 
 // mooncakeBlock is the tokens of one Mooncake hash block.
@@ -72,8 +72,8 @@ type traceData struct {
 	skipped int
 }
 
-// SniffTrace names the format of a trace from its first line.
-func SniffTrace(raw []byte) (string, error) {
+// sniffTrace names the format of a trace from its first line.
+func sniffTrace(raw []byte) (string, error) {
 	line := raw
 	for len(line) > 0 {
 		l, rest, _ := bytes.Cut(line, []byte("\n"))
@@ -88,11 +88,11 @@ func SniffTrace(raw []byte) (string, error) {
 	case len(line) == 0:
 		return "", errors.New("the file is empty")
 	case line[0] == '{':
-		return TraceMooncake, nil
+		return traceMooncake, nil
 	case bytes.Contains(line, []byte("ContextTokens")):
-		return TraceAzure, nil
+		return traceAzure, nil
 	case bytes.Contains(line, []byte("Request tokens")):
-		return TraceBurstGPT, nil
+		return traceBurstGPT, nil
 	}
 	return "", fmt.Errorf("line 1 (%.60q) is neither Mooncake JSONL, an Azure trace's header nor BurstGPT's: name it with --trace-format", line)
 }
@@ -103,11 +103,11 @@ func parseTrace(raw []byte, format string) (*traceData, error) {
 	var td *traceData
 	var err error
 	switch format {
-	case TraceMooncake:
+	case traceMooncake:
 		td, err = parseMooncake(raw)
-	case TraceAzure:
+	case traceAzure:
 		td, err = parseAzure(raw)
-	case TraceBurstGPT:
+	case traceBurstGPT:
 		td, err = parseBurstGPT(raw)
 	default:
 		return nil, fmt.Errorf("trace format %q: want mooncake, azure or burstgpt", format)
@@ -148,7 +148,7 @@ func checkLengths(line, in, out int) error {
 }
 
 func parseMooncake(raw []byte) (*traceData, error) {
-	td := &traceData{format: TraceMooncake}
+	td := &traceData{format: traceMooncake}
 	sc := bufio.NewScanner(bytes.NewReader(raw))
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	for n := 1; sc.Scan(); n++ {
@@ -235,7 +235,7 @@ func csvRows(raw []byte, want []string, row func(line int, get func(string) stri
 var azureTimeLayouts = []string{"2006-01-02 15:04:05.999999999", "2006-01-02 15:04:05.999999999Z07:00", "2006-01-02 15:04:05.999999999 -07:00", time.RFC3339Nano}
 
 func parseAzure(raw []byte) (*traceData, error) {
-	td := &traceData{format: TraceAzure}
+	td := &traceData{format: traceAzure}
 	var base time.Time
 	err := csvRows(raw, []string{"TIMESTAMP", "ContextTokens", "GeneratedTokens"}, func(line int, get func(string) string) error {
 		ts := get("TIMESTAMP")
@@ -271,7 +271,7 @@ func parseAzure(raw []byte) (*traceData, error) {
 }
 
 func parseBurstGPT(raw []byte) (*traceData, error) {
-	td := &traceData{format: TraceBurstGPT}
+	td := &traceData{format: traceBurstGPT}
 	err := csvRows(raw, []string{"Timestamp", "Request tokens", "Response tokens"}, func(line int, get func(string) string) error {
 		ts, err := strconv.ParseFloat(get("Timestamp"), 64)
 		if err != nil || ts < 0 || ts > 1e10 || math.IsNaN(ts) {
@@ -295,10 +295,10 @@ func parseBurstGPT(raw []byte) (*traceData, error) {
 	return td, err
 }
 
-// ParseTraceWindow reads --trace-window FROM:TO, offsets from the trace's
+// parseTraceWindow reads --trace-window FROM:TO, offsets from the trace's
 // first request (durations, or seconds as plain numbers); either side may
 // be empty (the start, the end).
-func ParseTraceWindow(s string) (from, to time.Duration, err error) {
+func parseTraceWindow(s string) (from, to time.Duration, err error) {
 	if s == "" {
 		return 0, 0, nil
 	}
@@ -329,14 +329,14 @@ func ParseTraceWindow(s string) (from, to time.Duration, err error) {
 
 // loadTrace reads s.Trace into a replay: each request in the window at
 // its offset from the window's start, divided by Speedup.
-func loadTrace(s *WorkloadSpec, out Lengths, tok *tokens.Tokenizer) (Workload, error) {
+func loadTrace(s *WorkloadSpec, out lengths, tok *tokens.Tokenizer) (Workload, error) {
 	raw, sum, err := hashFile(s.Trace)
 	if err != nil {
 		return nil, err
 	}
 	s.TraceSHA256 = sum
 	if s.TraceFormat == "" {
-		if s.TraceFormat, err = SniffTrace(raw); err != nil {
+		if s.TraceFormat, err = sniffTrace(raw); err != nil {
 			return nil, fmt.Errorf("bench: trace %s: %w", s.Trace, err)
 		}
 	}
@@ -345,7 +345,7 @@ func loadTrace(s *WorkloadSpec, out Lengths, tok *tokens.Tokenizer) (Workload, e
 		return nil, fmt.Errorf("bench: trace %s (%s): %w", s.Trace, s.TraceFormat, err)
 	}
 	s.TraceSkipped = td.skipped
-	from, to, err := ParseTraceWindow(s.TraceWindow)
+	from, to, err := parseTraceWindow(s.TraceWindow)
 	if err != nil {
 		return nil, fmt.Errorf("bench: --trace-window %w", err)
 	}

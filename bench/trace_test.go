@@ -34,13 +34,13 @@ func TestParseTraces(t *testing.T) {
 		file, format    string
 		records, skiped int
 	}{
-		{"mooncake.jsonl", TraceMooncake, 60, 0},
-		{"azure_code_2023.csv", TraceAzure, 60, 0},
-		{"azure_conv_2024.csv", TraceAzure, 60, 0},
-		{"burstgpt.csv", TraceBurstGPT, 60, 4},
+		{"mooncake.jsonl", traceMooncake, 60, 0},
+		{"azure_code_2023.csv", traceAzure, 60, 0},
+		{"azure_conv_2024.csv", traceAzure, 60, 0},
+		{"burstgpt.csv", traceBurstGPT, 60, 4},
 	} {
 		raw := traceFixture(t, tc.file)
-		format, err := SniffTrace(raw)
+		format, err := sniffTrace(raw)
 		if err != nil || format != tc.format {
 			t.Errorf("%s: sniffed %q (%v), want %s", tc.file, format, err, tc.format)
 			continue
@@ -64,7 +64,7 @@ func TestParseTraces(t *testing.T) {
 	}
 	// Mooncake's shared block ids are shared text: records 0 and 6 (one
 	// conversation) begin with the same block, record 1 with another.
-	td, _ := parseTrace(traceFixture(t, "mooncake.jsonl"), TraceMooncake)
+	td, _ := parseTrace(traceFixture(t, "mooncake.jsonl"), traceMooncake)
 	words := tok.Words()
 	p0, p6, p1 := tracePrompt(words, 1, td.records[0]), tracePrompt(words, 1, td.records[6]), tracePrompt(words, 1, td.records[1])
 	block := func(p []byte) []byte {
@@ -77,24 +77,24 @@ func TestParseTraces(t *testing.T) {
 
 func TestTraceErrorsNameTheLine(t *testing.T) {
 	for _, tc := range []struct{ format, body, want string }{
-		{TraceMooncake, "{\"timestamp\": 1, \"input_length\": 5, \"output_length\": 1}\n{\"timestamp\": 2, \"input_length\": 5", "line 2"},
-		{TraceMooncake, "{\"timestamp\": 1, \"input_length\": 5, \"output_length\": 1}\n\n{\"timestamp\": 2}", "line 3: want timestamp, input_length and output_length"},
-		{TraceMooncake, `{"timestamp": 1, "input_length": 0, "output_length": 1}`, "line 1: input length 0"},
-		{TraceMooncake, `{"timestamp": 1, "input_length": 600, "output_length": 1, "hash_ids": [1, 2, 3]}`, "line 1: 3 hash blocks"},
-		{TraceMooncake, `{"timestamp": -5, "input_length": 6, "output_length": 1}`, "line 1: timestamp"},
-		{TraceAzure, "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,10,2\nyesterday,10,2\n", "line 3: TIMESTAMP"},
-		{TraceAzure, "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,ten,2\n", "line 2: ContextTokens"},
-		{TraceAzure, "TIMESTAMP,Tokens\n", "line 1: the header has no \"ContextTokens\""},
-		{TraceBurstGPT, "Timestamp,Model,Request tokens,Response tokens\n1,ChatGPT,10,2\n2,ChatGPT,\"10,2\n", "line 3"},
-		{TraceBurstGPT, "Timestamp,Model,Request tokens,Response tokens\n1,ChatGPT,10,2\nsoon,ChatGPT,10,2\n", "line 3: Timestamp"},
-		{TraceBurstGPT, "Timestamp,Model,Request tokens,Response tokens\n1,ChatGPT,10,0\n", "no requests in the trace (1 rows skipped)"},
+		{traceMooncake, "{\"timestamp\": 1, \"input_length\": 5, \"output_length\": 1}\n{\"timestamp\": 2, \"input_length\": 5", "line 2"},
+		{traceMooncake, "{\"timestamp\": 1, \"input_length\": 5, \"output_length\": 1}\n\n{\"timestamp\": 2}", "line 3: want timestamp, input_length and output_length"},
+		{traceMooncake, `{"timestamp": 1, "input_length": 0, "output_length": 1}`, "line 1: input length 0"},
+		{traceMooncake, `{"timestamp": 1, "input_length": 600, "output_length": 1, "hash_ids": [1, 2, 3]}`, "line 1: 3 hash blocks"},
+		{traceMooncake, `{"timestamp": -5, "input_length": 6, "output_length": 1}`, "line 1: timestamp"},
+		{traceAzure, "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,10,2\nyesterday,10,2\n", "line 3: TIMESTAMP"},
+		{traceAzure, "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,ten,2\n", "line 2: ContextTokens"},
+		{traceAzure, "TIMESTAMP,Tokens\n", "line 1: the header has no \"ContextTokens\""},
+		{traceBurstGPT, "Timestamp,Model,Request tokens,Response tokens\n1,ChatGPT,10,2\n2,ChatGPT,\"10,2\n", "line 3"},
+		{traceBurstGPT, "Timestamp,Model,Request tokens,Response tokens\n1,ChatGPT,10,2\nsoon,ChatGPT,10,2\n", "line 3: Timestamp"},
+		{traceBurstGPT, "Timestamp,Model,Request tokens,Response tokens\n1,ChatGPT,10,0\n", "no requests in the trace (1 rows skipped)"},
 		{"sharegpt", "x", "want mooncake, azure or burstgpt"},
 	} {
 		if _, err := parseTrace([]byte(tc.body), tc.format); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s %q: %v, want an error with %q", tc.format, tc.body, err, tc.want)
 		}
 	}
-	if _, err := SniffTrace([]byte("a,b,c\n1,2,3\n")); err == nil || !strings.Contains(err.Error(), "--trace-format") {
+	if _, err := sniffTrace([]byte("a,b,c\n1,2,3\n")); err == nil || !strings.Contains(err.Error(), "--trace-format") {
 		t.Errorf("an unknown CSV: %v", err)
 	}
 }
@@ -154,25 +154,25 @@ func TestTraceReplayOnSchedule(t *testing.T) {
 func TestTraceWindow(t *testing.T) {
 	tok, _ := tokens.New()
 	s := &WorkloadSpec{Endpoint: "chat", Model: "m", Trace: filepath.Join("testdata", "traces", "mooncake.jsonl"), TraceWindow: "1s:3s", Speedup: 2}
-	w, err := NewWorkload(s, tok)
+	w, err := newWorkload(s, tok)
 	if err != nil {
 		t.Fatal(err)
 	}
-	td, _ := parseTrace(traceFixture(t, "mooncake.jsonl"), TraceMooncake)
+	td, _ := parseTrace(traceFixture(t, "mooncake.jsonl"), traceMooncake)
 	want := 0
 	for _, r := range td.records {
 		if r.at >= time.Second && r.at < 3*time.Second {
 			want++
 		}
 	}
-	if w.Len() != want || want == 0 || s.TraceFormat != TraceMooncake || s.TraceSHA256 == "" {
+	if w.Len() != want || want == 0 || s.TraceFormat != traceMooncake || s.TraceSHA256 == "" {
 		t.Fatalf("%d requests in the window, want %d (format %q)", w.Len(), want, s.TraceFormat)
 	}
 	if last := w.Request(w.Len() - 1).At; w.Request(0).At > 100*time.Millisecond || last > time.Second {
 		t.Errorf("window offsets %v .. %v: want from about 0 to under (3s−1s)/2", w.Request(0).At, last)
 	}
 	for _, bad := range []string{"3s:1s", "x:y", "5"} {
-		if _, _, err := ParseTraceWindow(bad); err == nil {
+		if _, _, err := parseTraceWindow(bad); err == nil {
 			t.Errorf("window %q accepted", bad)
 		}
 	}
@@ -202,15 +202,15 @@ func fuzzTrace(f *testing.F, format string, seeds ...string) {
 }
 
 func FuzzTraceMooncake(f *testing.F) {
-	fuzzTrace(f, TraceMooncake, string(traceFixture(f, "mooncake.jsonl")[:400]), `{"timestamp": 1e3, "input_length": 1, "output_length": 0, "hash_ids": [18446744073709551615]}`)
+	fuzzTrace(f, traceMooncake, string(traceFixture(f, "mooncake.jsonl")[:400]), `{"timestamp": 1e3, "input_length": 1, "output_length": 0, "hash_ids": [18446744073709551615]}`)
 }
 
 func FuzzTraceAzure(f *testing.F) {
-	fuzzTrace(f, TraceAzure, string(traceFixture(f, "azure_code_2023.csv")[:300]), "TIMESTAMP,ContextTokens,GeneratedTokens\n2024-05-10 00:00:00Z,5,1\n")
+	fuzzTrace(f, traceAzure, string(traceFixture(f, "azure_code_2023.csv")[:300]), "TIMESTAMP,ContextTokens,GeneratedTokens\n2024-05-10 00:00:00Z,5,1\n")
 }
 
 func FuzzTraceBurstGPT(f *testing.F) {
-	fuzzTrace(f, TraceBurstGPT, string(traceFixture(f, "burstgpt.csv")[:300]), "Timestamp,Request tokens,Response tokens\n\"1\",2,3\n")
+	fuzzTrace(f, traceBurstGPT, string(traceFixture(f, "burstgpt.csv")[:300]), "Timestamp,Request tokens,Response tokens\n\"1\",2,3\n")
 }
 
 // lightBackend serves chat completions without tokenizing: a 400 for a

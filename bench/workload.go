@@ -44,7 +44,7 @@ type WorkloadSpec struct {
 	Model    string `json:"model"`
 	Stream   bool   `json:"stream"`
 	// InputTokens and OutputTokens are length distributions (see
-	// ParseLengths); defaults 256 and 128 for a synthetic workload.
+	// parseLengths); defaults 256 and 128 for a synthetic workload.
 	// OutputTokens "none" (or, for a dataset or a replay, "") leaves
 	// max_tokens as the request has it.
 	InputTokens  string `json:"input_tokens,omitempty"`
@@ -122,12 +122,12 @@ func (s *WorkloadSpec) messagesKey() string {
 	return `,"messages":[`
 }
 
-// NewWorkload builds the workload of s, hashing any file it reads into s.
-func NewWorkload(s *WorkloadSpec, tok *tokens.Tokenizer) (Workload, error) {
+// newWorkload builds the workload of s, hashing any file it reads into s.
+func newWorkload(s *WorkloadSpec, tok *tokens.Tokenizer) (Workload, error) {
 	if !validEndpoint(s.Endpoint) {
 		return nil, fmt.Errorf("bench: endpoint %q: want chat, completions or responses", s.Endpoint)
 	}
-	out, err := ParseLengths(s.OutputTokens)
+	out, err := parseLengths(s.OutputTokens)
 	if err != nil {
 		return nil, fmt.Errorf("bench: output tokens: %w", err)
 	}
@@ -135,7 +135,7 @@ func NewWorkload(s *WorkloadSpec, tok *tokens.Tokenizer) (Workload, error) {
 		if s.Replay != "" || s.Trace != "" {
 			return nil, errors.New("bench: --sessions takes synthetic turns or a --dataset of conversations, not --replay or --trace")
 		}
-		in, err := ParseLengths(s.InputTokens)
+		in, err := parseLengths(s.InputTokens)
 		if err != nil {
 			return nil, fmt.Errorf("bench: input tokens: %w", err)
 		}
@@ -166,7 +166,7 @@ func NewWorkload(s *WorkloadSpec, tok *tokens.Tokenizer) (Workload, error) {
 		}
 		return w, err
 	}
-	in, err := ParseLengths(s.InputTokens)
+	in, err := parseLengths(s.InputTokens)
 	if err != nil {
 		return nil, fmt.Errorf("bench: input tokens: %w", err)
 	}
@@ -187,21 +187,21 @@ func NewWorkload(s *WorkloadSpec, tok *tokens.Tokenizer) (Workload, error) {
 	return &synthetic{spec: s, in: in, out: out, words: tok.Words(), model: model}, nil
 }
 
-// Lengths is a distribution of token counts: fixed "512", uniform
+// lengths is a distribution of token counts: fixed "512", uniform
 // "uniform:256-1024", or normal "normal:512,64" (clamped to at least 1).
-type Lengths struct {
+type lengths struct {
 	kind string
 	a, b float64
 }
 
-// ParseLengths reads a Lengths; "" is none.
-func ParseLengths(s string) (Lengths, error) {
+// parseLengths reads a Lengths; "" is none.
+func parseLengths(s string) (lengths, error) {
 	kind, arg, ok := strings.Cut(s, ":")
 	if !ok {
 		kind, arg = "fixed", s
 	}
 	if s == "" || s == "none" {
-		return Lengths{}, nil
+		return lengths{}, nil
 	}
 	var a, b float64
 	var err error
@@ -220,18 +220,18 @@ func ParseLengths(s string) (Lengths, error) {
 			b, err = strconv.ParseFloat(sd, 64)
 		}
 	default:
-		return Lengths{}, fmt.Errorf("%q: want N, uniform:MIN-MAX or normal:MEAN,SD", s)
+		return lengths{}, fmt.Errorf("%q: want N, uniform:MIN-MAX or normal:MEAN,SD", s)
 	}
 	if err != nil || a < 1 || b < 0 || (kind == "uniform" && b < a) || a > 1e7 || b > 1e7 {
-		return Lengths{}, fmt.Errorf("%q: want N, uniform:MIN-MAX or normal:MEAN,SD with positive token counts", s)
+		return lengths{}, fmt.Errorf("%q: want N, uniform:MIN-MAX or normal:MEAN,SD with positive token counts", s)
 	}
-	return Lengths{kind: kind, a: a, b: b}, nil
+	return lengths{kind: kind, a: a, b: b}, nil
 }
 
-func (l Lengths) zero() bool { return l.kind == "" }
+func (l lengths) zero() bool { return l.kind == "" }
 
 // Sample draws a length.
-func (l Lengths) Sample(rng *rand.Rand) int {
+func (l lengths) Sample(rng *rand.Rand) int {
 	switch l.kind {
 	case "uniform":
 		return int(l.a) + rng.IntN(int(l.b-l.a)+1)

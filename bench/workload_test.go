@@ -66,7 +66,7 @@ func TestSyntheticPromptsHaveExactLengths(t *testing.T) {
 	}{{"fixed chat", "300", "chat"}, {"uniform completions", "uniform:10-900", "completions"}, {"normal", "normal:200,50", "chat"}} {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := &WorkloadSpec{Endpoint: tc.endpoint, Model: "m", Stream: true, InputTokens: tc.in, OutputTokens: "64", ForceOutputLength: true, Seed: 7}
-			w, err := NewWorkload(spec, tk)
+			w, err := newWorkload(spec, tk)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -89,7 +89,7 @@ func TestSyntheticPromptsHaveExactLengths(t *testing.T) {
 				}
 			}
 			// Same seed, same requests.
-			w2, _ := NewWorkload(spec, tk)
+			w2, _ := newWorkload(spec, tk)
 			if !bytes.Equal(w.Request(3).Body, w2.Request(3).Body) {
 				t.Error("the same seed made another request")
 			}
@@ -100,7 +100,7 @@ func TestSyntheticPromptsHaveExactLengths(t *testing.T) {
 func TestSharedPrefix(t *testing.T) {
 	tk := tokenizer(t)
 	spec := &WorkloadSpec{Endpoint: "chat", Model: "m", InputTokens: "100", SharedPrefix: 60, Seed: 3}
-	w, err := NewWorkload(spec, tk)
+	w, err := newWorkload(spec, tk)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func TestDatasetAndShareGPT(t *testing.T) {
 {"conversations":[{"from":"human","value":"three"},{"from":"gpt","value":"a reply of some words"}]}
 `), 0o644)
 	spec := &WorkloadSpec{Endpoint: "chat", Model: "m", Stream: true, Dataset: path, Seed: 1}
-	w, err := NewWorkload(spec, tk)
+	w, err := newWorkload(spec, tk)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func TestDatasetAndShareGPT(t *testing.T) {
 		t.Errorf("3 draws gave %v, want each entry once (a permutation)", got)
 	}
 	os.WriteFile(path, []byte("{\"prompt\":\"a\"}\nnot json\n"), 0o644)
-	if _, err := NewWorkload(&WorkloadSpec{Endpoint: "chat", Dataset: path}, tk); err == nil || !strings.Contains(err.Error(), "line 2") {
+	if _, err := newWorkload(&WorkloadSpec{Endpoint: "chat", Dataset: path}, tk); err == nil || !strings.Contains(err.Error(), "line 2") {
 		t.Errorf("bad line: err %v, want it named", err)
 	}
 }
@@ -161,7 +161,7 @@ func TestReplayKeepsTiming(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	// Out of order, as a request log written at each request's end is.
 	for i, off := range []time.Duration{0, 600 * time.Millisecond, 200 * time.Millisecond} {
-		e := ReplayEntry{Time: t0.Add(off), Model: "sim-model", InputTokens: 20 + i, OutputTokens: 5}
+		e := replayEntry{Time: t0.Add(off), Model: "sim-model", InputTokens: 20 + i, OutputTokens: 5}
 		line, _ := json.Marshal(e)
 		b.Write(line)
 		b.WriteByte('\n')
@@ -227,8 +227,8 @@ func TestArrivals(t *testing.T) {
 
 func TestParseLengths(t *testing.T) {
 	for _, bad := range []string{"0", "-5", "x", "uniform:9-3", "normal:5", "poisson:3", "1e9"} {
-		if _, err := ParseLengths(bad); err == nil {
-			t.Errorf("ParseLengths(%q) accepted", bad)
+		if _, err := parseLengths(bad); err == nil {
+			t.Errorf("parseLengths(%q) accepted", bad)
 		}
 	}
 }
@@ -238,7 +238,7 @@ func FuzzParseLengths(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		l, err := ParseLengths(s)
+		l, err := parseLengths(s)
 		if err != nil || l.zero() {
 			return
 		}
@@ -291,7 +291,7 @@ func FuzzDataset(f *testing.F) {
 		} else {
 			spec.Dataset = path
 		}
-		w, err := NewWorkload(spec, tokenizer(t))
+		w, err := newWorkload(spec, tokenizer(t))
 		if err != nil {
 			return
 		}

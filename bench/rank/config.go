@@ -149,19 +149,19 @@ func (w *Workload) Comparable(v *Workload) (bool, string) {
 
 // Bounds of a file: what one run may send.
 const (
-	MaxEndpoints = 64
-	MaxRounds    = 100
-	MaxRequests  = 10000
-	MaxProbes    = 100
+	maxEndpoints = 64
+	maxRounds    = 100
+	maxRequests  = 10000
+	maxProbes    = 100
 )
 
-// OrderKeys are the figures a ranking may order by.
-var OrderKeys = []string{"slo", "errors", "cost", "ttft", "ttft_p90", "speed"}
+// orderNames are the figures a ranking may order by.
+var orderNames = []string{"slo", "errors", "cost", "ttft", "ttft_p90", "speed"}
 
-// DefaultOrder is workload.order's default: the SLO (whose attainment
+// defaultOrder is workload.order's default: the SLO (whose attainment
 // counts a failed request as a miss), then the error rate, then cost and
 // TTFT, which are figures of answers only and blind to failures.
-const DefaultOrder = "slo,errors,cost,ttft"
+const defaultOrder = "slo,errors,cost,ttft"
 
 // Load reads an endpoints file strictly (an unknown key is an error
 // naming its field) and checks it.
@@ -208,7 +208,7 @@ func (w *Workload) Defaults() {
 		w.SLOPercentile = "p90"
 	}
 	if w.Order == "" {
-		w.Order = DefaultOrder
+		w.Order = defaultOrder
 	}
 }
 
@@ -217,8 +217,8 @@ func (f *File) Validate() error {
 	if len(f.Endpoints) == 0 {
 		return fmt.Errorf("endpoints: none listed")
 	}
-	if len(f.Endpoints) > MaxEndpoints {
-		return fmt.Errorf("endpoints: %d listed, at most %d", len(f.Endpoints), MaxEndpoints)
+	if len(f.Endpoints) > maxEndpoints {
+		return fmt.Errorf("endpoints: %d listed, at most %d", len(f.Endpoints), maxEndpoints)
 	}
 	seen := map[string]int{}
 	for i := range f.Endpoints {
@@ -290,7 +290,7 @@ func (w *Workload) check() error {
 	for _, c := range []struct {
 		name   string
 		v, max int
-	}{{"concurrency", w.Concurrency, 1024}, {"requests", w.Requests, MaxRequests}, {"probes", w.Probes, MaxProbes}, {"rounds", w.Rounds, MaxRounds}, {"shared_prefix", w.SharedPrefix, 1 << 20}} {
+	}{{"concurrency", w.Concurrency, 1024}, {"requests", w.Requests, maxRequests}, {"probes", w.Probes, maxProbes}, {"rounds", w.Rounds, maxRounds}, {"shared_prefix", w.SharedPrefix, 1 << 20}} {
 		if c.v < 0 || c.v > c.max {
 			return fmt.Errorf("workload.%s: %d, want 0 to %d", c.name, c.v, c.max)
 		}
@@ -310,8 +310,8 @@ func (w *Workload) check() error {
 		return fmt.Errorf("workload.rate: %g, want 0 to 1e6 requests/s", w.Rate)
 	}
 	for k := range strings.SplitSeq(w.Order, ",") {
-		if k = strings.TrimSpace(k); k != "" && !slices.Contains(OrderKeys, k) {
-			return fmt.Errorf("workload.order: %q is not one of %s", k, strings.Join(OrderKeys, ", "))
+		if k = strings.TrimSpace(k); k != "" && !slices.Contains(orderNames, k) {
+			return fmt.Errorf("workload.order: %q is not one of %s", k, strings.Join(orderNames, ", "))
 		}
 	}
 	return nil

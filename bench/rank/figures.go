@@ -112,8 +112,8 @@ const (
 	Unsure = "unsure"
 )
 
-// Formulas says how each figure is computed; records carry it.
-var Formulas = map[string]string{
+// formulas says how each figure is computed; records carry it.
+var formulas = map[string]string{
 	"ttft":              "send → first content event, ms; p50 and p90 by nearest rank, with a distribution-free 95% interval (binomial order statistics)",
 	"speed":             "a request's (output tokens − 1) / (last content − first content), tokens/s; its p50",
 	"throughput":        "output tokens / the round's measured window at the concurrency; the median round, [lowest, highest]",

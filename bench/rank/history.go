@@ -44,8 +44,8 @@ func LoadRecord(path string) (*Record, error) {
 	if err := json.NewDecoder(io.LimitReader(f, maxRecordBytes)).Decode(&r); err != nil {
 		return nil, fmt.Errorf("rank: %s: %w", path, err)
 	}
-	if r.Schema != Schema {
-		return nil, fmt.Errorf("rank: %s: schema %q, want %q", path, r.Schema, Schema)
+	if r.Schema != schema {
+		return nil, fmt.Errorf("rank: %s: schema %q, want %q", path, r.Schema, schema)
 	}
 	return &r, nil
 }

@@ -46,13 +46,13 @@ type KeyPlan struct {
 // with one that answers them all.
 const planShare = 1.0 / 3
 
-// PlanOf states what a run of f (its workload's defaults filled in)
+// planOf states what a run of f (its workload's defaults filled in)
 // will send and, for each key of the order, whether that many requests
 // can tell endpoints apart on it, and if not, how many would.
-func PlanOf(f *File) Plan {
+func planOf(f *File) Plan {
 	w := f.Workload
 	n := w.Requests * w.Rounds
-	p := Plan{Bound: Bound(f), Order: w.Order, Requests: n}
+	p := Plan{Bound: bound(f), Order: w.Order, Requests: n}
 	keys := orderKeys(w.Order)
 	p.Blind = !slices.Contains(keys, "errors") && !(slices.Contains(keys, "slo") && w.SLO != "")
 	more := func(need int) string {
@@ -165,13 +165,13 @@ func minFailures(n int) int {
 // needErrors is the fewest requests an endpoint at which one failing
 // share of them is told from one failing none.
 func needErrors(share float64) int {
-	for n := 1; n <= MaxRequests*MaxRounds; n++ {
+	for n := 1; n <= maxRequests*maxRounds; n++ {
 		k := int(math.Ceil(share * float64(n)))
 		if verdict.Rates(0, "error_rate", 0, n, k, n, errorTolerance).Judgement == verdict.Regressed {
 			return n
 		}
 	}
-	return MaxRequests * MaxRounds
+	return maxRequests * maxRounds
 }
 
 func ceilDiv(a, b int) int {

@@ -66,7 +66,7 @@ func TestValidate(t *testing.T) {
 	}
 	var many strings.Builder
 	many.WriteString("endpoints:\n")
-	for i := range MaxEndpoints + 1 {
+	for i := range maxEndpoints + 1 {
 		many.WriteString("  - {name: e" + strings.Repeat("x", i) + ", url: http://127.0.0.1:1, model: m}\n")
 	}
 	if _, err := decode(t, many.String()); err == nil || !strings.Contains(err.Error(), "at most 64") {
@@ -183,9 +183,9 @@ func TestOrder(t *testing.T) {
 		{"too few to tell is a tie", "ttft", "", []*Result{result("a", 10, 0, 80, 1, 1), result("b", 10, 0, 40, 1, 2)}, "a= b="},
 		// The default order: failing a third of the requests at the same
 		// speed and price ranks below, with or without an SLO.
-		{"failures weigh by default", DefaultOrder, "", []*Result{result("flaky", 48, 16, 40, 1, 1), result("steady", 48, 0, 40, 1, 2)}, "steady flaky"},
-		{"failures weigh by default with an SLO", DefaultOrder, "on", []*Result{result("flaky", 48, 16, 40, 1, 1), result("steady", 48, 0, 40, 1, 2)}, "steady flaky"},
-		{"a slower endpoint that answers all ranks above a failing one", DefaultOrder, "", []*Result{result("flaky", 48, 16, 40, 1, 1), result("slow", 48, 0, 90, 1, 2), result("fast", 48, 0, 40, 1, 3)}, "fast slow flaky"},
+		{"failures weigh by default", defaultOrder, "", []*Result{result("flaky", 48, 16, 40, 1, 1), result("steady", 48, 0, 40, 1, 2)}, "steady flaky"},
+		{"failures weigh by default with an SLO", defaultOrder, "on", []*Result{result("flaky", 48, 16, 40, 1, 1), result("steady", 48, 0, 40, 1, 2)}, "steady flaky"},
+		{"a slower endpoint that answers all ranks above a failing one", defaultOrder, "", []*Result{result("flaky", 48, 16, 40, 1, 1), result("slow", 48, 0, 90, 1, 2), result("fast", 48, 0, 40, 1, 3)}, "fast slow flaky"},
 		{"p90 needs its interval's values", "ttft_p90", "", []*Result{result("a", 30, 0, 80, 1, 1), result("b", 30, 0, 40, 1, 2)}, "a= b="},
 		{"p90 with enough values", "ttft_p90", "", []*Result{result("a", 40, 0, 80, 1, 1), result("b", 40, 0, 40, 1, 2)}, "b a"},
 	} {
@@ -199,7 +199,7 @@ func TestOrder(t *testing.T) {
 // p-values, or too few values for the key's test.
 func TestTieSaysWhy(t *testing.T) {
 	t.Parallel()
-	order, why := rankedWhy([]*Result{result("a", 50, 0, 50, 1, 1), result("b", 50, 0, 50, 1, 2)}, DefaultOrder, "")
+	order, why := rankedWhy([]*Result{result("a", 50, 0, 50, 1, 1), result("b", 50, 0, 50, 1, 2)}, defaultOrder, "")
 	if order != "a= b=" {
 		t.Fatalf("twins: %s", order)
 	}
@@ -229,7 +229,7 @@ func TestPlanSizesMatchTheTests(t *testing.T) {
 	plan := func(requests, rounds int, order, slo string) Plan {
 		f := &File{Endpoints: []Endpoint{{Name: "a"}, {Name: "b"}}, Workload: Workload{Requests: requests, Rounds: rounds, Order: order, SLO: slo}}
 		f.Workload.Defaults()
-		return PlanOf(f)
+		return planOf(f)
 	}
 	p := plan(0, 0, "", "")
 	if p.Requests != 48 || len(p.TooSmall()) != 0 || p.Blind || len(p.Keys) != 4 {
@@ -296,7 +296,7 @@ func run(start time.Time, rs ...*Result) *Record {
 	for _, r := range rs {
 		r.Figures = figures(r, Workload{}, nil, 0.9)
 	}
-	return &Record{Schema: Schema, Start: start, Endpoints: rs, Ranking: Order(rs, Workload{Order: "cost,ttft"})}
+	return &Record{Schema: schema, Start: start, Endpoints: rs, Ranking: Order(rs, Workload{Order: "cost,ttft"})}
 }
 
 func TestDrift(t *testing.T) {
@@ -385,8 +385,8 @@ func FuzzFile(f *testing.F) {
 		if err := file.Validate(); err != nil {
 			t.Fatalf("valid, then invalid with defaults: %v", err)
 		}
-		_ = Bound(&file)
-		PlanOf(&file).Write(io.Discard, "")
+		_ = bound(&file)
+		planOf(&file).Write(io.Discard, "")
 		for i := range file.Endpoints {
 			_ = file.Endpoints[i].headers("k")
 		}
@@ -479,7 +479,7 @@ func TestHoldBudget(t *testing.T) {
 // A record edited by hand (a place without its endpoint, figures gone)
 // reports without a panic.
 func TestEditedRecord(t *testing.T) {
-	r := &Record{Schema: Schema, Ranking: []Place{{Rank: 1, Name: "ghost"}}, Endpoints: []*Result{{Name: "real"}}}
+	r := &Record{Schema: schema, Ranking: []Place{{Rank: 1, Name: "ghost"}}, Endpoints: []*Result{{Name: "real"}}}
 	var b bytes.Buffer
 	r.Write(&b)
 	if err := r.WriteCSV(&b); err != nil {

@@ -6,8 +6,8 @@ import (
 	"github.com/infergate/infergate/bench"
 )
 
-// Schema names the record format; a reader refuses any other.
-const Schema = "infergate.rank/v1"
+// schema names the record format; a reader refuses any other.
+const schema = "infergate.rank/v1"
 
 // Record is one ranking run: the workload, each endpoint's rounds and
 // requests, its figures, and the order.

@@ -114,8 +114,8 @@ func missingText(n int) string {
 	return fmt.Sprintf(" (%d answers without usage: their tokens, and so their cost, are cl100k_base counts of the prompt and the answer, an estimate)", n)
 }
 
-// CSVHeader is the columns of WriteCSV.
-var CSVHeader = []string{"rank", "tied", "endpoint", "url", "model", "slo", "slo_attainment", "ttft_p50_ms", "ttft_p50_lo", "ttft_p50_hi", "ttft_p90_ms",
+// csvHeader is the columns of WriteCSV.
+var csvHeader = []string{"rank", "tied", "endpoint", "url", "model", "slo", "slo_attainment", "ttft_p50_ms", "ttft_p50_lo", "ttft_p50_hi", "ttft_p90_ms",
 	"speed_p50", "output_tokens_per_s", "requests", "failed", "error_rate", "availability", "worst_round", "retry_after", "held_s",
 	"prompt_tokens", "cached_tokens", "output_tokens", "cost_per_request", "cost_per_m_output", "cost_per_m_tokens", "blended_3to1", "cost_per_hour",
 	"price_input", "price_cached_input", "price_output"}
@@ -123,7 +123,7 @@ var CSVHeader = []string{"rank", "tied", "endpoint", "url", "model", "slo", "slo
 // WriteCSV writes one row per endpoint, in ranking order.
 func (r *Record) WriteCSV(w io.Writer) error {
 	cw := csv.NewWriter(w)
-	_ = cw.Write(CSVHeader)
+	_ = cw.Write(csvHeader)
 	g := func(f float64) string { return strconv.FormatFloat(f, 'g', 8, 64) }
 	for _, p := range r.Ranking {
 		e := find(r, p.Name)

@@ -30,31 +30,31 @@ func cost(p Price, prompt, cached, output int) float64 {
 type Options struct {
 	// Keys are the endpoints' keys, in the file's order (File.Keys).
 	Keys []string
-	// Plan receives the plan (PlanOf) before anything is sent; nil
+	// Plan receives the plan (planOf) before anything is sent; nil
 	// shows none.
 	Plan io.Writer
 	// Progress receives a line per endpoint and round; nil shows none.
 	Progress           io.Writer
 	InsecureSkipVerify bool
 	// HoldBudget bounds the Retry-After holds of one endpoint in one
-	// round (default DefaultHoldBudget): past it the endpoint is stopped,
+	// round (default 2 minutes): past it the endpoint is stopped,
 	// rate-limited, and its later rounds are not run.
 	HoldBudget time.Duration
 }
 
-// DefaultHoldBudget is Options.HoldBudget's default.
-const DefaultHoldBudget = 2 * time.Minute
+// defaultHoldBudget is Options.HoldBudget's default.
+const defaultHoldBudget = 2 * time.Minute
 
 // errHoldBudget ends a round whose Retry-After holds ran past the budget.
 var errHoldBudget = errors.New("rate limited past the round's Retry-After budget")
 
-// Bound states what a run of f sends at most.
-func Bound(f *File) string {
+// bound states what a run of f sends at most.
+func bound(f *File) string {
 	w := f.Workload
 	per := w.Probes + w.Concurrency + w.Requests
 	return fmt.Sprintf("%d endpoints × %d rounds × (%d probes + %d warm-up + %d measured requests, %d at once, input %s / output %s tokens) = at most %d requests, each bounded by %v; Retry-After honoured up to %v a time and %v an endpoint a round",
 		len(f.Endpoints), w.Rounds, w.Probes, w.Concurrency, w.Requests, w.Concurrency, orDataset(w.InputTokens, w.Dataset), orDataset(w.OutputTokens, w.Dataset), len(f.Endpoints)*w.Rounds*per, w.Timeout,
-		bench.MaxRetryAfter, DefaultHoldBudget)
+		bench.MaxRetryAfter, defaultHoldBudget)
 }
 
 func orDataset(v, dataset string) string {
@@ -82,13 +82,13 @@ func Run(ctx context.Context, f *File, o Options) (*Record, error) {
 	if len(o.Keys) != len(f.Endpoints) {
 		return nil, errors.New("rank: one key (or none) per endpoint")
 	}
-	plan := PlanOf(f)
+	plan := planOf(f)
 	if o.Plan != nil {
 		plan.Write(o.Plan, "rank: ")
 	}
 	cond := bench.NewConditions()
-	rec := &Record{Schema: Schema, Start: cond.Start, Tool: cond.ToolVersion, Host: cond.Host, Workload: w, Bound: plan.Bound, Plan: &plan, Formulas: Formulas}
-	budget := cmp.Or(o.HoldBudget, DefaultHoldBudget)
+	rec := &Record{Schema: schema, Start: cond.Start, Tool: cond.ToolVersion, Host: cond.Host, Workload: w, Bound: plan.Bound, Plan: &plan, Formulas: formulas}
+	budget := cmp.Or(o.HoldBudget, defaultHoldBudget)
 	// One tokenizer for all the endpoints' benches (~14 MB each).
 	tok, err := tokens.New()
 	if err != nil {
