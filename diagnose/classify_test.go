@@ -8,15 +8,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/infergate/infergate/internal/engine"
 	"github.com/infergate/infergate/internal/htmlcheck"
+	"github.com/infergate/infergate/internal/promtext"
 )
 
 // series builds n one-second readings with f setting each.
-func series(n int, f func(i int, r *Reading)) []Reading {
+func series(n int, f func(i int, r *engine.Reading)) []engine.Reading {
 	nan := math.NaN()
-	rs := make([]Reading, n)
+	rs := make([]engine.Reading, n)
 	for i := range rs {
-		rs[i] = Reading{At: time.Unix(int64(i), 0), Server: ServerVLLM, Running: nan, Waiting: nan, KVUsage: nan,
+		rs[i] = engine.Reading{At: time.Unix(int64(i), 0), Server: engine.VLLM, Running: nan, Waiting: nan, KVUsage: nan,
 			Preemptions: nan, Retracting: nan, MaxRunning: nan, KVTokens: nan, PromptTokens: nan, OutputTokens: nan}
 		f(i, &rs[i])
 	}
@@ -45,31 +47,31 @@ func TestDiagnose(t *testing.T) {
 	const n = 10
 	for _, tc := range []struct {
 		name, want, confidence string
-		backend                []Reading
+		backend                []engine.Reading
 		util                   []float64
 		gw                     *Gateway
 	}{
-		{"memory", Memory, "high", series(n, func(i int, r *Reading) {
+		{"memory", Memory, "high", series(n, func(i int, r *engine.Reading) {
 			r.Running, r.Waiting, r.KVUsage, r.Preemptions = 20, 12, 0.97, float64(3*i)
 			r.MaxRunning, r.PromptTokens, r.OutputTokens = 128, float64(5000*i), float64(400*i)
 		}), flat(n, 70), nil},
-		{"batching", Batching, "high", series(n, func(i int, r *Reading) {
+		{"batching", Batching, "high", series(n, func(i int, r *engine.Reading) {
 			r.Running, r.Waiting, r.KVUsage, r.Preemptions = 4, float64(5+3*i), 0.08, 0
 			r.PromptTokens, r.OutputTokens = float64(1000*i), float64(500*i)
 		}), flat(n, 25), nil},
-		{"compute", Compute, "high", series(n, func(i int, r *Reading) {
+		{"compute", Compute, "high", series(n, func(i int, r *engine.Reading) {
 			r.Running, r.Waiting, r.KVUsage, r.Preemptions, r.MaxRunning = 200, 40, 0.55, 0, 256
 		}), flat(n, 97), nil},
-		{"scheduling", Scheduling, "high", series(n, func(i int, r *Reading) {
+		{"scheduling", Scheduling, "high", series(n, func(i int, r *engine.Reading) {
 			r.Running, r.Waiting, r.KVUsage, r.Preemptions = 2, 0, 0.03, 0
 		}), flat(n, 12), gateway(n, func(i int, g *GatewayReading) {
 			g.Queued, g.InFlight, g.Limit, g.Requests = 14, 2, 2, float64(4*i)
-			g.QueueWait = Hist{Sum: float64(i) * 4 * 1.5, Count: float64(4 * i)}
+			g.QueueWait = promtext.Hist{Sum: float64(i) * 4 * 1.5, Count: float64(4 * i)}
 		})},
-		{"sparse", None, "high", series(n, func(i int, r *Reading) {
+		{"sparse", None, "high", series(n, func(i int, r *engine.Reading) {
 			r.Running, r.Waiting, r.KVUsage, r.Preemptions = float64(i%3)/4, 0, 0.01, 0
 		}), flat(n, 3), gateway(n, func(i int, g *GatewayReading) {})},
-		{"fits", None, "", series(n, func(i int, r *Reading) {
+		{"fits", None, "", series(n, func(i int, r *engine.Reading) {
 			r.Running, r.Waiting, r.KVUsage, r.Preemptions = 30, 0, 0.4, 0
 		}), flat(n, 50), nil},
 	} {
@@ -101,7 +103,7 @@ func TestDiagnose(t *testing.T) {
 }
 
 func TestDiagnoseMemoryKnobsAndCap(t *testing.T) {
-	b := Summarise("sim", series(10, func(i int, r *Reading) {
+	b := Summarise("sim", series(10, func(i int, r *engine.Reading) {
 		r.Running, r.Waiting, r.KVUsage, r.Preemptions = 20, 12, 0.97, float64(3*i)
 		r.PromptTokens, r.OutputTokens = float64(300*i), float64(400*i)
 	}), nil)
@@ -131,7 +133,7 @@ func TestDiagnoseMemoryKnobsAndCap(t *testing.T) {
 // before preemptions began.
 func TestDiagnoseSweepCap(t *testing.T) {
 	mk := func(c, tok, speed, pre float64) SweepPoint {
-		b := Summarise("sim", series(5, func(i int, r *Reading) {
+		b := Summarise("sim", series(5, func(i int, r *engine.Reading) {
 			r.Running, r.Waiting, r.KVUsage, r.Preemptions = c, 0, math.Min(0.99, c/24), pre*float64(i)
 		}), nil)
 		return SweepPoint{Concurrency: c, OutputTokPerS: Num(tok), PerRequestTokPerS: Num(speed), Backends: []Backend{b}}
@@ -154,7 +156,7 @@ func TestDiagnoseSweepCap(t *testing.T) {
 // TestDiagnoseAmbiguous: a queue without GPU or KV figures (TGI without
 // DCGM) is named with low confidence, saying what would settle it.
 func TestDiagnoseAmbiguous(t *testing.T) {
-	rs := series(10, func(i int, r *Reading) { r.Server, r.Running, r.Waiting = ServerTGI, 8, 20 })
+	rs := series(10, func(i int, r *engine.Reading) { r.Server, r.Running, r.Waiting = engine.TGI, 8, 20 })
 	rep := Diagnose(Input{Backends: []Backend{Summarise("tgi", rs, nil)}})
 	if rep.Confidence != "low" {
 		t.Fatalf("confidence %s for %s, want low", rep.Confidence, rep.Bottleneck)
@@ -184,7 +186,7 @@ func TestNumJSON(t *testing.T) {
 // page must draw its charts and log no error.
 func TestReportHTML(t *testing.T) {
 	mk := func(c, tok, speed, pre float64) SweepPoint {
-		b := Summarise("sim", series(5, func(i int, r *Reading) {
+		b := Summarise("sim", series(5, func(i int, r *engine.Reading) {
 			r.Running, r.Waiting, r.KVUsage, r.Preemptions = c, 0, math.Min(0.99, c/24), pre*float64(i)
 		}), nil)
 		return SweepPoint{Concurrency: c, OutputTokPerS: Num(tok), PerRequestTokPerS: Num(speed), TTFTp50: Num(c * 20), Backends: []Backend{b}}
@@ -212,11 +214,11 @@ func TestReportHTML(t *testing.T) {
 // is named on its own line, whatever the sum says.
 func TestDiagnosePerBackend(t *testing.T) {
 	idle := func(name string) Backend {
-		return Summarise(name, series(10, func(i int, r *Reading) {
+		return Summarise(name, series(10, func(i int, r *engine.Reading) {
 			r.Running, r.Waiting, r.KVUsage, r.Preemptions = 1, 0, 0.05, 0
 		}), flat(10, 10))
 	}
-	sick := Summarise("gpu-c", series(10, func(i int, r *Reading) {
+	sick := Summarise("gpu-c", series(10, func(i int, r *engine.Reading) {
 		r.Running, r.Waiting, r.KVUsage, r.Preemptions = 20, 12, 0.97, float64(3*i)
 	}), flat(10, 70))
 	rep := Diagnose(Input{Backends: []Backend{idle("gpu-a"), idle("gpu-b"), sick}})

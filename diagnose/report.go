@@ -5,6 +5,8 @@ import (
 	"io"
 	"math"
 	"strings"
+
+	"github.com/infergate/infergate/internal/engine"
 )
 
 // Write prints the report for a terminal.
@@ -123,7 +125,7 @@ func backendLine(b Backend) string {
 	fig("waiting", b.Waiting.Mean, "waiting "+f1(b.Waiting.Mean))
 	fig("KV", b.KVUsage.Max, "KV "+pctOf(b.KVUsage.Max))
 	fig("GPU", b.GPUUtil.Mean, "GPU "+f1(b.GPUUtil.Mean)+"%")
-	if b.Server != ServerLlamaCpp {
+	if b.Server != engine.LlamaCpp {
 		fig("preemptions", b.PreemptionsPerS, f2(b.PreemptionsPerS)+" preemptions/s")
 	}
 	fig("out tok/s", b.OutputTokPerS, f1(b.OutputTokPerS)+" out tok/s")

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/infergate/infergate/internal/engine"
 )
 
 // sweepOf builds a sweep from its steps' figures: concurrency, output
@@ -14,7 +16,7 @@ import (
 func sweepOf(steps [][8]float64) []SweepPoint {
 	var out []SweepPoint
 	for _, st := range steps {
-		b := Summarise("sim", series(5, func(i int, r *Reading) {
+		b := Summarise("sim", series(5, func(i int, r *engine.Reading) {
 			r.Running, r.Waiting, r.KVUsage, r.Preemptions = st[3], st[4], st[5], st[7]*float64(i)
 		}), flat(5, st[6]))
 		out = append(out, SweepPoint{Concurrency: st[0], OutputTokPerS: Num(st[1]), PerRequestTokPerS: Num(st[2]), Backends: []Backend{b}})
@@ -68,7 +70,7 @@ func TestDiagnoseSweepSaturated(t *testing.T) {
 // queues but the cache is 98% full is not called a confident NONE.
 func TestDiagnoseNoneAtTheEdge(t *testing.T) {
 	t.Parallel()
-	b := Summarise("sim", series(10, func(i int, r *Reading) {
+	b := Summarise("sim", series(10, func(i int, r *engine.Reading) {
 		r.Running, r.Waiting, r.KVUsage, r.Preemptions = 60, 0, 0.98, 0
 	}), flat(10, 50))
 	rep := Diagnose(Input{Backends: []Backend{b}})
@@ -83,10 +85,10 @@ func TestDiagnoseNoneAtTheEdge(t *testing.T) {
 // llama builds n readings of a llama.cpp server with slots slots, busy of
 // them busy and deferred requests waiting; no KV usage, as current
 // servers report none.
-func llama(n int, slots, busy, deferred float64) []Reading {
-	rs := make([]Reading, n)
+func llama(n int, slots, busy, deferred float64) []engine.Reading {
+	rs := make([]engine.Reading, n)
 	for i := range rs {
-		r := NewReading(time.Unix(int64(i), 0), ServerLlamaCpp)
+		r := engine.NewReading(time.Unix(int64(i), 0), engine.LlamaCpp)
 		r.Running, r.Waiting, r.Slots, r.SlotContext = busy, deferred, slots, 2048
 		r.PromptTokens, r.OutputTokens = float64(300*i), float64(40*busy*float64(i))
 		r.Decodes, r.BusySlotDecodes = float64(40*i), float64(40*i)*busy
@@ -149,7 +151,7 @@ func TestReportNeverNaN(t *testing.T) {
 	t.Parallel()
 	nan := math.NaN()
 	empty := Summarise("down", nil, nil)
-	unknown := Summarise("odd", series(5, func(i int, r *Reading) { r.Server = ServerUnknown }), nil)
+	unknown := Summarise("odd", series(5, func(i int, r *engine.Reading) { r.Server = engine.Unknown }), nil)
 	gw := gateway(5, func(i int, g *GatewayReading) { g.Queued, g.InFlight, g.Limit = 3, 1, 1 })
 	sw := []SweepPoint{{Concurrency: 1, OutputTokPerS: Num(nan), PerRequestTokPerS: Num(nan), TTFTp50: Num(nan), TTFTp90: Num(nan), RequestsPerS: Num(nan)},
 		{Concurrency: 8, OutputTokPerS: 0, PerRequestTokPerS: Num(math.Inf(1)), TTFTp50: Num(nan), TTFTp90: Num(nan), RequestsPerS: Num(nan), Backends: []Backend{empty}}}
@@ -194,10 +196,10 @@ func FuzzDiagnoseNaN(f *testing.F) {
 			}
 			return v
 		}
-		rs := series(4, func(i int, r *Reading) {
+		rs := series(4, func(i int, r *engine.Reading) {
 			r.Running, r.Waiting, r.KVUsage, r.Preemptions = or(running), or(waiting), or(kv), or(preempt)*float64(i)
 			if or(slots) > 0 {
-				r.Server, r.Slots = ServerLlamaCpp, slots
+				r.Server, r.Slots = engine.LlamaCpp, slots
 			}
 		})
 		b := Summarise("b", rs, flat(4, or(util)))

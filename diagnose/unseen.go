@@ -4,11 +4,13 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/infergate/infergate/internal/engine"
 )
 
 // serverNames are the servers as a sentence names them.
 var serverNames = map[string]string{
-	ServerVLLM: "vLLM", ServerSGLang: "SGLang", ServerTGI: "TGI", ServerLlamaCpp: "llama.cpp", ServerUnknown: "an unknown server",
+	engine.VLLM: "vLLM", engine.SGLang: "SGLang", engine.TGI: "TGI", engine.LlamaCpp: "llama.cpp", engine.Unknown: "an unknown server",
 }
 
 func serverName(s string) string {
@@ -48,7 +50,7 @@ func unseen(bs []Backend) (kv, util, queue, bound string) {
 	if len(noBound) > 0 {
 		bound = join(noBound) + " reports no batch bound, and none was seen with requests waiting"
 		for _, b := range bs {
-			if b.Server == ServerLlamaCpp && !b.MaxRunning.Known() {
+			if b.Server == engine.LlamaCpp && !b.MaxRunning.Known() {
 				bound = "llama.cpp's slot count (GET /props total_slots, or GET /slots) could not be read"
 			}
 		}
@@ -83,14 +85,14 @@ func notSeen(bs []Backend, gw *Gateway) []string {
 			set[fmt.Sprintf("%s: no reading at all (its metrics could not be read)", b.Name)] = true
 			continue
 		}
-		if b.Server == ServerUnknown {
+		if b.Server == engine.Unknown {
 			set[fmt.Sprintf("%s: no metrics of vLLM, SGLang, TGI or llama.cpp", b.Name)] = true
 			continue
 		}
 		utilSeen = utilSeen || b.GPUUtil.Mean.Known()
 		if !b.KVUsage.Max.Known() {
 			what := name + " reports no KV-cache usage: memory pressure cannot be seen"
-			if b.Server == ServerLlamaCpp {
+			if b.Server == engine.LlamaCpp {
 				what = "llama.cpp reports no KV-cache usage (its /metrics has had no such gauge since kv_cache_usage_ratio was removed): memory pressure cannot be seen"
 			}
 			set[what] = true
@@ -98,14 +100,14 @@ func notSeen(bs []Backend, gw *Gateway) []string {
 		if !b.Waiting.Mean.Known() {
 			set[name+" reports no queue of waiting requests"] = true
 		}
-		if !b.PreemptionsPerS.Known() && b.Server != ServerLlamaCpp {
+		if !b.PreemptionsPerS.Known() && b.Server != engine.LlamaCpp {
 			// llama.cpp does not preempt: a request keeps its slot.
 			set[name+" reports no preemptions"] = true
 		}
-		if b.Server == ServerLlamaCpp && !b.Slots.Known() {
+		if b.Server == engine.LlamaCpp && !b.Slots.Known() {
 			set["llama.cpp's slot count (GET /props total_slots, or GET /slots) could not be read: its batch bound is unknown"] = true
 		}
-		if !b.TTFT.Known() && !b.Queue.Known() && b.Server == ServerLlamaCpp {
+		if !b.TTFT.Known() && !b.Queue.Known() && b.Server == engine.LlamaCpp {
 			set["llama.cpp reports no latency histograms: TTFT and queue time come from the load generator only"] = true
 		}
 	}

@@ -5,6 +5,9 @@ import (
 	"math"
 	"strconv"
 	"time"
+
+	"github.com/infergate/infergate/internal/engine"
+	"github.com/infergate/infergate/internal/promtext"
 )
 
 // Num is a figure that may be unknown (NaN); it is null in JSON.
@@ -118,7 +121,7 @@ func rate(t, v []float64) Num {
 
 // histMean is a histogram's mean over the window (seconds), unknown when
 // nothing was observed in it.
-func histMean(a, b Hist) Num {
+func histMean(a, b promtext.Hist) Num {
 	dc := b.Count - a.Count
 	if dc <= 0 {
 		return unknown
@@ -180,8 +183,8 @@ type Backend struct {
 
 // Summarise sums up one backend's readings, in time order, with the GPU
 // utilisation read beside each (NaN, or a shorter slice, when unknown).
-func Summarise(name string, rs []Reading, util []float64) Backend {
-	b := Backend{Name: name, Samples: len(rs), Server: ServerUnknown}
+func Summarise(name string, rs []engine.Reading, util []float64) Backend {
+	b := Backend{Name: name, Samples: len(rs), Server: engine.Unknown}
 	if len(rs) == 0 {
 		nan := Stat{unknown, unknown, unknown, unknown}
 		b.Running, b.Waiting, b.KVUsage, b.GPUUtil = nan, nan, nan, nan
@@ -192,12 +195,12 @@ func Summarise(name string, rs []Reading, util []float64) Backend {
 	}
 	b.Server = rs[0].Server
 	n := len(rs)
-	t := offsets(rs, func(r Reading) time.Time { return r.At })
-	col := func(f func(Reading) float64) []float64 { return column(rs, f) }
+	t := offsets(rs, func(r engine.Reading) time.Time { return r.At })
+	col := func(f func(engine.Reading) float64) []float64 { return column(rs, f) }
 	b.Seconds = t[n-1]
-	b.Running = stat(t, col(func(r Reading) float64 { return r.Running }))
-	b.Waiting = stat(t, col(func(r Reading) float64 { return r.Waiting }))
-	b.KVUsage = stat(t, col(func(r Reading) float64 { return r.KVUsage }))
+	b.Running = stat(t, col(func(r engine.Reading) float64 { return r.Running }))
+	b.Waiting = stat(t, col(func(r engine.Reading) float64 { return r.Waiting }))
+	b.KVUsage = stat(t, col(func(r engine.Reading) float64 { return r.KVUsage }))
 	u := make([]float64, n)
 	for i := range u {
 		u[i] = math.NaN()
@@ -206,13 +209,13 @@ func Summarise(name string, rs []Reading, util []float64) Backend {
 		}
 	}
 	b.GPUUtil = stat(t, u)
-	b.PreemptionsPerS = rate(t, col(func(r Reading) float64 { return r.Preemptions }))
-	if ret := stat(t, col(func(r Reading) float64 { return r.Retracting })); ret.Mean.Known() {
+	b.PreemptionsPerS = rate(t, col(func(r engine.Reading) float64 { return r.Preemptions }))
+	if ret := stat(t, col(func(r engine.Reading) float64 { return r.Retracting })); ret.Mean.Known() {
 		// A gauge of retractions: its mean stands in for a rate.
 		b.PreemptionsPerS = ret.Mean
 	}
-	b.PromptTokPerS = rate(t, col(func(r Reading) float64 { return r.PromptTokens }))
-	b.OutputTokPerS = rate(t, col(func(r Reading) float64 { return r.OutputTokens }))
+	b.PromptTokPerS = rate(t, col(func(r engine.Reading) float64 { return r.PromptTokens }))
+	b.OutputTokPerS = rate(t, col(func(r engine.Reading) float64 { return r.OutputTokens }))
 	first, last := rs[0], rs[n-1]
 	b.TTFT, b.Queue, b.ITL = unknown, unknown, unknown
 	if first.TTFT.Reported && last.TTFT.Reported {
@@ -236,8 +239,8 @@ func Summarise(name string, rs []Reading, util []float64) Backend {
 			b.SlotContext = Num(r.SlotContext)
 		}
 	}
-	if dd := rate(t, col(func(r Reading) float64 { return r.Decodes })); dd > 0 {
-		if bd := rate(t, col(func(r Reading) float64 { return r.BusySlotDecodes })); bd.Known() {
+	if dd := rate(t, col(func(r engine.Reading) float64 { return r.Decodes })); dd > 0 {
+		if bd := rate(t, col(func(r engine.Reading) float64 { return r.BusySlotDecodes })); bd.Known() {
 			b.BusyPerDecode = bd / dd
 		}
 	}

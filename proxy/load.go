@@ -8,8 +8,8 @@ import (
 	"math"
 	"time"
 
-	"github.com/infergate/infergate/diagnose"
-	"github.com/infergate/infergate/diagnose/collect"
+	"github.com/infergate/infergate/internal/engine"
+	"github.com/infergate/infergate/internal/promtext"
 	"github.com/valyala/fasthttp"
 )
 
@@ -83,7 +83,7 @@ func (b *backend) estimate(now time.Time, staleAfter time.Duration) loadEstimate
 func metricsClient(hc *fasthttp.HostClient) *fasthttp.HostClient {
 	return &fasthttp.HostClient{
 		Addr: hc.Addr, Dial: hc.Dial, MaxConns: 2, MaxIdleConnDuration: 30 * time.Second,
-		MaxResponseBodySize: collect.MaxExpositionBytes, NoDefaultUserAgentHeader: true,
+		MaxResponseBodySize: promtext.MaxBytes, NoDefaultUserAgentHeader: true,
 	}
 }
 
@@ -126,32 +126,20 @@ func (sc *slotCount) refresh(b *backend, metricsPath string, timeout time.Durati
 	sc.n, sc.failed = n, false
 }
 
-// slots reads a llama.cpp backend's slot count: GET /props, else GET
-// /slots, beside its metrics path.
+// slots reads a llama.cpp backend's slot count beside its metrics path.
 func (b *backend) slots(metricsPath string, timeout time.Duration) (float64, error) {
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
-	var errs []error
-	for _, try := range []struct {
-		name  string
-		parse func([]byte) (collect.Slots, error)
-	}{{"props", collect.ParseProps}, {"slots", collect.ParseSlots}} {
-		path := collect.Sibling(metricsPath, try.name)
+	sl, err := engine.FetchSlots(metricsPath, func(path string) ([]byte, error) {
 		if err := b.get(b.mc, path, timeout, resp); err != nil {
-			errs = append(errs, fmt.Errorf("%s%s: %w", b.name, path, err))
-			continue
+			return nil, err
 		}
 		if c := resp.StatusCode(); c < 200 || c > 299 {
-			errs = append(errs, fmt.Errorf("%s%s: status %d", b.name, path, c))
-			continue
+			return nil, fmt.Errorf("status %d", c)
 		}
-		sl, err := try.parse(resp.Body())
-		if err == nil {
-			return float64(sl.Total), nil
-		}
-		errs = append(errs, fmt.Errorf("%s%s: %w", b.name, path, err))
-	}
-	return 0, errors.Join(errs...)
+		return resp.Body(), nil
+	})
+	return float64(sl.Total), err
 }
 
 // scrapeLoad reads b's metrics once.
@@ -166,12 +154,12 @@ func (b *backend) scrapeLoad(path string, timeout time.Duration) (*loadReading, 
 	if c := resp.StatusCode(); c < 200 || c > 299 {
 		return nil, fmt.Errorf("scrape %s%s: status %d", b.name, path, c)
 	}
-	s, err := collect.Parse(bytes.NewReader(resp.Body()), now)
+	s, err := promtext.Parse(bytes.NewReader(resp.Body()), now)
 	if err != nil {
 		return nil, fmt.Errorf("scrape %s%s: %w", b.name, path, err)
 	}
-	rd := collect.Read(s)
-	if rd.Server == diagnose.ServerUnknown || math.IsNaN(rd.Running) {
+	rd := engine.Read(s)
+	if rd.Server == engine.Unknown || math.IsNaN(rd.Running) {
 		return nil, fmt.Errorf("scrape %s%s: %w", b.name, path, errNoLoadMetrics)
 	}
 	return &loadReading{at: now, server: rd.Server, running: rd.Running, waiting: rd.Waiting, kv: rd.KVUsage,
@@ -189,7 +177,7 @@ func runLoad(b *backend, lc LoadConfig, stop <-chan struct{}, log *slog.Logger) 
 	var slots slotCount
 	for {
 		r, err := b.scrapeLoad(lc.MetricsPath, lc.Timeout)
-		if err == nil && r.server == diagnose.ServerLlamaCpp && math.IsNaN(r.maxRunning) {
+		if err == nil && r.server == engine.LlamaCpp && math.IsNaN(r.maxRunning) {
 			// llama.cpp runs one request per slot and defers the rest:
 			// its slot count is the batch bound the estimate's free
 			// slots are counted against.

@@ -4,6 +4,7 @@
 package collect
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +19,8 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/diagnose"
+	"github.com/infergate/infergate/internal/engine"
+	"github.com/infergate/infergate/internal/promtext"
 	"github.com/infergate/infergate/internal/safehttp"
 )
 
@@ -82,23 +85,23 @@ func (c *Config) get(ctx context.Context, u string, auth bool) ([]byte, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("collect: %s: status %d", u, resp.StatusCode)
 	}
-	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxExpositionBytes+1))
+	b, err := io.ReadAll(io.LimitReader(resp.Body, promtext.MaxBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("collect: %s: %w", u, err)
 	}
-	if len(b) > MaxExpositionBytes {
-		return nil, fmt.Errorf("collect: %s: more than %d bytes", u, MaxExpositionBytes)
+	if len(b) > promtext.MaxBytes {
+		return nil, fmt.Errorf("collect: %s: more than %d bytes", u, promtext.MaxBytes)
 	}
 	return b, nil
 }
 
-func (c *Config) scrape(ctx context.Context, u string, auth bool) (*Scrape, error) {
+func (c *Config) scrape(ctx context.Context, u string, auth bool) (*promtext.Scrape, error) {
 	at := time.Now()
 	b, err := c.get(ctx, u, auth)
 	if err != nil {
 		return nil, err
 	}
-	s, err := Parse(strings.NewReader(string(b)), at)
+	s, err := promtext.Parse(bytes.NewReader(b), at)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", u, err)
 	}
@@ -195,7 +198,7 @@ func Sample(ctx context.Context, cfg Config) (Windows, error) {
 	if len(targets) == 0 && gwURL == "" {
 		return Windows{}, errors.New("collect: nothing to read: give a gateway or backends")
 	}
-	readings := make([][]diagnose.Reading, len(targets))
+	readings := make([][]engine.Reading, len(targets))
 	slots := make([]slotReader, len(targets))
 	utils := make([][]float64, len(targets))
 	var gw []diagnose.GatewayReading
@@ -232,8 +235,8 @@ func Sample(ctx context.Context, cfg Config) (Windows, error) {
 				if math.IsNaN(u) {
 					u = GPUUtil(s)
 				}
-				r := Read(s)
-				if r.Server == diagnose.ServerLlamaCpp {
+				r := engine.Read(s)
+				if r.Server == engine.LlamaCpp {
 					slots[i].read(ctx, &cfg, targets[i], fail)
 					slots[i].got.Apply(&r)
 				}
@@ -286,11 +289,11 @@ func Sample(ctx context.Context, cfg Config) (Windows, error) {
 	return w, ctx.Err()
 }
 
-// slotReader fetches a llama.cpp server's slot count once per window:
-// from /props, else /slots; it gives up after a few failures, each
-// reported, and the window goes on without it.
+// slotReader fetches a llama.cpp server's slot count once per window
+// (engine.FetchSlots); it gives up after a few failures, each reported,
+// and the window goes on without it.
 type slotReader struct {
-	got   Slots
+	got   engine.Slots
 	tries int
 }
 
@@ -306,24 +309,14 @@ func (sr *slotReader) read(ctx context.Context, cfg *Config, metrics string, fai
 		fail(err)
 		return
 	}
-	var errs []string
-	for _, try := range []struct {
-		name  string
-		parse func([]byte) (Slots, error)
-	}{{"props", ParseProps}, {"slots", ParseSlots}} {
+	sl, err := engine.FetchSlots(u.Path, func(path string) ([]byte, error) {
 		v := *u
-		v.Path, v.RawPath = Sibling(u.Path, try.name), ""
-		b, err := cfg.get(ctx, v.String(), false)
-		if err != nil {
-			errs = append(errs, err.Error())
-			continue
-		}
-		sl, err := try.parse(b)
-		if err == nil {
-			sr.got = sl
-			return
-		}
-		errs = append(errs, v.String()+": "+err.Error())
+		v.Path, v.RawPath = path, ""
+		return cfg.get(ctx, v.String(), false)
+	})
+	if err != nil {
+		fail(fmt.Errorf("collect: %s: %w", u.Host, err))
+		return
 	}
-	fail(fmt.Errorf("collect: llama.cpp's slot count: %s", strings.Join(errs, "; ")))
+	sr.got = sl
 }

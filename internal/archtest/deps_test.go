@@ -18,6 +18,10 @@ const mod = "github.com/infergate/infergate/"
 // project never calls).
 var httpLibs = []string{"net/http", "github.com/valyala/fasthttp"}
 
+// leafForbidden is what the leaves the gateway shares with diagnose
+// (internal/promtext, internal/engine) must not reach.
+var leafForbidden = []string{mod + "diagnose", mod + "bench", mod + "verdict", mod + "proxy", mod + "tracing"}
+
 // rules are DESIGN.md's arrows: each package (and what it imports, all
 // the way down) must not reach any of the forbidden ones.
 var rules = []struct {
@@ -35,6 +39,8 @@ var rules = []struct {
 	{"sim", "the simulator uses the wire format only", []string{mod + "proxy", mod + "bench", mod + "tracing", mod + "mirror", mod + "shaping", mod + "policy"}},
 	{"mirror", "the mirror is used by the gateway, never the reverse", []string{mod + "proxy", mod + "tracing", mod + "bench"}},
 	{"tracing", "the timeline does not know the gateway", []string{mod + "proxy", mod + "bench", mod + "mirror"}},
+	{"internal/promtext", "the exposition parser is a leaf the gateway links", append(leafForbidden, httpLibs...)},
+	{"internal/engine", "what servers' metrics mean is a leaf the gateway links (callers fetch)", append(leafForbidden, httpLibs...)},
 	{"tune", "the tuning loop drives a gateway through its admin API, as a user would, never from inside", []string{mod + "proxy", mod + "tracing", mod + "mirror", "go.opentelemetry.io/otel/sdk"}},
 }
 

@@ -14,7 +14,8 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/bench"
-	"github.com/infergate/infergate/diagnose/collect"
+	"github.com/infergate/infergate/internal/engine"
+	"github.com/infergate/infergate/internal/promtext"
 	"github.com/infergate/infergate/tracing"
 	"github.com/infergate/infergate/verdict"
 )
@@ -206,11 +207,11 @@ func simPrefix(addr string) (reading, error) {
 		return reading{}, err
 	}
 	defer resp.Body.Close()
-	s, err := collect.Parse(resp.Body, time.Now())
+	s, err := promtext.Parse(resp.Body, time.Now())
 	if err != nil {
 		return reading{}, err
 	}
-	r := collect.Read(s)
+	r := engine.Read(s)
 	return reading{PrefixHits: r.PrefixHits, PrefixQueries: r.PrefixQueries}, nil
 }
 

@@ -1,12 +1,10 @@
-package collect
+package engine
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
-
-	"github.com/infergate/infergate/diagnose"
 )
 
 // llama.cpp's server keeps its batch bound out of /metrics: the slot
@@ -30,7 +28,7 @@ type Slots struct {
 }
 
 // ErrNoSlots is an answer that parsed but named no slots.
-var ErrNoSlots = errors.New("collect: no llama.cpp slot count in the answer")
+var ErrNoSlots = errors.New("engine: no llama.cpp slot count in the answer")
 
 // ParseProps reads llama.cpp's GET /props: total_slots, and each slot's
 // context from default_generation_settings.n_ctx.
@@ -42,13 +40,13 @@ func ParseProps(b []byte) (Slots, error) {
 		} `json:"default_generation_settings"`
 	}
 	if err := json.Unmarshal(b, &p); err != nil {
-		return Slots{}, fmt.Errorf("collect: llama.cpp /props: %w", err)
+		return Slots{}, fmt.Errorf("engine: llama.cpp /props: %w", err)
 	}
 	if p.TotalSlots == nil {
 		return Slots{}, ErrNoSlots
 	}
 	if *p.TotalSlots < 1 || *p.TotalSlots > maxSlots {
-		return Slots{}, fmt.Errorf("collect: llama.cpp /props: total_slots %d is not a slot count", *p.TotalSlots)
+		return Slots{}, fmt.Errorf("engine: llama.cpp /props: total_slots %d is not a slot count", *p.TotalSlots)
 	}
 	return Slots{Total: *p.TotalSlots, Context: max(0, p.Defaults.NCtx), Busy: -1}, nil
 }
@@ -61,18 +59,18 @@ func ParseSlots(b []byte) (Slots, error) {
 		IsProcessing bool `json:"is_processing"`
 	}
 	if err := json.Unmarshal(b, &slots); err != nil {
-		return Slots{}, fmt.Errorf("collect: llama.cpp /slots: %w", err)
+		return Slots{}, fmt.Errorf("engine: llama.cpp /slots: %w", err)
 	}
 	if len(slots) == 0 {
 		return Slots{}, ErrNoSlots
 	}
 	if len(slots) > maxSlots {
-		return Slots{}, fmt.Errorf("collect: llama.cpp /slots: %d slots is not a slot count", len(slots))
+		return Slots{}, fmt.Errorf("engine: llama.cpp /slots: %d slots is not a slot count", len(slots))
 	}
 	out := Slots{Total: len(slots)}
 	for _, s := range slots {
 		if s.ID == nil {
-			return Slots{}, fmt.Errorf("collect: llama.cpp /slots: a slot without an id: %w", ErrNoSlots)
+			return Slots{}, fmt.Errorf("engine: llama.cpp /slots: a slot without an id: %w", ErrNoSlots)
 		}
 		if s.IsProcessing {
 			out.Busy++
@@ -83,7 +81,7 @@ func ParseSlots(b []byte) (Slots, error) {
 }
 
 // Apply sets r's slot figures from sl.
-func (sl Slots) Apply(r *diagnose.Reading) {
+func (sl Slots) Apply(r *Reading) {
 	if sl.Total > 0 {
 		r.Slots = float64(sl.Total)
 	}
@@ -106,4 +104,33 @@ func Sibling(metricsPath, name string) string {
 		return p + "?" + q
 	}
 	return p
+}
+
+// FetchSlots reads a llama.cpp server's slot count beside its metrics
+// path: GET /props, else GET /slots (an older server, or one started with
+// --no-slots answers only one of them). get fetches a path (Sibling's) and
+// returns a 2xx answer's body, which need live only until get is called
+// again; its errors need not name the path, which FetchSlots adds.
+func FetchSlots(metricsPath string, get func(path string) ([]byte, error)) (Slots, error) {
+	var errs []error
+	for _, try := range []struct {
+		name  string
+		parse func([]byte) (Slots, error)
+	}{{"props", ParseProps}, {"slots", ParseSlots}} {
+		path := Sibling(metricsPath, try.name)
+		b, err := get(path)
+		if err == nil {
+			var sl Slots
+			if sl, err = try.parse(b); err == nil {
+				return sl, nil
+			}
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", path, err))
+	}
+	// One line, for a log or a report's list of errors.
+	err := fmt.Errorf("engine: llama.cpp's slot count: %w", errs[0])
+	for _, e := range errs[1:] {
+		err = fmt.Errorf("%w; %w", err, e)
+	}
+	return Slots{}, err
 }

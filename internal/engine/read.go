@@ -1,13 +1,83 @@
-package collect
+// Package engine knows what an inference server's metrics mean: which
+// server it is (vLLM, SGLang, TGI, llama.cpp) and its running batch,
+// queue, KV-cache use, token and prefix-cache counters and latency
+// histograms, as one Reading in common terms; and llama.cpp's slot
+// count, which its /metrics leaves out (GET /props, else GET /slots).
+// The gateway's load routing and diagnose both read servers through it.
+// It knows no HTTP library: the caller fetches (package promtext parses
+// the exposition; FetchSlots takes a get function).
+package engine
 
 import (
 	"math"
+	"time"
 
-	"github.com/infergate/infergate/diagnose"
+	"github.com/infergate/infergate/internal/promtext"
 )
 
+// The servers whose metrics are read, named as Reading.Server says them.
+const (
+	VLLM     = "vllm"
+	SGLang   = "sglang"
+	TGI      = "tgi"
+	LlamaCpp = "llamacpp"
+	Unknown  = "unknown"
+)
+
+// Reading is one server's state at one instant, in common terms. A
+// figure the server does not report is NaN; NewReading starts with all
+// of them NaN.
+type Reading struct {
+	At time.Time
+	// Server is one of the constants above.
+	Server string
+	// Running and Waiting are the requests in the running batch and in
+	// the server's own queue.
+	Running, Waiting float64
+	// KVUsage is the share of the KV cache in use, 0 to 1.
+	KVUsage float64
+	// Preemptions counts preemptions (SGLang: retractions) since start;
+	// Retracting is SGLang's gauge of requests being retracted now.
+	Preemptions, Retracting float64
+	// MaxRunning is the running batch's bound, where the server says it
+	// (vLLM's max_num_seqs as a cache_config_info label, SGLang's
+	// max_running_requests).
+	MaxRunning float64
+	// KVTokens is the KV cache's size in tokens, where the server says it
+	// (vLLM: num_gpu_blocks × block_size; SGLang: max_total_num_tokens).
+	KVTokens float64
+	// Slots is llama.cpp's slot count (GET /props total_slots, or the
+	// length of GET /slots): its batch bound, set by -np/--parallel.
+	// SlotContext is each slot's context in tokens (-c split between the
+	// slots unless --kv-unified). Read leaves them NaN: they are not in
+	// /metrics (see FetchSlots and Slots.Apply).
+	Slots, SlotContext float64
+	// Decodes counts llama.cpp's llama_decode() calls since start
+	// (n_decode_total) and BusySlotDecodes the busy slots summed over
+	// them (n_busy_slots_per_decode × n_decode_total), so a window's mean
+	// batch is the difference of one over the difference of the other.
+	Decodes, BusySlotDecodes float64
+	// PromptTokens and OutputTokens are token counters since start.
+	PromptTokens, OutputTokens float64
+	// PrefixQueries and PrefixHits are the prefix cache's counters since
+	// start, in tokens (vLLM's prefix_cache_queries and _hits).
+	PrefixQueries, PrefixHits float64
+	// TTFT, Queue and ITL are the server's histograms of time to first
+	// token, queue time and inter-token latency (seconds).
+	TTFT, Queue, ITL promtext.Hist
+}
+
+// NewReading is a reading at at from server with every figure unknown
+// (NaN), for a reader to fill in what the server reports.
+func NewReading(at time.Time, server string) Reading {
+	nan := math.NaN()
+	return Reading{At: at, Server: server, Running: nan, Waiting: nan, KVUsage: nan, Preemptions: nan,
+		Retracting: nan, MaxRunning: nan, KVTokens: nan, Slots: nan, SlotContext: nan, Decodes: nan, BusySlotDecodes: nan,
+		PromptTokens: nan, OutputTokens: nan, PrefixQueries: nan, PrefixHits: nan}
+}
+
 // first returns the first of names the scrape has.
-func first(s *Scrape, names ...string) string {
+func first(s *promtext.Scrape, names ...string) string {
 	for _, n := range names {
 		if s.Has(n) {
 			return n
@@ -16,7 +86,7 @@ func first(s *Scrape, names ...string) string {
 	return ""
 }
 
-func sumOrNaN(s *Scrape, names ...string) float64 {
+func sumOrNaN(s *promtext.Scrape, names ...string) float64 {
 	if n := first(s, names...); n != "" {
 		if v, ok := s.Sum(n); ok {
 			return v
@@ -25,7 +95,7 @@ func sumOrNaN(s *Scrape, names ...string) float64 {
 	return math.NaN()
 }
 
-func maxOrNaN(s *Scrape, names ...string) float64 {
+func maxOrNaN(s *promtext.Scrape, names ...string) float64 {
 	if n := first(s, names...); n != "" {
 		if v, ok := s.Max(n); ok {
 			return v
@@ -35,36 +105,36 @@ func maxOrNaN(s *Scrape, names ...string) float64 {
 }
 
 // histOf reads the first of names that is a histogram (or a summary).
-func histOf(s *Scrape, names ...string) diagnose.Hist {
+func histOf(s *promtext.Scrape, names ...string) promtext.Hist {
 	for _, n := range names {
 		if h, ok := s.Hist(n); ok {
 			return h
 		}
 	}
-	return diagnose.Hist{}
+	return promtext.Hist{}
 }
 
 // Detect names the server whose metrics s holds.
-func Detect(s *Scrape) string {
+func Detect(s *promtext.Scrape) string {
 	switch {
 	case first(s, "vllm:num_requests_running", "vllm:num_requests_waiting") != "":
-		return diagnose.ServerVLLM
+		return VLLM
 	case first(s, "sglang:num_running_reqs", "sglang:num_queue_reqs") != "":
-		return diagnose.ServerSGLang
+		return SGLang
 	case first(s, "tgi_queue_size", "tgi_batch_current_size") != "":
-		return diagnose.ServerTGI
+		return TGI
 	case first(s, "llamacpp:requests_processing", "llamacpp:requests_deferred") != "":
-		return diagnose.ServerLlamaCpp
+		return LlamaCpp
 	}
-	return diagnose.ServerUnknown
+	return Unknown
 }
 
 // Read turns a backend's scrape into a Reading. Several engines or
 // models behind one endpoint are summed (KV usage: the fullest).
-func Read(s *Scrape) diagnose.Reading {
-	r := diagnose.NewReading(s.At, Detect(s))
+func Read(s *promtext.Scrape) Reading {
+	r := NewReading(s.At, Detect(s))
 	switch r.Server {
-	case diagnose.ServerVLLM:
+	case VLLM:
 		r.Running = sumOrNaN(s, "vllm:num_requests_running")
 		r.Waiting = sumOrNaN(s, "vllm:num_requests_waiting")
 		r.KVUsage = maxOrNaN(s, "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
@@ -85,7 +155,7 @@ func Read(s *Scrape) diagnose.Reading {
 		if ok1 && ok2 && blocks > 0 && size > 0 {
 			r.KVTokens = blocks * size
 		}
-	case diagnose.ServerSGLang:
+	case SGLang:
 		r.Running = sumOrNaN(s, "sglang:num_running_reqs")
 		r.Waiting = sumOrNaN(s, "sglang:num_queue_reqs")
 		r.KVUsage = maxOrNaN(s, "sglang:token_usage")
@@ -105,7 +175,7 @@ func Read(s *Scrape) diagnose.Reading {
 		r.ITL = histOf(s, "sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds")
 		r.MaxRunning = sumOrNaN(s, "sglang:max_running_requests")
 		r.KVTokens = sumOrNaN(s, "sglang:max_total_num_tokens")
-	case diagnose.ServerTGI:
+	case TGI:
 		r.Running = sumOrNaN(s, "tgi_batch_current_size")
 		r.Waiting = sumOrNaN(s, "tgi_queue_size")
 		r.Queue = histOf(s, "tgi_request_queue_duration")
@@ -117,7 +187,7 @@ func Read(s *Scrape) diagnose.Reading {
 		if h := histOf(s, "tgi_request_generated_tokens"); h.Reported {
 			r.OutputTokens = h.Sum
 		}
-	case diagnose.ServerLlamaCpp:
+	case LlamaCpp:
 		// Busy slots, and requests deferred because no slot was free: the
 		// server's own queue. Its slot count is in /props, not here (see
 		// ParseProps); current servers report no KV-cache usage (older
@@ -146,33 +216,4 @@ func Read(s *Scrape) diagnose.Reading {
 		r.KVUsage /= 100
 	}
 	return r
-}
-
-// GPUUtil is the DCGM exporter's GPU utilisation (DCGM_FI_DEV_GPU_UTIL,
-// percent), averaged over the GPUs; NaN when absent. A sim's /metrics
-// carries it too.
-func GPUUtil(s *Scrape) float64 {
-	if v, ok := s.Mean("DCGM_FI_DEV_GPU_UTIL"); ok {
-		return v
-	}
-	return math.NaN()
-}
-
-// ReadGateway turns an infergate gateway's scrape into a reading; ok is
-// false when the scrape is not a gateway's.
-func ReadGateway(s *Scrape) (diagnose.GatewayReading, bool) {
-	if !s.Has("infergate_queue_depth") {
-		return diagnose.GatewayReading{}, false
-	}
-	g := diagnose.GatewayReading{At: s.At}
-	g.Queued, _ = s.Sum("infergate_queue_depth")
-	global := [][2]string{{"level", "global"}, {"unit", "requests"}}
-	g.InFlight, _ = s.Sum("infergate_shaping_in_flight", global...)
-	g.Limit, _ = s.Sum("infergate_shaping_limit", global...)
-	g.Upstream, _ = s.Sum("infergate_upstream_in_flight")
-	g.Admitted, _ = s.Sum("infergate_shaping_admitted_total")
-	g.Rejected, _ = s.Sum("infergate_shaping_rejections_total")
-	g.Requests, _ = s.Sum("infergate_requests_total")
-	g.QueueWait, _ = s.Hist("infergate_queue_wait_seconds")
-	return g, true
 }

@@ -1,9 +1,10 @@
-package collect
+package engine
 
 import (
 	"errors"
 	"math"
 	"os"
+	"strings"
 	"testing"
 )
 
@@ -129,4 +130,51 @@ func FuzzParseSlots(f *testing.F) {
 			t.Fatalf("%q → %+v", b, sl)
 		}
 	})
+}
+
+// TestFetchSlots: /props first, /slots when /props fails or names no
+// slots, the metrics path's query kept on both, and when neither
+// answers, one error naming both paths.
+func TestFetchSlots(t *testing.T) {
+	t.Parallel()
+	props, err := os.ReadFile("testdata/props.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slots, err := os.ReadFile("testdata/slots.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	notFound := errors.New("status 404")
+	for _, tc := range []struct {
+		name     string
+		answers  map[string][]byte // path → body; absent: notFound
+		want     int               // slots; 0: an error
+		wantBusy int
+	}{
+		{"props", map[string][]byte{"/v1/props?model=m": props, "/v1/slots?model=m": slots}, 1, -1},
+		{"slots when props fails", map[string][]byte{"/v1/slots?model=m": slots}, 1, 1},
+		{"slots when props names none", map[string][]byte{"/v1/props?model=m": []byte(`{}`), "/v1/slots?model=m": slots}, 1, 1},
+		{"neither", nil, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var asked []string
+			sl, err := FetchSlots("/v1/metrics?model=m", func(path string) ([]byte, error) {
+				asked = append(asked, path)
+				if b, ok := tc.answers[path]; ok {
+					return b, nil
+				}
+				return nil, notFound
+			})
+			if tc.want == 0 {
+				if err == nil || !errors.Is(err, notFound) || !strings.Contains(err.Error(), "/v1/props?model=m: status 404; /v1/slots?model=m: status 404") {
+					t.Fatalf("asked %q: %+v, %v; want an error naming both paths", asked, sl, err)
+				}
+				return
+			}
+			if err != nil || sl.Total != tc.want || sl.Busy != tc.wantBusy {
+				t.Fatalf("asked %q: %+v, %v; want %d slots, busy %d", asked, sl, err, tc.want, tc.wantBusy)
+			}
+		})
+	}
 }

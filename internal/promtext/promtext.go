@@ -1,4 +1,10 @@
-package collect
+// Package promtext reads a Prometheus text exposition (what vLLM,
+// SGLang, TGI, llama.cpp, the DCGM exporter and the gateway itself serve
+// at /metrics) into a Scrape and answers the few questions asked of one:
+// a metric's sum, mean or largest series, a histogram's sum and count, a
+// label's value. It knows no server's metric names (package engine does)
+// and no HTTP library: the caller fetches the text.
+package promtext
 
 import (
 	"fmt"
@@ -7,17 +13,27 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/infergate/infergate/diagnose"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
 
-// MaxExpositionBytes bounds one scrape: a larger body is cut there and the
-// parse fails, rather than a hostile endpoint holding memory.
-const MaxExpositionBytes = 16 << 20
+// MaxBytes bounds one exposition: Parse reads no more than this, so a
+// hostile endpoint cannot make it hold more; fetchers bound their reads
+// by it too, and refuse a longer body rather than parse a cut one.
+const MaxBytes = 16 << 20
 
-// Scrape is one reading of a Prometheus text exposition.
+// Hist is a histogram's (or a summary's) running sum and count: the
+// mean over a window is the difference of sums over the difference of
+// counts.
+type Hist struct {
+	Sum, Count float64
+	// Reported is set when the exposition has the histogram at all.
+	Reported bool
+}
+
+// Scrape is one reading of a Prometheus text exposition. It is not
+// changed after Parse, so it may be read from several goroutines.
 type Scrape struct {
 	At   time.Time
 	fams map[string]*dto.MetricFamily
@@ -28,9 +44,9 @@ type Scrape struct {
 // hold colons, as vLLM's do.
 func Parse(r io.Reader, at time.Time) (*Scrape, error) {
 	p := expfmt.NewTextParser(model.LegacyValidation)
-	fams, err := p.TextToMetricFamilies(io.LimitReader(r, MaxExpositionBytes))
+	fams, err := p.TextToMetricFamilies(io.LimitReader(r, MaxBytes))
 	if err != nil {
-		return nil, fmt.Errorf("diagnose: metrics: %w", err)
+		return nil, fmt.Errorf("promtext: %w", err)
 	}
 	return &Scrape{At: at, fams: fams}, nil
 }
@@ -72,7 +88,7 @@ func labelIs(m *dto.Metric, where [][2]string) bool {
 
 // Sum is the sum of the metric's series whose labels match where (name,
 // value pairs), and whether any series matched. Values that are not
-// finite are left out.
+// finite are left out, and a sum past float64's range is none.
 func (s *Scrape) Sum(name string, where ...[2]string) (float64, bool) {
 	var sum float64
 	n := 0
@@ -84,10 +100,14 @@ func (s *Scrape) Sum(name string, where ...[2]string) (float64, bool) {
 		sum += v
 		n++
 	}
+	if math.IsInf(sum, 0) {
+		return 0, false
+	}
 	return sum, n > 0
 }
 
-// Mean is the mean of the metric's finite series (one per GPU, say).
+// Mean is the mean of the metric's finite series (one per GPU, say);
+// none when their sum is past float64's range.
 func (s *Scrape) Mean(name string) (float64, bool) {
 	var sum float64
 	n := 0
@@ -97,7 +117,7 @@ func (s *Scrape) Mean(name string) (float64, bool) {
 			n++
 		}
 	}
-	if n == 0 {
+	if n == 0 || math.IsInf(sum, 0) {
 		return 0, false
 	}
 	return sum / float64(n), true
@@ -116,8 +136,8 @@ func (s *Scrape) Max(name string) (float64, bool) {
 
 // Hist is the sum and count of a histogram over all its series (a
 // summary's work as well).
-func (s *Scrape) Hist(name string) (diagnose.Hist, bool) {
-	var h diagnose.Hist
+func (s *Scrape) Hist(name string) (Hist, bool) {
+	var h Hist
 	n := 0
 	for _, m := range s.metrics(name) {
 		switch {
