@@ -1,11 +1,10 @@
-// Package mirror judges a candidate backend on live traffic: rules that
-// pick requests and copy them to a candidate pool (shadow) or send a
-// share to it instead (a canary split), the pairs of answers that result,
-// their quality signals (package quality), the recorder that writes them
-// to a rotating JSONL file and keeps the recent ones for /admin/pairs,
-// and the A/B report that ab report prints: each arm's figures, the
-// paired differences and the verdict (package verdict's rule), as text,
-// JSON or one HTML page, with a judge model's blind grading when asked.
+// Package mirror is the gateway's half of judging a candidate backend on
+// live traffic: rules that pick requests and copy them to a candidate
+// pool (shadow) or send a share to it instead (a canary split), the pairs
+// of answers that result, their quality signals (package quality), and
+// the recorder that writes them to a rotating JSONL file and keeps the
+// recent ones for /admin/pairs. The A/B report that judges the pairs is
+// package mirror/ab, which the gateway does not link.
 //
 // The gateway (package proxy) owns only the tap and the candidate's
 // round trip: after admission it asks the live rules whether a request is
@@ -16,7 +15,5 @@
 //
 // Files: config.go the mirror: section; rule.go rules made live (match,
 // sample, copy, split); pair.go a pair and its record; recorder.go the
-// recorder; report.go and split.go the A/B report of mirrored and split
-// traffic; html.go its page; pairfile.go reading pairs back; judge.go the
-// judge model's client.
+// recorder.
 package mirror

@@ -10,6 +10,7 @@ import (
 	"os"
 
 	"github.com/infergate/infergate/mirror"
+	"github.com/infergate/infergate/mirror/ab"
 	"github.com/infergate/infergate/verdict"
 )
 
@@ -67,9 +68,9 @@ func runAB(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	var pairs []mirror.Pair
 	if *gateway != "" {
-		pairs, err = mirror.FetchPairs(ctx, http.DefaultClient, *gateway, *adminKey)
+		pairs, err = ab.FetchPairs(ctx, http.DefaultClient, *gateway, *adminKey)
 	} else {
-		pairs, err = mirror.ReadPairs(files)
+		pairs, err = ab.ReadPairs(files)
 	}
 	if err != nil {
 		return exitError{3, err}
@@ -81,7 +82,7 @@ func runAB(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return exitError{3, err}
 	}
-	r := mirror.Report(pairs, opts)
+	r := ab.Compare(pairs, opts)
 	switch reason, unknown := r.CacheConditions(ct); {
 	case reason != "" && !*force:
 		return exitError{3, fmt.Errorf("ab report: the arms were measured under different conditions: %s\n(--force judges them anyway)", reason)}
@@ -98,7 +99,7 @@ func runAB(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if key == "" {
 			key = os.Getenv("OPENAI_API_KEY")
 		}
-		j := &mirror.Judge{URL: *judgeURL, Model: *judgeModel, Key: key}
+		j := &ab.Judge{URL: *judgeURL, Model: *judgeModel, Key: key}
 		t, err := j.Grade(ctx, pairs, *judgeN, 1)
 		if err != nil {
 			return exitError{3, fmt.Errorf("judge: %w", err)}
@@ -115,7 +116,7 @@ func runAB(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		r.Write(stdout)
 	}
 	if *htmlOut != "" {
-		err := writeFileWith(*htmlOut, func(w io.Writer) error { return r.WriteHTML(w, "infergate ab report", mirror.Examples(pairs, 5)) })
+		err := writeFileWith(*htmlOut, func(w io.Writer) error { return r.WriteHTML(w, "infergate ab report", ab.Examples(pairs, 5)) })
 		if err != nil {
 			return exitError{3, err}
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/infergate/infergate/bench"
 	"github.com/infergate/infergate/diagnose"
 	"github.com/infergate/infergate/mirror"
+	"github.com/infergate/infergate/mirror/ab"
 	"github.com/infergate/infergate/proxy"
 	"github.com/infergate/infergate/sim"
 	"github.com/infergate/infergate/tune"
@@ -382,11 +383,11 @@ func (sh shadow) run(ctx context.Context, ccfg sim.Config, name string, n int, w
 		enough = "fewer than"
 	}
 	fmt.Fprintf(stdout, "%d pairs: each request answered by the primary and the candidate (%s the %d that settle a rate at 0 in both arms)\n\n", len(pairs), enough, settle)
-	r := mirror.Report(pairs, verdict.Options{Objective: sh.obj, QualityTolerance: sh.tol})
+	r := ab.Compare(pairs, verdict.Options{Objective: sh.obj, QualityTolerance: sh.tol})
 	r.Write(stdout)
 	fmt.Fprintf(stdout, "in short: %s\n", brief(r.Changes, r.Verdict))
 	return r.Verdict, writeFileWith(filepath.Join(sh.dir, fmt.Sprintf("%d-shadow-%s.html", n, name)), func(w io.Writer) error {
-		return r.WriteHTML(w, "infergate ab report: "+name, mirror.Examples(pairs, 5))
+		return r.WriteHTML(w, "infergate ab report: "+name, ab.Examples(pairs, 5))
 	})
 }
 

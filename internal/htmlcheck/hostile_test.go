@@ -12,7 +12,7 @@ import (
 	"github.com/infergate/infergate/diagnose"
 	"github.com/infergate/infergate/internal/htmlcheck"
 	"github.com/infergate/infergate/internal/svgchart"
-	"github.com/infergate/infergate/mirror"
+	"github.com/infergate/infergate/mirror/ab"
 	"github.com/infergate/infergate/tune"
 	"github.com/infergate/infergate/verdict"
 )
@@ -67,7 +67,7 @@ func TestReportsRunNoScript(t *testing.T) {
 		t.Errorf("a script ran despite the pages' Content-Security-Policy")
 	}
 
-	ab := &mirror.ABReport{Result: verdict.Result{Verdict: hostile, Reasons: []string{hostile}}, Pairs: 3,
+	rep := &ab.Report{Result: verdict.Result{Verdict: hostile, Reasons: []string{hostile}}, Pairs: 3,
 		Changes: []verdict.Change{{Metric: hostile, Test: hostile, Judgement: hostile}},
 		Samples: map[string]map[string][]float64{"ttft": {"primary": {1, 2, 3}, "candidate": {2, 3, 4}}}}
 	rec := &bench.Record{Conditions: bench.Conditions{URL: "http://x/" + hostile, Host: hostile,
@@ -80,7 +80,7 @@ func TestReportsRunNoScript(t *testing.T) {
 		Ranking:   []rank.Place{{Rank: 1, Name: hostile, Why: hostile}}}
 	pages := map[string]func(*bytes.Buffer) error{
 		"ab.html": func(b *bytes.Buffer) error {
-			return ab.WriteHTML(b, hostile, []mirror.Example{{ID: hostile, Primary: hostile, Candidate: hostile}})
+			return rep.WriteHTML(b, hostile, []ab.Example{{ID: hostile, Primary: hostile, Candidate: hostile}})
 		},
 		"bench.html":    func(b *bytes.Buffer) error { return rec.WriteHTML(b) },
 		"diagnose.html": func(b *bytes.Buffer) error { return diag.WriteHTML(b, hostile) },

@@ -8,6 +8,7 @@ import (
 	"github.com/infergate/infergate/bench"
 	"github.com/infergate/infergate/internal/quantile"
 	"github.com/infergate/infergate/mirror"
+	"github.com/infergate/infergate/mirror/ab"
 	"github.com/infergate/infergate/tracing"
 	"github.com/infergate/infergate/verdict"
 )
@@ -53,7 +54,7 @@ func TestSamePercentilesEverywhere(t *testing.T) {
 			a := mirror.Arm{Status: 200, TTFTms: ms[i], E2Ems: ms[i] + 1, TPOTms: 1, OutputTokens: 2}
 			pairs[i] = mirror.Pair{ID: "x", Stream: true, Primary: a, Candidate: a}
 		}
-		got["ab report"] = mirror.Report(pairs, verdict.Options{}).Primary.TTFT
+		got["ab report"] = ab.Compare(pairs, verdict.Options{}).Primary.TTFT
 
 		// /admin/stats: the gateway's recent window.
 		rc := tracing.NewRecent(time.Hour)

@@ -11,6 +11,7 @@ import (
 	"github.com/infergate/infergate/internal/adminapi"
 	"github.com/infergate/infergate/internal/safehttp"
 	"github.com/infergate/infergate/mirror"
+	"github.com/infergate/infergate/mirror/ab"
 )
 
 // redirector is a server that sends every request on to another port of
@@ -65,7 +66,7 @@ func TestNoCredentialFollowsARedirect(t *testing.T) {
 		t.Fatalf("the control: net/http's own client carried %q over the redirect", got)
 	}
 
-	j := &mirror.Judge{URL: r.from.URL, Model: "judge", Key: "sk-judge-key"}
+	j := &ab.Judge{URL: r.from.URL, Model: "judge", Key: "sk-judge-key"}
 	pair := mirror.Pair{Prompt: "p", Primary: mirror.Arm{Status: 200, Output: "a"}, Candidate: mirror.Arm{Status: 200, Output: "b"}}
 	if jd, _ := j.Grade(ctx, []mirror.Pair{pair}, 1, 1); jd.Failed != 1 {
 		t.Errorf("the judge's call through the redirect: %+v, want it failed", jd)
@@ -74,7 +75,7 @@ func TestNoCredentialFollowsARedirect(t *testing.T) {
 	if err := admin.Do(ctx, "GET", "/admin/stats", nil, nil); err == nil {
 		t.Error("the admin client followed a redirect with its key")
 	}
-	if _, err := mirror.FetchPairs(ctx, http.DefaultClient, r.from.URL, "adm-key"); err == nil {
+	if _, err := ab.FetchPairs(ctx, http.DefaultClient, r.from.URL, "adm-key"); err == nil {
 		t.Error("FetchPairs followed a redirect with its key")
 	}
 	if got := r.seen(); len(got) != 1 {

@@ -1,4 +1,4 @@
-package mirror
+package ab
 
 import (
 	"bufio"
@@ -19,7 +19,7 @@ type Example struct {
 // WriteHTML writes the report as one self-contained page: the verdict
 // and the figures as tables at the top, the arms' distributions side by
 // side as inline SVG, and a few pairs whose answers differ.
-func (r *ABReport) WriteHTML(w io.Writer, title string, examples []Example) error {
+func (r *Report) WriteHTML(w io.Writer, title string, examples []Example) error {
 	bw := bufio.NewWriter(w)
 	svgchart.PageStart(bw, title)
 	fmt.Fprintf(bw, "<p class=\"verdict\">verdict: %s</p>\n<ul>\n", html.EscapeString(r.Verdict))

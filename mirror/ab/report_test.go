@@ -1,4 +1,4 @@
-package mirror
+package ab
 
 import (
 	"encoding/json"
@@ -6,21 +6,22 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/infergate/infergate/mirror"
 	"github.com/infergate/infergate/quality"
 	"github.com/infergate/infergate/verdict"
 )
 
 func TestABFindsThePlantedTradeOff(t *testing.T) {
 	rng := rand.New(rand.NewPCG(8, 9))
-	var pairs []Pair
+	var pairs []mirror.Pair
 	for range 300 {
 		prompt := 50 + rng.ExpFloat64()*100
-		p := Pair{JSONAsked: true, Similarity: 0.5, LengthRatio: 1,
-			Primary:   Arm{Status: 200, TTFTms: prompt, TPOTms: 10, E2Ems: prompt + 1000, Signals: quality.Signals{InvalidJSON: rng.Float64() < 0.01}},
-			Candidate: Arm{Status: 200, TTFTms: prompt * 0.8, TPOTms: 6, E2Ems: prompt*0.8 + 600, Signals: quality.Signals{InvalidJSON: rng.Float64() < 0.1}}}
+		p := mirror.Pair{JSONAsked: true, Similarity: 0.5, LengthRatio: 1,
+			Primary:   mirror.Arm{Status: 200, TTFTms: prompt, TPOTms: 10, E2Ems: prompt + 1000, Signals: quality.Signals{InvalidJSON: rng.Float64() < 0.01}},
+			Candidate: mirror.Arm{Status: 200, TTFTms: prompt * 0.8, TPOTms: 6, E2Ems: prompt*0.8 + 600, Signals: quality.Signals{InvalidJSON: rng.Float64() < 0.1}}}
 		pairs = append(pairs, p)
 	}
-	r := AB(pairs, verdict.Options{})
+	r := Paired(pairs, verdict.Options{})
 	if r.Verdict != verdict.RollBack || len(r.Reasons) != 1 || !strings.Contains(r.Reasons[0], "invalid_json_rate") {
 		t.Fatalf("faster but more broken JSON: %s %v", r.Verdict, r.Reasons)
 	}
@@ -43,7 +44,7 @@ func TestABFindsThePlantedTradeOff(t *testing.T) {
 // asked again) shows as well is not a regression of the candidate.
 func TestABNoiseFloor(t *testing.T) {
 	rng := rand.New(rand.NewPCG(10, 11))
-	var pairs []Pair
+	var pairs []mirror.Pair
 	for range 200 {
 		prompt := 50 + rng.ExpFloat64()*100
 		// Every second answer is slow, whichever arm gives it: a noisy host.
@@ -53,39 +54,39 @@ func TestABNoiseFloor(t *testing.T) {
 			}
 			return 1
 		}
-		primary := Arm{Status: 200, TTFTms: prompt, E2Ems: prompt + 500}
-		cand := Arm{Status: 200, TTFTms: prompt * 1.15 * slow(), E2Ems: prompt + 500}
-		aa := Arm{Status: 200, TTFTms: prompt * 1.15 * slow(), E2Ems: prompt + 500}
-		pairs = append(pairs, Pair{Primary: primary, Candidate: cand, Noise: &aa})
+		primary := mirror.Arm{Status: 200, TTFTms: prompt, E2Ems: prompt + 500}
+		cand := mirror.Arm{Status: 200, TTFTms: prompt * 1.15 * slow(), E2Ems: prompt + 500}
+		aa := mirror.Arm{Status: 200, TTFTms: prompt * 1.15 * slow(), E2Ems: prompt + 500}
+		pairs = append(pairs, mirror.Pair{Primary: primary, Candidate: cand, Noise: &aa})
 	}
-	with := AB(pairs, verdict.Options{})
+	with := Paired(pairs, verdict.Options{})
 	if len(with.Noise) == 0 || with.Verdict == verdict.RollBack {
 		t.Errorf("a rise the A/A arm shows too: %s %v", with.Verdict, with.Reasons)
 	}
 	for i := range pairs {
 		pairs[i].Noise = nil
 	}
-	if without := AB(pairs, verdict.Options{}); without.Verdict != verdict.RollBack {
+	if without := Paired(pairs, verdict.Options{}); without.Verdict != verdict.RollBack {
 		t.Errorf("without the A/A arm the same rise is a regression: %s", without.Verdict)
 	}
 }
 
 func TestSplitFindsARegression(t *testing.T) {
 	rng := rand.New(rand.NewPCG(12, 13))
-	var a, b []Pair
+	var a, b []mirror.Pair
 	for range 300 {
-		a = append(a, Pair{Split: "primary", Primary: Arm{Status: 200, TTFTms: 40 + rng.Float64()*20, E2Ems: 900}, JSONAsked: true})
-		b = append(b, Pair{Split: "candidate", Candidate: Arm{Status: 200, TTFTms: 40 + rng.Float64()*20, E2Ems: 900, Signals: quality.Signals{InvalidJSON: rng.Float64() < 0.15}}, JSONAsked: true})
+		a = append(a, mirror.Pair{Split: "primary", Primary: mirror.Arm{Status: 200, TTFTms: 40 + rng.Float64()*20, E2Ems: 900}, JSONAsked: true})
+		b = append(b, mirror.Pair{Split: "candidate", Candidate: mirror.Arm{Status: 200, TTFTms: 40 + rng.Float64()*20, E2Ems: 900, Signals: quality.Signals{InvalidJSON: rng.Float64() < 0.15}}, JSONAsked: true})
 	}
-	r := Report(append(a, b...), verdict.Options{})
+	r := Compare(append(a, b...), verdict.Options{})
 	if r.Verdict != verdict.RollBack || !strings.Contains(strings.Join(r.Reasons, ";"), "invalid_json_rate") {
 		t.Errorf("%s %v", r.Verdict, r.Reasons)
 	}
-	bb := make([]Pair, len(a))
+	bb := make([]mirror.Pair, len(a))
 	for i, p := range a {
-		bb[i] = Pair{Split: "candidate", Candidate: p.Primary, JSONAsked: true}
+		bb[i] = mirror.Pair{Split: "candidate", Candidate: p.Primary, JSONAsked: true}
 	}
-	if r := Report(append(a, bb...), verdict.Options{}); r.Verdict == verdict.RollBack {
+	if r := Compare(append(a, bb...), verdict.Options{}); r.Verdict == verdict.RollBack {
 		t.Errorf("the same arm twice: %s %v", r.Verdict, r.Reasons)
 	}
 }
@@ -94,8 +95,8 @@ func TestSplitFindsARegression(t *testing.T) {
 // the reason names both; an arm whose backend said nothing is unknown.
 func TestCacheConditions(t *testing.T) {
 	t.Parallel()
-	arm := func(cached int) Arm {
-		a := Arm{Status: 200, PromptTokens: 100, TTFTms: 10, E2Ems: 20}
+	arm := func(cached int) mirror.Arm {
+		a := mirror.Arm{Status: 200, PromptTokens: 100, TTFTms: 10, E2Ems: 20}
 		if cached >= 0 {
 			a.CachedTokens = &cached
 		}
@@ -113,11 +114,11 @@ func TestCacheConditions(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			var pairs []Pair
+			var pairs []mirror.Pair
 			for range 30 {
-				pairs = append(pairs, Pair{Primary: arm(tc.primary), Candidate: arm(tc.candidate)})
+				pairs = append(pairs, mirror.Pair{Primary: arm(tc.primary), Candidate: arm(tc.candidate)})
 			}
-			r := AB(pairs, verdict.Options{})
+			r := Paired(pairs, verdict.Options{})
 			reason, unknown := r.CacheConditions(DefaultCacheTolerance)
 			if (reason != "") != tc.wantReason || unknown != tc.wantUnkn {
 				t.Errorf("primary %d%%, candidate %d%%: reason %q, unknown %v", tc.primary, tc.candidate, reason, unknown)

@@ -1,8 +1,9 @@
-package mirror
+package ab
 
 import (
 	"math"
 
+	"github.com/infergate/infergate/mirror"
 	"github.com/infergate/infergate/verdict"
 )
 
@@ -15,7 +16,7 @@ import (
 // armValue is an arm's latency for an SLO metric (ms, 0 when not
 // measured). The mirror times each arm from its own send, so there is
 // no scheduling lag: ttft_sched is its TTFT.
-func armValue(a Arm, metric string) float64 {
+func armValue(a mirror.Arm, metric string) float64 {
 	switch metric {
 	case "ttft", "ttft_sched":
 		return a.TTFTms
@@ -28,13 +29,13 @@ func armValue(a Arm, metric string) float64 {
 }
 
 // armMet reports whether the arm answered and met every SLO.
-func armMet(a Arm, slos []verdict.SLO) bool {
+func armMet(a mirror.Arm, slos []verdict.SLO) bool {
 	return a.OK() && verdict.Met(slos, func(m string) float64 { return armValue(a, m) })
 }
 
 // sloValues are the successful arms' values of a metric for the SLO
 // check: one not measured misses (+Inf), except a TPOT.
-func sloValues(arms []Arm, metric string) []float64 {
+func sloValues(arms []mirror.Arm, metric string) []float64 {
 	var out []float64
 	for _, a := range arms {
 		if !a.OK() {
@@ -51,10 +52,10 @@ func sloValues(arms []Arm, metric string) []float64 {
 }
 
 // pairedSLO is attainment, goodput and each SLO's check over pairs.
-func pairedSLO(pairs []Pair, o verdict.Options) []verdict.Change {
+func pairedSLO(pairs []mirror.Pair, o verdict.Options) []verdict.Change {
 	obj := o.Objective
 	a, b := make([]bool, len(pairs)), make([]bool, len(pairs))
-	pa, pb := make([]Arm, len(pairs)), make([]Arm, len(pairs))
+	pa, pb := make([]mirror.Arm, len(pairs)), make([]mirror.Arm, len(pairs))
 	first, last := pairs[0].Time, pairs[0].Time
 	for i, p := range pairs {
 		a[i], b[i] = armMet(p.Primary, obj.SLOs), armMet(p.Candidate, obj.SLOs)
@@ -84,7 +85,7 @@ func pairedSLO(pairs []Pair, o verdict.Options) []verdict.Change {
 // goodput shown.
 func splitSLO(primary, candidate []splitSample, o verdict.Options) []verdict.Change {
 	obj := o.Objective
-	arms := func(s []splitSample) (out []Arm, met int) {
+	arms := func(s []splitSample) (out []mirror.Arm, met int) {
 		for _, x := range s {
 			out = append(out, x.Arm)
 			if armMet(x.Arm, obj.SLOs) {

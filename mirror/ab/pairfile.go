@@ -1,4 +1,4 @@
-package mirror
+package ab
 
 import (
 	"bufio"
@@ -14,14 +14,15 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/internal/safehttp"
+	"github.com/infergate/infergate/mirror"
 	"github.com/infergate/infergate/verdict"
 )
 
-// Report judges pairs (a pairs file's, or /admin/pairs'): the mirrored
+// Compare judges pairs (a pairs file's, or /admin/pairs'): the mirrored
 // ones paired; when there are none, a canary's records as two
 // independent arms.
-func Report(pairs []Pair, o verdict.Options) *ABReport {
-	var mirrored []Pair
+func Compare(pairs []mirror.Pair, o verdict.Options) *Report {
+	var mirrored []mirror.Pair
 	var a, b []splitSample
 	for _, p := range pairs {
 		switch p.Split {
@@ -34,15 +35,15 @@ func Report(pairs []Pair, o verdict.Options) *ABReport {
 		}
 	}
 	if len(mirrored) == 0 && len(a)+len(b) > 0 {
-		return splitReport(a, b, o)
+		return splitArms(a, b, o)
 	}
-	return AB(mirrored, o)
+	return Paired(mirrored, o)
 }
 
 // ReadPairs reads JSONL pair files; a line that is not a pair is an
 // error naming the file and line.
-func ReadPairs(files []string) ([]Pair, error) {
-	var pairs []Pair
+func ReadPairs(files []string) ([]mirror.Pair, error) {
+	var pairs []mirror.Pair
 	for _, name := range files {
 		f, err := os.Open(name)
 		if err != nil {
@@ -54,7 +55,7 @@ func ReadPairs(files []string) ([]Pair, error) {
 			if len(strings.TrimSpace(sc.Text())) == 0 {
 				continue
 			}
-			var p Pair
+			var p mirror.Pair
 			if err := json.Unmarshal(sc.Bytes(), &p); err != nil {
 				f.Close()
 				return nil, fmt.Errorf("%s:%d: not a pair: %w", name, n, err)
@@ -72,7 +73,7 @@ func ReadPairs(files []string) ([]Pair, error) {
 
 // FetchPairs reads a running gateway's recent pairs from its admin
 // listener (admin: its base URL; key: server.admin_auth's, or empty).
-func FetchPairs(ctx context.Context, client *http.Client, admin, key string) ([]Pair, error) {
+func FetchPairs(ctx context.Context, client *http.Client, admin, key string) ([]mirror.Pair, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, "GET", strings.TrimSuffix(admin, "/")+"/admin/pairs", nil)
@@ -90,7 +91,7 @@ func FetchPairs(ctx context.Context, client *http.Client, admin, key string) ([]
 	if resp.StatusCode != 200 {
 		return nil, fmt.Errorf("GET %s: %s", req.URL, resp.Status)
 	}
-	var s Stats
+	var s mirror.Stats
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 256<<20)).Decode(&s); err != nil {
 		return nil, fmt.Errorf("GET %s: %w", req.URL, err)
 	}
@@ -99,7 +100,7 @@ func FetchPairs(ctx context.Context, client *http.Client, admin, key string) ([]
 
 // Examples are the n pairs whose answers differ most (both answered,
 // kept in full), for the report's page.
-func Examples(pairs []Pair, n int) []Example {
+func Examples(pairs []mirror.Pair, n int) []Example {
 	var ex []Example
 	for _, p := range pairs {
 		if p.Primary.OK() && p.Candidate.OK() && p.Primary.Output != "" && p.Similarity < 1 {

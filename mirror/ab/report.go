@@ -1,13 +1,15 @@
-package mirror
+package ab
 
 import (
 	"time"
 
 	"fmt"
-	"github.com/infergate/infergate/verdict"
 	"io"
 	"math"
 	"math/rand/v2"
+
+	"github.com/infergate/infergate/mirror"
+	"github.com/infergate/infergate/verdict"
 
 	"github.com/infergate/infergate/internal/quantile"
 )
@@ -50,8 +52,8 @@ type Dist = quantile.Three
 
 func distOf(v []float64) Dist { return quantile.ThreeOf(v) }
 
-// ABReport is the comparison of the two arms of mirrored pairs.
-type ABReport struct {
+// Report is the comparison of the two arms of mirrored pairs.
+type Report struct {
 	Pairs     int        `json:"pairs"`
 	Primary   ArmSummary `json:"primary"`
 	Candidate ArmSummary `json:"candidate"`
@@ -73,13 +75,13 @@ type ABReport struct {
 	Samples map[string]map[string][]float64 `json:"-"`
 }
 
-// AB compares the candidate with the primary over pairs.
-func AB(pairs []Pair, o verdict.Options) *ABReport {
+// Paired compares the candidate with the primary over mirrored pairs.
+func Paired(pairs []mirror.Pair, o verdict.Options) *Report {
 	o.Defaults()
 	rng := rand.New(rand.NewPCG(o.Seed, 11))
-	r := &ABReport{Pairs: len(pairs)}
-	r.Primary = summarize(pairs, func(p Pair) Arm { return p.Primary })
-	r.Candidate = summarize(pairs, func(p Pair) Arm { return p.Candidate })
+	r := &Report{Pairs: len(pairs)}
+	r.Primary = summarize(pairs, func(p mirror.Pair) mirror.Arm { return p.Primary })
+	r.Candidate = summarize(pairs, func(p mirror.Pair) mirror.Arm { return p.Candidate })
 	r.Samples = map[string]map[string][]float64{}
 	for _, p := range pairs {
 		arms := [][2]any{{"primary", p.Primary}, {"candidate", p.Candidate}}
@@ -87,7 +89,7 @@ func AB(pairs []Pair, o verdict.Options) *ABReport {
 			arms = append(arms, [2]any{"A/A", *p.Noise})
 		}
 		for _, arm := range arms {
-			a := arm[1].(Arm)
+			a := arm[1].(mirror.Arm)
 			if !a.OK() {
 				continue
 			}
@@ -102,15 +104,15 @@ func AB(pairs []Pair, o verdict.Options) *ABReport {
 		}
 	}
 
-	r.Changes = compareArms(pairs, func(p Pair) Arm { return p.Candidate }, o, rng)
-	var noisy []Pair
+	r.Changes = compareArms(pairs, func(p mirror.Pair) mirror.Arm { return p.Candidate }, o, rng)
+	var noisy []mirror.Pair
 	for _, p := range pairs {
 		if p.Noise != nil {
 			noisy = append(noisy, p)
 		}
 	}
 	if len(noisy) >= verdict.MinSamples {
-		r.Noise = compareArms(noisy, func(p Pair) Arm { return *p.Noise }, o, rng)
+		r.Noise = compareArms(noisy, func(p mirror.Pair) mirror.Arm { return *p.Noise }, o, rng)
 		withinNoise(r.Changes, r.Noise)
 	}
 	var sims, ratios []float64
@@ -134,17 +136,17 @@ func AB(pairs []Pair, o verdict.Options) *ABReport {
 // compareArms compares, pair by pair, the primary with the arm other
 // picks: latencies of the pairs both answered, errors of all pairs,
 // quality of the pairs both answered.
-func compareArms(pairs []Pair, other func(Pair) Arm, o verdict.Options, rng *rand.Rand) []verdict.Change {
+func compareArms(pairs []mirror.Pair, other func(mirror.Pair) mirror.Arm, o verdict.Options, rng *rand.Rand) []verdict.Change {
 	var out []verdict.Change
 	for _, m := range []struct {
 		name   string
 		better string
-		get    func(Arm) float64
+		get    func(mirror.Arm) float64
 		judged bool
 	}{
-		{"ttft", "lower", func(a Arm) float64 { return a.TTFTms }, true},
-		{"tpot", "lower", func(a Arm) float64 { return a.TPOTms }, true},
-		{"e2e", "lower", func(a Arm) float64 { return a.E2Ems }, true},
+		{"ttft", "lower", func(a mirror.Arm) float64 { return a.TTFTms }, true},
+		{"tpot", "lower", func(a mirror.Arm) float64 { return a.TPOTms }, true},
+		{"e2e", "lower", func(a mirror.Arm) float64 { return a.E2Ems }, true},
 		{"speed", "higher", speedOf, false},
 	} {
 		var a, b []float64
@@ -166,7 +168,7 @@ func compareArms(pairs []Pair, other func(Pair) Arm, o verdict.Options, rng *ran
 			out = append(out, ch)
 		}
 	}
-	rate := func(name string, keep func(Pair, Arm) bool, sig func(Arm) bool) {
+	rate := func(name string, keep func(mirror.Pair, mirror.Arm) bool, sig func(mirror.Arm) bool) {
 		var a, b []bool
 		for _, p := range pairs {
 			q := other(p)
@@ -178,14 +180,14 @@ func compareArms(pairs []Pair, other func(Pair) Arm, o verdict.Options, rng *ran
 			out = append(out, verdict.PairedRates(name, a, b, o.QualityTolerance))
 		}
 	}
-	all := func(Pair, Arm) bool { return true }
-	both := func(p Pair, q Arm) bool { return p.Primary.OK() && q.OK() }
-	rate("error_rate", all, func(a Arm) bool { return !a.OK() })
-	rate("invalid_json_rate", func(p Pair, q Arm) bool { return both(p, q) && p.JSONAsked }, func(a Arm) bool { return a.InvalidJSON })
-	rate("schema_invalid_rate", func(p Pair, q Arm) bool { return both(p, q) && p.SchemaGiven }, func(a Arm) bool { return a.SchemaInvalid })
-	rate("refusal_rate", both, func(a Arm) bool { return a.Refusal })
-	rate("empty_rate", both, func(a Arm) bool { return a.Empty })
-	rate("truncated_rate", both, func(a Arm) bool { return a.Truncated && !a.LengthByPolicy })
+	all := func(mirror.Pair, mirror.Arm) bool { return true }
+	both := func(p mirror.Pair, q mirror.Arm) bool { return p.Primary.OK() && q.OK() }
+	rate("error_rate", all, func(a mirror.Arm) bool { return !a.OK() })
+	rate("invalid_json_rate", func(p mirror.Pair, q mirror.Arm) bool { return both(p, q) && p.JSONAsked }, func(a mirror.Arm) bool { return a.InvalidJSON })
+	rate("schema_invalid_rate", func(p mirror.Pair, q mirror.Arm) bool { return both(p, q) && p.SchemaGiven }, func(a mirror.Arm) bool { return a.SchemaInvalid })
+	rate("refusal_rate", both, func(a mirror.Arm) bool { return a.Refusal })
+	rate("empty_rate", both, func(a mirror.Arm) bool { return a.Empty })
+	rate("truncated_rate", both, func(a mirror.Arm) bool { return a.Truncated && !a.LengthByPolicy })
 	return out
 }
 
@@ -213,14 +215,14 @@ func withinNoise(changes, noise []verdict.Change) {
 	}
 }
 
-func speedOf(a Arm) float64 {
+func speedOf(a mirror.Arm) float64 {
 	if a.TPOTms <= 0 {
 		return 0
 	}
 	return 1000 / a.TPOTms
 }
 
-func summarize(pairs []Pair, arm func(Pair) Arm) ArmSummary {
+func summarize(pairs []mirror.Pair, arm func(mirror.Pair) mirror.Arm) ArmSummary {
 	var s ArmSummary
 	var ttft, tpot, e2e, speed []float64
 	first, last, tokens := math.Inf(1), math.Inf(-1), 0
@@ -290,7 +292,7 @@ func summarize(pairs []Pair, arm func(Pair) Arm) ArmSummary {
 }
 
 // Write prints the report: each arm, the paired differences, the verdict.
-func (r *ABReport) Write(w io.Writer) {
+func (r *Report) Write(w io.Writer) {
 	if r.Pairs > 0 {
 		fmt.Fprintf(w, "%d pairs (primary = base, candidate = the change)\n\n", r.Pairs)
 	} else {
@@ -353,7 +355,7 @@ const DefaultCacheTolerance = 0.10
 // share of the traffic holds less of it than the primary), so a TTFT
 // difference measures the caches, not the change. An arm whose backend
 // reported no cached tokens cannot be checked: unknown is then set.
-func (r *ABReport) CacheConditions(tol float64) (reason string, unknown bool) {
+func (r *Report) CacheConditions(tol float64) (reason string, unknown bool) {
 	a, b := r.Primary.CachedShare, r.Candidate.CachedShare
 	switch {
 	case a == nil || b == nil:

@@ -1,4 +1,4 @@
-package mirror
+package ab
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/internal/safehttp"
+	"github.com/infergate/infergate/mirror"
 )
 
 // The judge: an OpenAI-compatible model grades a sample of pairs blind.
@@ -34,7 +35,7 @@ type Judge struct {
 // grade asks the judge about one pair; it returns +1 when the candidate
 // is preferred, -1 the primary, 0 a tie, and an error when the reply is
 // not one of the three.
-func (j *Judge) grade(ctx context.Context, p Pair, rng *rand.Rand) (int, error) {
+func (j *Judge) grade(ctx context.Context, p mirror.Pair, rng *rand.Rand) (int, error) {
 	a, b, flip := p.Primary.Output, p.Candidate.Output, rng.IntN(2) == 1
 	if flip {
 		a, b = b, a
@@ -95,8 +96,8 @@ func (j *Judge) grade(ctx context.Context, p Pair, rng *rand.Rand) (int, error) 
 
 // Grade grades up to n pairs that both arms answered with text, chosen
 // at random (seed), and returns the tally, settled.
-func (j *Judge) Grade(ctx context.Context, pairs []Pair, n int, seed uint64) (Judged, error) {
-	var usable []Pair
+func (j *Judge) Grade(ctx context.Context, pairs []mirror.Pair, n int, seed uint64) (Judged, error) {
+	var usable []mirror.Pair
 	for _, p := range pairs {
 		if p.Split == "" && p.Primary.OK() && p.Candidate.OK() && p.Primary.Output != "" && p.Candidate.Output != "" {
 			usable = append(usable, p)
