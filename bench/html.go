@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"fmt"
 	"html/template"
 	"io"
@@ -36,16 +35,14 @@ var pageHTML = svgchart.Page(`{{define "body"}}<h2>Conditions</h2>
 <h2>Results</h2>
 <table class="num">
 <tr><th>stage</th><th>level</th><th>requests</th><th>failed</th><th>output tok/s</th><th>TTFT p50 ms</th><th>TTFT p99 ms</th><th>TPOT p50 ms</th><th>e2e p50 ms</th><th>cached prompt tokens</th><th>input tokens asked / by the server</th></tr>
-{{range .Stages}}<tr>{{range .}}<td>{{.}}</td>{{end}}</tr>
-{{end}}</table>
+{{template "rows" .Stages}}</table>
 {{with .Knee}}<p>knee: {{.}} (the first stage at 90% of the sweep's peak throughput)</p>
 {{end}}{{with .Stopped}}<p>sweep stopped: {{.}}</p>
 {{end}}{{range .Turns}}{{with .Reasoning}}<p>{{.}}</p>
 {{end}}{{if .Rows}}<h3>Stage {{.Stage}} by turn</h3>
 <table class="num">
 <tr><th>turn</th><th>n</th><th>failed</th><th>TTFT p50 ms</th><th>TTFT p90 ms</th><th>e2e p50 ms</th><th>prompt tokens p50</th><th>cached</th></tr>
-{{range .Rows}}<tr>{{range .}}<td>{{.}}</td>{{end}}</tr>
-{{end}}</table>
+{{template "rows" .Rows}}</table>
 {{end}}{{end}}<h2>Charts</h2>
 {{range .Charts}}{{.}}
 {{end}}{{end}}`)
@@ -80,11 +77,7 @@ func (r *Record) WriteHTML(w io.Writer) error {
 		}
 	}
 	pg.Charts = r.htmlCharts()
-	bw := bufio.NewWriter(w)
-	if err := pageHTML.Execute(bw, pg); err != nil {
-		return fmt.Errorf("bench: html: %w", err)
-	}
-	if err := bw.Flush(); err != nil {
+	if err := svgchart.WritePage(w, pageHTML, pg); err != nil {
 		return fmt.Errorf("bench: html: %w", err)
 	}
 	return nil

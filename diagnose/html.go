@@ -1,7 +1,6 @@
 package diagnose
 
 import (
-	"bufio"
 	"fmt"
 	"html/template"
 	"io"
@@ -46,9 +45,7 @@ var pageHTML = svgchart.Page(`{{define "body"}}<p class="verdict">bottleneck: {{
 {{end}}</ul>
 {{end}}{{with .Sweep}}<h2>Sweep</h2>
 {{range .}}{{.}}
-{{end}}{{end}}{{end}}
-{{define "rows"}}{{range .}}<tr>{{range .}}<td>{{.}}</td>{{end}}</tr>
-{{end}}{{end}}`)
+{{end}}{{end}}{{end}}`)
 
 // WriteHTML writes the report as one self-contained page: the verdict,
 // its evidence and the knobs as tables, and with a sweep, how speed,
@@ -72,11 +69,10 @@ func (r *Report) WriteHTML(w io.Writer, title string) error {
 		pg.Backends = append(pg.Backends, []string{b.Name, b.Server, f1(b.Running.Mean), f1(b.Waiting.Mean), pctOf(b.KVUsage.Max),
 			f1(b.GPUUtil.Mean), f2(b.PreemptionsPerS), f1(b.OutputTokPerS), f2(b.TTFT), f2(b.Queue)})
 	}
-	bw := bufio.NewWriter(w)
-	if err := pageHTML.Execute(bw, pg); err != nil {
+	if err := svgchart.WritePage(w, pageHTML, pg); err != nil {
 		return fmt.Errorf("diagnose: html: %w", err)
 	}
-	return bw.Flush()
+	return nil
 }
 
 // sweepCharts draws how speed, TTFT and the backends' state moved with

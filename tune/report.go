@@ -1,7 +1,6 @@
 package tune
 
 import (
-	"bufio"
 	"fmt"
 	"html/template"
 	"io"
@@ -90,8 +89,6 @@ var pageHTML = svgchart.Page(`{{define "body"}}<p>objective: {{.Objective}}; bot
 <tr><th>knob</th><th>action</th><th>not if</th></tr>
 {{template "rows" .Next}}</table>
 <pre>{{.Shadow}}</pre>
-{{end}}{{end}}
-{{define "rows"}}{{range .}}<tr>{{range .}}<td>{{.}}</td>{{end}}</tr>
 {{end}}{{end}}`)
 
 // WriteHTML writes the walk as one self-contained page: a chart of
@@ -122,9 +119,8 @@ func (r *Result) WriteHTML(w io.Writer) error {
 	if len(r.Next) > 0 {
 		pg.Shadow = strings.Join(r.Next[0].Shadow, "\n")
 	}
-	bw := bufio.NewWriter(w)
-	if err := pageHTML.Execute(bw, pg); err != nil {
+	if err := svgchart.WritePage(w, pageHTML, pg); err != nil {
 		return fmt.Errorf("tune: html: %w", err)
 	}
-	return bw.Flush()
+	return nil
 }

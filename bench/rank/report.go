@@ -1,7 +1,6 @@
 package rank
 
 import (
-	"bufio"
 	"encoding/csv"
 	"fmt"
 	"html/template"
@@ -162,8 +161,7 @@ var pageHTML = svgchart.Page(`{{define "body"}}<p>{{.Bound}}</p>
 <h2>Ranking</h2>
 <table class="num">
 <tr><th>rank</th><th>endpoint</th><th>SLO</th><th>TTFT p50 ms</th><th>TTFT p90 ms</th><th>speed tok/s</th><th>throughput tok/s</th><th>error rate</th><th>availability</th><th>$/request</th><th>$/M output</th><th>blended 3:1</th><th>$/hour</th><th>why</th></tr>
-{{range .Ranking}}<tr>{{range .}}<td>{{.}}</td>{{end}}</tr>
-{{end}}</table>
+{{template "rows" .Ranking}}</table>
 <h2>By round</h2>
 {{range .Rounds}}{{.}}{{end}}{{if .Runs}}<h2>Over {{.Runs}} runs</h2>
 {{range .History}}{{.}}{{end}}<h3>Changes beyond noise</h3>
@@ -242,11 +240,7 @@ func (r *Record) WriteHTML(w io.Writer, history []*Record, flags []Flag) error {
 			pg.History = append(pg.History, ch.SVG())
 		}
 	}
-	bw := bufio.NewWriter(w)
-	if err := pageHTML.Execute(bw, pg); err != nil {
-		return fmt.Errorf("rank: html: %w", err)
-	}
-	if err := bw.Flush(); err != nil {
+	if err := svgchart.WritePage(w, pageHTML, pg); err != nil {
 		return fmt.Errorf("rank: html: %w", err)
 	}
 	return nil

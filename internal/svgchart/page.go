@@ -1,6 +1,7 @@
 package svgchart
 
 import (
+	"bufio"
 	"fmt"
 	"html"
 	"html/template"
@@ -15,7 +16,7 @@ const CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-
 
 // shell is every report page around its body: the policy, the title and
 // the page's own style, nothing fetched. A page's template defines
-// "body"; its data has a Title.
+// "body"; its data has a Title. "rows" writes a [][]string as table rows.
 const shell = `<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="` + CSP + `">
@@ -31,7 +32,8 @@ pre{white-space:pre-wrap;background:#f7f7f7;padding:8px;font-size:12px}
 </style></head><body>
 <h1>{{.Title}}</h1>
 {{template "body" .}}</body></html>
-`
+{{define "rows"}}{{range .}}<tr>{{range .}}<td>{{.}}</td>{{end}}</tr>
+{{end}}{{end}}`
 
 // Page parses a self-contained report page: the shell (policy, title,
 // style) around body, a template that defines "body". html/template
@@ -39,6 +41,15 @@ pre{white-space:pre-wrap;background:#f7f7f7;padding:8px;font-size:12px}
 // are. It panics on a template that does not parse, as template.Must.
 func Page(body string) *template.Template {
 	return template.Must(template.Must(template.New("page").Parse(shell)).Parse(body))
+}
+
+// WritePage executes page (Page's) with data into w.
+func WritePage(w io.Writer, page *template.Template, data any) error {
+	bw := bufio.NewWriter(w)
+	if err := page.Execute(bw, data); err != nil {
+		return err
+	}
+	return bw.Flush()
 }
 
 // SVG is the chart as markup a page's template inserts as it is: Write
