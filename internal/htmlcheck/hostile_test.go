@@ -2,6 +2,7 @@ package htmlcheck_test
 
 import (
 	"bytes"
+	"html/template"
 	"os"
 	"path/filepath"
 	"strings"
@@ -58,10 +59,11 @@ func TestReportsRunNoScript(t *testing.T) {
 	// The policy alone: the same payload unescaped in a page that starts
 	// as the reports start is stopped.
 	csp := write(t, "csp.html", func(b *bytes.Buffer) error {
-		svgchart.PageStart(b, "csp")
-		b.WriteString(hostile)
-		svgchart.PageEnd(b)
-		return nil
+		page := svgchart.Page(`{{define "body"}}{{.Body}}{{end}}`)
+		return svgchart.WritePage(b, page, struct {
+			Title string
+			Body  template.HTML
+		}{"csp", template.HTML(hostile)})
 	})
 	if dom := htmlcheck.DOM(t, csp); strings.Contains(dom, marker) {
 		t.Errorf("a script ran despite the pages' Content-Security-Policy")

@@ -1,10 +1,10 @@
 package ab
 
 import (
-	"bufio"
 	"fmt"
-	"html"
+	"html/template"
 	"io"
+	"strconv"
 
 	"github.com/infergate/infergate/internal/svgchart"
 )
@@ -16,22 +16,55 @@ type Example struct {
 	Primary, Candidate string
 }
 
+// htmlPage is what the report's page shows, every value as text the
+// template escapes; only the charts go in as markup.
+type htmlPage struct {
+	Title, Verdict     string
+	Reasons            []string
+	Pairs              int
+	Arms, Changes      [][]string // a headed row each: the label first
+	Similarity, Length float64
+	Judge              string
+	Charts             []template.HTML
+	Examples           []Example
+}
+
+var pageHTML = svgchart.Page(`{{define "body"}}<p class="verdict">verdict: {{.Verdict}}</p>
+<ul>
+{{range .Reasons}}<li>{{.}}</li>
+{{end}}</ul>
+<p>{{.Pairs}} pairs: each request answered by the primary (the base) and the candidate (the change).</p>
+<h2>The arms</h2>
+<table class="num">
+<tr><th></th><th>primary</th><th>candidate</th></tr>
+{{template "headed" .Arms}}</table>
+<p>outputs: median similarity {{printf "%.2f" .Similarity}}, median length ratio {{printf "%.2f" .Length}}</p>
+<h2>Paired changes</h2>
+<table class="num">
+<tr><th>figure</th><th>primary</th><th>candidate</th><th>change</th><th>95% CI</th><th>p</th><th>test</th><th>n</th><th>judgement</th><th>A/A</th></tr>
+{{template "headed" .Changes}}</table>
+{{with .Judge}}<p>{{.}}</p>
+{{end}}<h2>Distributions</h2>
+{{range .Charts}}{{.}}{{end}}{{with .Examples}}<h2>Pairs whose answers differ most</h2>
+{{range .}}<h3>{{.ID}} (similarity {{printf "%.2f" .Similarity}})</h3>
+<table><tr><th>primary</th><th>candidate</th></tr><tr><td><pre>{{.Primary}}</pre></td><td><pre>{{.Candidate}}</pre></td></tr></table>
+{{end}}{{end}}{{end}}
+{{define "headed"}}{{range .}}<tr><th>{{index . 0}}</th>{{range slice . 1}}<td>{{.}}</td>{{end}}</tr>
+{{end}}{{end}}`)
+
 // WriteHTML writes the report as one self-contained page: the verdict
 // and the figures as tables at the top, the arms' distributions side by
 // side as inline SVG, and a few pairs whose answers differ.
 func (r *Report) WriteHTML(w io.Writer, title string, examples []Example) error {
-	bw := bufio.NewWriter(w)
-	svgchart.PageStart(bw, title)
-	fmt.Fprintf(bw, "<p class=\"verdict\">verdict: %s</p>\n<ul>\n", html.EscapeString(r.Verdict))
-	for _, s := range r.Reasons {
-		fmt.Fprintf(bw, "<li>%s</li>\n", html.EscapeString(s))
+	pg := htmlPage{Title: title, Verdict: r.Verdict, Reasons: r.Reasons, Pairs: r.Pairs, Similarity: r.Similarity, Length: r.LengthRatio,
+		Examples: examples}
+	if j := r.Judge; j != nil {
+		pg.Judge = fmt.Sprintf("judge (blind, order randomised): candidate preferred %d, primary %d, ties %d; preference for the candidate %.0f%% [%.0f, %.0f]%% (50%%: none)",
+			j.Wins, j.Losses, j.Ties, j.Preference*100, j.Low*100, j.High*100)
 	}
-	fmt.Fprintf(bw, "</ul>\n<p>%d pairs: each request answered by the primary (the base) and the candidate (the change).</p>\n", r.Pairs)
-
-	fmt.Fprintf(bw, "<h2>The arms</h2>\n<table class=\"num\">\n<tr><th></th><th>primary</th><th>candidate</th></tr>\n")
 	d := func(x Dist) string { return x.Text("%.1f") }
 	pct := func(x float64) string { return fmt.Sprintf("%.1f%%", x*100) }
-	for _, row := range [][3]string{
+	pg.Arms = [][]string{
 		{"TTFT ms p50 / p90 / p99", d(r.Primary.TTFT), d(r.Candidate.TTFT)},
 		{"TPOT ms", d(r.Primary.TPOT), d(r.Candidate.TPOT)},
 		{"end-to-end ms", d(r.Primary.E2E), d(r.Candidate.E2E)},
@@ -43,27 +76,15 @@ func (r *Report) WriteHTML(w io.Writer, title string, examples []Example) error 
 		{"empty", pct(r.Primary.EmptyRate), pct(r.Candidate.EmptyRate)},
 		{"cut at the output limit (not the gateway's cap)", pct(r.Primary.TruncatedRate), pct(r.Candidate.TruncatedRate)},
 		{"cached prompt tokens (as the backend reported)", shareText(r.Primary.CachedShare), shareText(r.Candidate.CachedShare)},
-	} {
-		fmt.Fprintf(bw, "<tr><th>%s</th><td>%s</td><td>%s</td></tr>\n", row[0], row[1], row[2])
 	}
-	fmt.Fprintf(bw, "</table>\n<p>outputs: median similarity %.2f, median length ratio %.2f</p>\n", r.Similarity, r.LengthRatio)
-
-	fmt.Fprintf(bw, "<h2>Paired changes</h2>\n<table class=\"num\">\n<tr><th>figure</th><th>primary</th><th>candidate</th><th>change</th><th>95%% CI</th><th>p</th><th>test</th><th>n</th><th>judgement</th><th>A/A</th></tr>\n")
 	for _, ch := range r.Changes {
 		base, nw, delta, ci, p := ch.Cells()
 		aa := ""
 		if n := noiseOf(r.Noise, ch.Metric); n != nil {
 			aa = fmtShort(*n)
 		}
-		fmt.Fprintf(bw, "<tr><th>%s</th><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%d</td><td>%s</td><td>%s</td></tr>\n",
-			html.EscapeString(ch.Metric), base, nw, delta, ci, p, html.EscapeString(ch.Test), ch.N, html.EscapeString(ch.Judgement), html.EscapeString(aa))
+		pg.Changes = append(pg.Changes, []string{ch.Metric, base, nw, delta, ci, p, ch.Test, strconv.Itoa(ch.N), ch.Judgement, aa})
 	}
-	fmt.Fprintf(bw, "</table>\n")
-	if j := r.Judge; j != nil {
-		fmt.Fprintf(bw, "<p>judge (blind, order randomised): candidate preferred %d, primary %d, ties %d; preference for the candidate %.0f%% [%.0f, %.0f]%% (50%%: none)</p>\n",
-			j.Wins, j.Losses, j.Ties, j.Preference*100, j.Low*100, j.High*100)
-	}
-	fmt.Fprintf(bw, "<h2>Distributions</h2>\n")
 	for _, m := range []struct{ key, title string }{{"ttft", "TTFT"}, {"tpot", "TPOT"}, {"e2e", "end-to-end latency"}} {
 		ch := svgchart.Chart{Title: m.title + ": share of requests at or below each value", XLabel: "ms", YLabel: "share"}
 		for _, arm := range []string{"primary", "candidate", "A/A"} {
@@ -72,16 +93,11 @@ func (r *Report) WriteHTML(w io.Writer, title string, examples []Example) error 
 			}
 		}
 		if len(ch.Series) > 0 {
-			ch.Write(bw)
+			pg.Charts = append(pg.Charts, ch.SVG())
 		}
 	}
-	if len(examples) > 0 {
-		fmt.Fprintf(bw, "<h2>Pairs whose answers differ most</h2>\n")
-		for _, e := range examples {
-			fmt.Fprintf(bw, "<h3>%s (similarity %.2f)</h3>\n<table><tr><th>primary</th><th>candidate</th></tr><tr><td><pre>%s</pre></td><td><pre>%s</pre></td></tr></table>\n",
-				html.EscapeString(e.ID), e.Similarity, html.EscapeString(e.Primary), html.EscapeString(e.Candidate))
-		}
+	if err := svgchart.WritePage(w, pageHTML, pg); err != nil {
+		return fmt.Errorf("ab: html: %w", err)
 	}
-	svgchart.PageEnd(bw)
-	return bw.Flush()
+	return nil
 }
