@@ -226,14 +226,7 @@ func (c *Comparison) Write(w io.Writer) {
 	fmt.Fprintf(w, "%-5s %-24s %12s %12s %9s %20s %8s  %s\n", "stage", "metric", "base", "new", "change", "95% CI", "p", "judgement")
 	for _, ch := range c.Changes {
 		base, nw, delta, ci, p := ch.Cells()
-		j := ch.Judgement
-		switch {
-		case ch.Judgement == verdict.Unsure && ch.Edge:
-			j += " (no practical size)"
-		case ch.Judgement == verdict.Unsure && ch.Need > 0:
-			j += fmt.Sprintf(" (≈%d needed)", ch.Need)
-		}
-		fmt.Fprintf(w, "%-5d %-24s %12s %12s %9s %20s %8s  %s\n", ch.Stage, ch.Metric+unitOf(ch.Metric), base, nw, delta, ci, p, j)
+		fmt.Fprintf(w, "%-5d %-24s %12s %12s %9s %20s %8s  %s\n", ch.Stage, ch.Metric+unitOf(ch.Metric), base, nw, delta, ci, p, ch.JudgementText("needed"))
 	}
 	c.Result.Write(w, c.LoadNote)
 }

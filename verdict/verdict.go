@@ -225,6 +225,19 @@ func (c Change) MarshalJSON() ([]byte, error) {
 	}{plain(c), num(c.Delta), num(c.CILow), num(c.CIHigh), num(c.P)})
 }
 
+// JudgementText is the judgement for a table row, an unsure one with why:
+// no practical size, or about how many samples would settle it, in the
+// caller's word for them ("needed", "pairs").
+func (ch Change) JudgementText(samples string) string {
+	switch {
+	case ch.Judgement == Unsure && ch.Edge:
+		return ch.Judgement + " (no practical size)"
+	case ch.Judgement == Unsure && ch.Need > 0:
+		return fmt.Sprintf("%s (≈%d %s)", ch.Judgement, ch.Need, samples)
+	}
+	return ch.Judgement
+}
+
 // Cells formats a change for a table row: the two values, the change,
 // its 95% interval ("-" when none) and its p-value ("-" when none).
 func (ch Change) Cells() (base, next, delta, ci, p string) {

@@ -320,13 +320,7 @@ func (r *Report) Write(w io.Writer) {
 	fmt.Fprintf(w, "%-20s %11s %11s %9s %22s %9s %6s  %s\n", "paired change", "primary", "candidate", "change", "95% CI", "p", "n", "judgement")
 	for _, ch := range r.Changes {
 		base, nw, delta, ci, p := ch.Cells()
-		j := ch.Judgement
-		switch {
-		case ch.Judgement == verdict.Unsure && ch.Edge:
-			j += " (no practical size)"
-		case ch.Judgement == verdict.Unsure && ch.Need > 0:
-			j += fmt.Sprintf(" (≈%d pairs)", ch.Need)
-		}
+		j := ch.JudgementText("pairs")
 		if n := noiseOf(r.Noise, ch.Metric); n != nil {
 			j += fmt.Sprintf("   A/A %s", fmtShort(*n))
 		}
