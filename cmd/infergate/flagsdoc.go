@@ -35,7 +35,17 @@ func writeFlagsDoc(ctx context.Context, w io.Writer) error {
 		"Every command's flags, as `infergate COMMAND --help` prints them. Generated\n"+
 		"from the commands' own flag definitions (`go generate ./cmd/infergate`, or\n"+
 		"`infergate help flags`); a test fails when this file and the flags disagree.\n"+
-		"Flags take one dash or two (`-n 5`, `--duration 30s`).\n")
+		"Flags take one dash or two (`-n 5`, `--duration 30s`). Help goes to stdout;\n"+
+		"`infergate help COMMAND` is `infergate COMMAND --help`.\n\n"+
+		"## Exit status\n\n"+
+		"| status | meaning |\n"+
+		"|---|---|\n"+
+		"| 0 | done; or `--help` |\n"+
+		"| 1 | the command failed (what failed is on stderr) |\n"+
+		"| 2 | usage: an unknown command or flag (with the nearest name), a bad value, no command |\n"+
+		"| 130 | interrupted (Ctrl-C); `serve` and `sim` drain and exit 0 |\n"+
+		"| `compare`, `ab report` | 0 KEEP, 1 ROLL BACK, 2 INCONCLUSIVE, 3 not comparable, an error or a usage error |\n"+
+		"| `tune` | 0 walked, 3 an error (as before) |\n")
 	var prevName, prevHelp string
 	for _, words := range helpCommands() {
 		var buf bytes.Buffer

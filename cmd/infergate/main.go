@@ -61,48 +61,84 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 2 && args[0] == "help" && args[1] == "flags" {
 		if err := writeFlagsDoc(ctx, stdout); err != nil {
 			fmt.Fprintf(stderr, "infergate help flags: %v\n", err)
-			return 1
+			return codeFailed
 		}
-		return 0
+		return codeOK
 	}
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		usage(stdout)
-		return 0
+	if len(args) == 0 {
+		usage(stderr)
+		return codeUsage
+	}
+	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		if len(args) == 2 && args[0] == "help" {
+			args = []string{args[1], "--help"} // infergate help bench
+		} else {
+			usage(stdout)
+			return codeOK
+		}
 	}
 	if args[0] == "--version" {
 		args = []string{"version"}
 	}
+	var names []string
 	for _, c := range commands() {
+		names = append(names, c.name)
 		if c.name != args[0] {
 			continue
 		}
-		err := c.run(ctx, args[1:], stdout, stderr)
-		var ee exitError
-		switch {
-		case err == nil:
-			return 0
-		case errors.Is(err, flag.ErrHelp):
-			return 0
-		case errors.As(err, &ee):
-			if ee.err != nil {
-				fmt.Fprintf(stderr, "infergate %s: %v\n", c.name, ee.err)
-			}
-			return ee.code
-		default:
-			fmt.Fprintf(stderr, "infergate %s: %v\n", c.name, err)
-			return 1
+		errOut := stderr
+		if wantsHelp(args[1:]) {
+			errOut = stdout
 		}
+		err := c.run(ctx, args[1:], stdout, errOut)
+		code := statusOf(c.name, err, stderr)
+		if code != codeOK && interrupted(ctx) && c.name != "serve" && c.name != "sim" {
+			return codeInterrupt
+		}
+		return code
 	}
-	fmt.Fprintf(stderr, "infergate: unknown command %q\n\n", args[0])
-	usage(stderr)
-	return 2
+	fmt.Fprintf(stderr, "infergate: unknown command %q\n", args[0])
+	if s := nearest(args[0], names); s != "" {
+		fmt.Fprintf(stderr, "  did you mean %s?\n", s)
+	}
+	fmt.Fprintln(stderr, "Run 'infergate --help' for the commands.")
+	return codeUsage
+}
+
+// statusOf maps a command's error to its exit status, printing the error.
+func statusOf(name string, err error, stderr io.Writer) int {
+	var ee exitError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return codeOK
+	case isUsageError(err):
+		// The flag set's usage has said what was wrong.
+		if name == "compare" || name == "ab" {
+			return 3 // their 2 is a verdict, INCONCLUSIVE
+		}
+		return codeUsage
+	case errors.As(err, &ee):
+		if ee.err != nil {
+			fmt.Fprintf(stderr, "infergate %s: %v\n", name, ee.err)
+		}
+		return ee.code
+	default:
+		fmt.Fprintf(stderr, "infergate %s: %v\n", name, err)
+		return codeFailed
+	}
 }
 
 // newFlagSet returns a flag set whose --help prints the command's usage.
 func newFlagSet(name, synopsis string, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("infergate "+name, flag.ContinueOnError)
-	fs.SetOutput(out)
+	fo := &flagOutput{w: out}
+	fs.SetOutput(fo)
 	fs.Usage = func() {
+		if fo.failed != "" {
+			shortUsage(out, name, fo.failed, fs)
+			fo.failed = ""
+			return
+		}
 		fmt.Fprintf(out, "Usage: infergate %s\n\n%s\n\nFlags:\n", name, synopsis)
 		fs.PrintDefaults()
 	}

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+)
+
+// Exit statuses, the same for every command (docs/flags.md lists them).
+// compare and ab report keep 0/1/2 for their verdicts and 3 for errors,
+// usage errors included.
+const (
+	codeOK        = 0
+	codeFailed    = 1
+	codeUsage     = 2
+	codeInterrupt = 130 // 128 + SIGINT, as shells report it
+)
+
+// flagErrorPrefixes are how the flag package starts the errors it reports
+// for a command line it cannot parse.
+var flagErrorPrefixes = []string{
+	"flag provided but not defined: ",
+	"invalid value ",
+	"invalid boolean value ",
+	"invalid boolean flag ",
+	"bad flag syntax: ",
+	"flag needs an argument: ",
+}
+
+// isUsageError reports whether err is the flag package's complaint about
+// the command line (which the flag set's usage has already printed).
+func isUsageError(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := err.Error()
+	for _, p := range flagErrorPrefixes {
+		if strings.Contains(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// flagOutput is a flag set's output. It holds back the flag package's own
+// error line, so usage can print it once, with a suggestion, instead of
+// the error followed by every flag the command has.
+type flagOutput struct {
+	w      io.Writer
+	failed string
+}
+
+func (o *flagOutput) Write(p []byte) (int, error) {
+	s := strings.TrimSpace(string(p))
+	for _, prefix := range flagErrorPrefixes {
+		if strings.HasPrefix(s, prefix) {
+			o.failed = s
+			return len(p), nil
+		}
+	}
+	return o.w.Write(p)
+}
+
+// shortUsage is what a command prints for a command line it cannot parse:
+// the error, the nearest flag when the name was mistyped, and where the
+// help is.
+func shortUsage(w io.Writer, name, failure string, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "infergate %s: %s\n", name, failure)
+	if bad, ok := strings.CutPrefix(failure, "flag provided but not defined: "); ok {
+		var names []string
+		fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+		if s := nearest(strings.TrimLeft(bad, "-"), names); s != "" {
+			fmt.Fprintf(w, "  did you mean --%s?\n", s)
+		}
+	}
+	fmt.Fprintf(w, "Run 'infergate %s --help' for its flags.\n", name)
+}
+
+// nearest returns the candidate closest to s by edit distance, when it is
+// close enough to be a slip (at most a third of s's length, at least 1 and
+// at most 3 edits), or one that s is a prefix of; "" otherwise.
+func nearest(s string, candidates []string) string {
+	sort.Strings(candidates)
+	best, bestD := "", -1
+	limit := min(max(len(s)/3, 1), 3)
+	for _, c := range candidates {
+		d := editDistance(strings.ToLower(s), strings.ToLower(c))
+		if d <= limit && (bestD < 0 || d < bestD) {
+			best, bestD = c, d
+		}
+	}
+	if best != "" {
+		return best
+	}
+	for _, c := range candidates {
+		if len(s) >= 3 && strings.HasPrefix(c, s) {
+			return c
+		}
+	}
+	return ""
+}
+
+// editDistance is the Levenshtein distance, a transposition of two
+// neighbours counting as one edit (the commonest typo).
+func editDistance(a, b string) int {
+	ra, rb := []rune(a), []rune(b)
+	prev2 := make([]int, len(rb)+1)
+	prev := make([]int, len(rb)+1)
+	cur := make([]int, len(rb)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(ra); i++ {
+		cur[0] = i
+		for j := 1; j <= len(rb); j++ {
+			cost := 1
+			if ra[i-1] == rb[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && ra[i-1] == rb[j-2] && ra[i-2] == rb[j-1] {
+				cur[j] = min(cur[j], prev2[j-2]+1)
+			}
+		}
+		prev2, prev, cur = prev, cur, prev2
+	}
+	return prev[len(rb)]
+}
+
+// wantsHelp reports whether a command line asks for help, which then goes
+// to stdout (so `infergate bench --help | less` shows it).
+func wantsHelp(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-h", "-help", "--h", "--help":
+			return true
+		}
+	}
+	return false
+}
+
+// interrupted reports whether ctx ended by Ctrl-C (SIGINT).
+func interrupted(ctx context.Context) bool {
+	cause := context.Cause(ctx)
+	return cause != nil && strings.HasPrefix(cause.Error(), "interrupt")
+}

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+)
+
+// TestUsageConventions holds the command line to the conventions
+// docs/flags.md states: help on stdout with status 0, a mistyped flag or
+// command gets one line and the nearest name with status 2 (3 for
+// compare and ab, whose 2 is a verdict), and no arguments is a usage error.
+func TestUsageConventions(t *testing.T) {
+	for _, tc := range []struct {
+		args       []string
+		code       int
+		stdout     string // contained in stdout
+		stderr     string // contained in stderr
+		stderrMax  int    // lines at most on stderr (0: any)
+		stdoutNone bool
+	}{
+		{args: []string{"bench", "--help"}, code: 0, stdout: "Usage: infergate bench"},
+		{args: []string{"help", "probe"}, code: 0, stdout: "Usage: infergate probe"},
+		{args: []string{"--help"}, code: 0, stdout: "Commands:"},
+		{args: []string{"bench", "--concurency", "4"}, code: 2, stderr: "did you mean --concurrency?", stderrMax: 3, stdoutNone: true},
+		{args: []string{"tune", "--sloo", "ttft=1s"}, code: 2, stderr: "did you mean --slo?", stderrMax: 3, stdoutNone: true},
+		{args: []string{"size", "--tp", "x"}, code: 2, stderr: `invalid value "x" for flag -tp`, stderrMax: 2},
+		{args: []string{"compare", "--forse"}, code: 3, stderr: "did you mean --force?", stderrMax: 3},
+		{args: []string{"bnech"}, code: 2, stderr: "did you mean bench?", stderrMax: 3},
+		{args: nil, code: 2, stderr: "Commands:", stdoutNone: true},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), tc.args, &stdout, &stderr)
+		name := strings.Join(tc.args, " ")
+		if code != tc.code {
+			t.Errorf("infergate %s: exit %d, want %d\nstderr: %s", name, code, tc.code, stderr.String())
+		}
+		if !strings.Contains(stdout.String(), tc.stdout) {
+			t.Errorf("infergate %s: stdout lacks %q: %q", name, tc.stdout, stdout.String())
+		}
+		if !strings.Contains(stderr.String(), tc.stderr) {
+			t.Errorf("infergate %s: stderr lacks %q: %q", name, tc.stderr, stderr.String())
+		}
+		if n := strings.Count(stderr.String(), "\n"); tc.stderrMax > 0 && n > tc.stderrMax {
+			t.Errorf("infergate %s: %d lines on stderr, want at most %d: %q", name, n, tc.stderrMax, stderr.String())
+		}
+		if tc.stdoutNone && stdout.Len() > 0 {
+			t.Errorf("infergate %s: wrote to stdout: %q", name, stdout.String())
+		}
+	}
+}
+
+func TestNearest(t *testing.T) {
+	names := []string{"concurrency", "rate", "duration", "output-tokens", "out", "slo"}
+	for in, want := range map[string]string{
+		"concurency":   "concurrency",
+		"concurrnecy":  "concurrency",
+		"durration":    "duration",
+		"output-token": "output-tokens",
+		"rat":          "rate",
+		"xyz":          "",
+		"banana":       "",
+	} {
+		if got := nearest(in, names); got != want {
+			t.Errorf("nearest(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
