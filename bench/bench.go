@@ -351,18 +351,18 @@ func gatewaySettings(ctx context.Context, admin, key, hash string) (map[string]s
 	u := strings.TrimSuffix(admin, "/") + "/admin/config/versions"
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return nil, fmt.Errorf("bench: --gateway-admin: %w", err)
+		return nil, fmt.Errorf("bench: --admin: %w", err)
 	}
 	if key != "" {
 		req.Header.Set("Authorization", "Bearer "+key)
 	}
 	resp, err := safehttp.Client(5 * time.Second).Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("bench: --gateway-admin: %w", err)
+		return nil, fmt.Errorf("bench: --admin: %w", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("bench: --gateway-admin: %s: status %d", u, resp.StatusCode)
+		return nil, fmt.Errorf("bench: --admin: %s: status %d", u, resp.StatusCode)
 	}
 	var vs struct {
 		Versions []struct {
@@ -372,14 +372,14 @@ func gatewaySettings(ctx context.Context, admin, key, hash string) (map[string]s
 		} `json:"versions"`
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&vs); err != nil {
-		return nil, fmt.Errorf("bench: --gateway-admin: %s: %w", u, err)
+		return nil, fmt.Errorf("bench: --admin: %s: %w", u, err)
 	}
 	for _, v := range vs.Versions {
 		if (hash != "" && v.Hash == hash) || (hash == "" && v.Current) {
 			return v.Settings, nil
 		}
 	}
-	return nil, fmt.Errorf("bench: --gateway-admin: %s does not know the configuration %q the gateway at the URL reports", u, hash)
+	return nil, fmt.Errorf("bench: --admin: %s does not know the configuration %q the gateway at the URL reports", u, hash)
 }
 
 // freshSeed draws a seed no earlier run is likely to have used (never 0,

@@ -102,7 +102,7 @@ for part in "${parts[@]}"; do
     "$B" bench --url http://127.0.0.1:$G "${W[@]}" --concurrency 8 --duration 40s >"$OUT/diag-np1-load.txt" 2>&1 &
     load=$!
     sleep 8
-    "$B" diagnose --gateway http://127.0.0.1:$GADM --window 20s | tee "$OUT/diag-np1.txt"
+    "$B" diagnose --admin http://127.0.0.1:$GADM --window 20s | tee "$OUT/diag-np1.txt"
     wait $load
     stop_all
     llama $LB f16 4
@@ -110,7 +110,7 @@ for part in "${parts[@]}"; do
     "$B" bench --url http://127.0.0.1:$G "${W[@]}" --concurrency 1 --duration 40s >"$OUT/diag-np4-load.txt" 2>&1 &
     load=$!
     sleep 8
-    "$B" diagnose --gateway http://127.0.0.1:$GADM --window 20s | tee "$OUT/diag-np4.txt"
+    "$B" diagnose --admin http://127.0.0.1:$GADM --window 20s | tee "$OUT/diag-np4.txt"
     wait $load
     stop_all
     ;;
@@ -119,7 +119,7 @@ for part in "${parts[@]}"; do
     # tolerance keeps each measurement near 114 requests.
     llama $LA f16 4
     gateway $G $GADM --upstream http://127.0.0.1:$LA
-    "$B" tune --gateway http://127.0.0.1:$GADM --url http://127.0.0.1:$G --slo "${TUNE_SLO:-ttft=1s,tpot=60ms}" \
+    "$B" tune --admin http://127.0.0.1:$GADM --url http://127.0.0.1:$G --slo "${TUNE_SLO:-ttft=1s,tpot=60ms}" \
       --concurrency 8 --input-tokens 64 --output-tokens 32 --force-output-length --quiet --quality-tolerance 5% \
       --budget "${TUNE_BUDGET:-6m}" --max-steps 3 --journal "$OUT/tune.jsonl" --dir "$OUT/tune" | tee "$OUT/tune.txt"
     stop_all

@@ -125,7 +125,7 @@ type Entry struct {
 func (c *Config) Validate() error {
 	switch {
 	case c.Admin == "":
-		return errors.New("tune: --gateway (the gateway's admin URL) is required: the walk changes its configuration")
+		return errors.New("tune: --admin (the gateway's admin URL) is required: the walk changes its configuration")
 	case len(c.Options.Objective.SLOs) == 0:
 		return errors.New("tune: --slo is required: a change is kept when it brings the SLOs closer, e.g. --slo ttft=2s,tpot=50ms")
 	case c.Budget <= 0:

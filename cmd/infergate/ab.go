@@ -14,7 +14,7 @@ import (
 	"github.com/infergate/infergate/verdict"
 )
 
-const abSynopsis = `ab report PAIRS.jsonl [MORE.jsonl ...] | --gateway ADMIN_URL [--json] [flags]
+const abSynopsis = `ab report PAIRS.jsonl [MORE.jsonl ...] | --admin ADMIN_URL [--json] [flags]
 
 Judges a candidate backend against the primary from mirrored pairs (serve
 --mirror URL --mirror-record PAIRS.jsonl, or mirror: in the config): the
@@ -44,7 +44,7 @@ func runAB(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return exitError{3, errors.New("ab: the subcommand is report")}
 	}
 	args = args[1:]
-	gateway := fs.String("gateway", "", "read the recent pairs of a running gateway's admin listener (http://127.0.0.1:9464)")
+	gateway := fs.String("admin", "", "read the recent pairs of a running gateway's admin listener (http://127.0.0.1:9464)")
 	adminKey := fs.String("admin-key", "", "the gateway's server.admin_auth key, when it has one")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	judgeURL := fs.String("judge", "", "an OpenAI-compatible server whose model grades a sample of pairs blind (base URL)")
@@ -60,7 +60,7 @@ func runAB(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if (len(files) == 0) == (*gateway == "") {
 		fs.Usage()
-		return exitError{3, errors.New("ab report: name pair files or --gateway, one of them")}
+		return exitError{3, errors.New("ab report: name pair files or --admin, one of them")}
 	}
 	opts, err := tol.options()
 	if err != nil {

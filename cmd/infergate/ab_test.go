@@ -25,7 +25,7 @@ func abRun(t *testing.T, candidateFlags ...string) (int, string, string) {
 	pairs := filepath.Join(t.TempDir(), "pairs.jsonl")
 	gw := start(t, "serve", "--listen", "127.0.0.1:0", "--upstream", primary, "--mirror", candidate, "--mirror-record", pairs)
 	url := gw.url(t)
-	code, out := exitCode(t, "bench", "--url", url, "--json", "--input-tokens", "32", "--output-tokens", "none", "--concurrency", "8",
+	code, out := exitCode(t, "bench", "--url", url, "--json-workload", "--input-tokens", "32", "--output-tokens", "none", "--concurrency", "8",
 		"--requests", "300", "--warmup", "0")
 	if code != 0 {
 		t.Fatalf("bench: exit %d\n%s", code, out)

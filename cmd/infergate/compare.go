@@ -251,7 +251,7 @@ func writeChanges(w io.Writer, a, b *bench.Conditions) {
 		fmt.Fprintf(w, "  %s\n", c)
 	}
 	if !known {
-		fmt.Fprintln(w, "  (run bench with --gateway-admin to record the gateway's settings and see which changed)")
+		fmt.Fprintln(w, "  (run bench with --admin to record the gateway's settings and see which changed)")
 	}
 	if len(changes) > 1 {
 		fmt.Fprintf(w, "warning: %d things changed between the runs; change one variable at a time, or the verdict cannot say which change earned it\n", len(changes))

@@ -17,11 +17,11 @@ import (
 
 const configSynopsis = `config versions|rollback|check [flags]
 
-  config versions --gateway ADMIN_URL
+  config versions --admin ADMIN_URL
       the configurations a running gateway keeps (the last 32 applied),
       newest first: version, hash, when, where from (start, SIGHUP,
       rollback), and what changed from the one before.
-  config rollback --gateway ADMIN_URL [--to VERSION | --hash PREFIX]
+  config rollback --admin ADMIN_URL [--to VERSION | --hash PREFIX]
       applies a kept configuration again (default: the one before the
       current). It is validated like a reload; a refused one changes
       nothing. The file on disk is not touched: a later SIGHUP reads it.
@@ -39,7 +39,7 @@ func runConfig(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	sub, args := args[0], args[1:]
 	fs := newFlagSet("config "+sub, configSynopsis, stderr)
-	gateway := fs.String("gateway", "http://"+proxy.DefaultAdminListen, "the gateway's admin listener (serve --admin-listen)")
+	gateway := fs.String("admin", "http://"+proxy.DefaultAdminListen, "the gateway's admin listener (serve --admin-listen)")
 	adminKey := fs.String("admin-key", "", "the gateway's server.admin_auth key, when it has one")
 	to := fs.Int("to", 0, "rollback: the version to apply again")
 	hash := fs.String("hash", "", "rollback: the hash (or a prefix) of the configuration to apply again")

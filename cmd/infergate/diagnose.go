@@ -16,7 +16,7 @@ import (
 	"github.com/infergate/infergate/proxy"
 )
 
-const diagnoseSynopsis = `diagnose [--gateway ADMIN_URL] [--backend-metrics URL ...] [--dcgm URL] [--window 15s] [--sweep 1,4,16,64 --url API_URL] [--json | --html FILE]
+const diagnoseSynopsis = `diagnose [--admin ADMIN_URL] [--backend-metrics URL ...] [--dcgm URL] [--window 15s] [--sweep 1,4,16,64 --url API_URL] [--json | --html FILE]
 
 Reads the gateway's own figures (queue depth and wait, requests in flight,
 the cap, rejections) from its admin listener and each backend's Prometheus
@@ -40,7 +40,7 @@ self-contained page. Exit status 0 when the report was made.`
 
 func runDiagnose(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("diagnose", diagnoseSynopsis, stderr)
-	gateway := fs.String("gateway", "", "the gateway's admin listener (serve --admin-listen), e.g. http://"+proxy.DefaultAdminListen)
+	gateway := fs.String("admin", "", "the gateway's admin listener (serve --admin-listen), e.g. http://"+proxy.DefaultAdminListen)
 	adminKey := fs.String("admin-key", "", "the gateway's server.admin_auth key, when it has one")
 	var backends stringList
 	fs.Var(&backends, "backend-metrics", "a backend's metrics URL (repeatable; default: the gateway's backends at /metrics)")
@@ -62,7 +62,7 @@ func runDiagnose(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	if *gateway == "" && len(backends) == 0 {
-		return errors.New("diagnose: give --gateway ADMIN_URL or --backend-metrics URL")
+		return errors.New("diagnose: give --admin ADMIN_URL or --backend-metrics URL")
 	}
 	if *window <= 0 || *interval <= 0 || *step <= 0 {
 		return errors.New("diagnose: --window, --interval and --step must be positive")

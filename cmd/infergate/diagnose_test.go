@@ -49,7 +49,7 @@ func TestDiagnoseCLI(t *testing.T) {
 	if rep.Bottleneck != "none" || len(rep.Backends) != 1 || rep.Backends[0].Server != "vllm" || rep.Backends[0].Samples < 3 {
 		t.Fatalf("diagnose of an idle sim: %s", out)
 	}
-	if out, err := exec.Command(binary, "diagnose").CombinedOutput(); err == nil || !strings.Contains(string(out), "--gateway") {
+	if out, err := exec.Command(binary, "diagnose").CombinedOutput(); err == nil || !strings.Contains(string(out), "--admin") {
 		t.Fatalf("diagnose with nothing to read: %v\n%s", err, out)
 	}
 }

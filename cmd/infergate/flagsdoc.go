@@ -46,6 +46,7 @@ func writeFlagsDoc(ctx context.Context, w io.Writer) error {
 		"| 130 | interrupted (Ctrl-C); `serve` and `sim` drain and exit 0 |\n"+
 		"| `compare`, `ab report` | 0 KEEP, 1 ROLL BACK, 2 INCONCLUSIVE, 3 not comparable, an error or a usage error |\n"+
 		"| `tune` | 0 walked, 3 an error (as before) |\n")
+	renamedFlagsDoc(w)
 	var prevName, prevHelp string
 	for _, words := range helpCommands() {
 		var buf bytes.Buffer

@@ -90,7 +90,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if wantsHelp(args[1:]) {
 			errOut = stdout
 		}
-		err := c.run(ctx, args[1:], stdout, errOut)
+		err := c.run(ctx, renameFlags(c.name, args[1:], stderr), stdout, errOut)
 		code := statusOf(c.name, err, stderr)
 		if code != codeOK && interrupted(ctx) && c.name != "serve" && c.name != "sim" {
 			return codeInterrupt

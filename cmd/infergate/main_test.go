@@ -248,12 +248,12 @@ func TestConfigFileAndReload(t *testing.T) {
 	// The gateway kept both applied configurations; a rollback through
 	// the CLI brings alpha back, and is itself a new version.
 	admin := gw.adminURL(t)
-	out, err := exec.Command(binary, "config", "versions", "--gateway", admin).CombinedOutput()
+	out, err := exec.Command(binary, "config", "versions", "--admin", admin).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "version 2") || !strings.Contains(string(out), "sighup "+path) ||
 		!strings.Contains(string(out), "models[0].name: alpha → beta") || strings.Contains(string(out), "version 3") {
 		t.Fatalf("config versions: %v\n%s", err, out)
 	}
-	out, err = exec.Command(binary, "config", "rollback", "--gateway", admin).CombinedOutput()
+	out, err = exec.Command(binary, "config", "rollback", "--admin", admin).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "now version 3") {
 		t.Fatalf("config rollback: %v\n%s", err, out)
 	}

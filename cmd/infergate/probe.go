@@ -11,7 +11,7 @@ import (
 	"github.com/infergate/infergate/bench"
 )
 
-const probeSynopsis = `probe URL [-n 10] [--model M] [--max-tokens 16] [--no-stream] [--reuse]
+const probeSynopsis = `probe URL [-n 10] [--model M] [--output-tokens 16] [--no-stream] [--reuse]
 
 Sends one small request at a time, N times, and splits each one's time like
 curl's -w timings: DNS, TCP connect, TLS, the server's wait (request
@@ -24,7 +24,7 @@ func runProbe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := newFlagSet("probe", probeSynopsis, stderr)
 	n := fs.Int("n", 10, "requests")
 	model := fs.String("model", "", "model (default: the first of GET /v1/models)")
-	maxTokens := fs.Int("max-tokens", 16, "max_tokens of each request")
+	maxTokens := fs.Int("output-tokens", 16, "max_tokens of each request")
 	noStream := fs.Bool("no-stream", false, "send stream:false")
 	reuse := fs.Bool("reuse", false, "keep one connection for all requests")
 	insecure := fs.Bool("insecure", false, "accept any TLS certificate")

@@ -14,7 +14,7 @@ import (
 	"github.com/infergate/infergate/bench/rank"
 )
 
-const rankSynopsis = `rank ENDPOINTS.yaml [workload flags] [--rounds N] [--out DIR] [--history DIR] [--html FILE] [--csv FILE] [--json]
+const rankSynopsis = `rank ENDPOINTS.yaml [workload flags] [--rounds N] [--dir DIR] [--history DIR] [--html FILE] [--csv FILE] [--json]
        rank --history DIR [--html FILE] [--json]
 
 Ranks endpoints (hosted providers, relays, self-hosted servers) on your
@@ -48,7 +48,7 @@ cached_input, output per million tokens), and optionally api_key_header,
 headers and overrides (request fields for that endpoint); and an optional
 workload: section with the same names as the flags below.
 
-Each run is a record (--out DIR). --history DIR saves the run there too and
+Each run is a record (--dir DIR). --history DIR saves the run there too and
 shows every endpoint's figures run by run, flagging a change beyond noise
 between consecutive runs (TTFT, speed, error rate; price, URL or model in
 the file).`
@@ -71,7 +71,7 @@ func runRank(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.StringVar(&w.SLOPercentile, "slo-percentile", "", "with --slo: the share that must meet it (default p90)")
 	fs.StringVar(&w.Order, "order", "", "ranking keys, first decides first: slo, errors, cost, ttft, ttft_p90, speed (default slo,errors,cost,ttft)")
 	fs.Float64Var(&w.Rate, "rate", 0, "the load the cost per hour is of, requests/s (default: the rate measured at --concurrency)")
-	out := fs.String("out", "", "save the run's record (rank-TIME.json) in this folder")
+	out := fs.String("dir", "", "save the run's record (rank-TIME.json) in this folder")
 	history := fs.String("history", "", "folder of earlier records: save this run there too, show each endpoint's figures over the runs and flag changes beyond noise")
 	htmlOut := fs.String("html", "", "write a self-contained HTML page with a chart per figure here")
 	csvOut := fs.String("csv", "", "write one CSV row per endpoint here")

@@ -141,7 +141,7 @@ func TestRankOrdersEndpointsAsTheirSettingsImply(t *testing.T) {
 		{"locked", gw, "api_key_env: RANK_TEST_LOCKED_KEY", 0.01, 0.01, 0.01},
 	})
 	hist := filepath.Join(dir, "runs")
-	cmd := []string{"rank", file, "--slo", "ttft=150ms", "--out", hist, "--csv", filepath.Join(dir, "r.csv"), "--html", filepath.Join(dir, "r.html")}
+	cmd := []string{"rank", file, "--slo", "ttft=150ms", "--dir", hist, "--csv", filepath.Join(dir, "r.csv"), "--html", filepath.Join(dir, "r.html")}
 	code, out := exitCodeEnv(t, []string{"RANK_TEST_FAST_KEY=key-for-fast", "RANK_TEST_GW_KEY=key-for-gateway", "RANK_TEST_LOCKED_KEY=key-for-nothing"}, cmd...)
 	if code != 0 {
 		t.Fatalf("rank: exit %d\n%s", code, out)

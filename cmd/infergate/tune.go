@@ -14,7 +14,7 @@ import (
 	"github.com/infergate/infergate/verdict"
 )
 
-const tuneSynopsis = `tune --gateway ADMIN_URL --url API_URL --slo ttft=2s,tpot=50ms [--rate R | --concurrency C]
+const tuneSynopsis = `tune --admin ADMIN_URL --url API_URL --slo ttft=2s,tpot=50ms [--rate R | --concurrency C]
      [--knobs cap,queue,max-output,max-input] [--budget 10m] [--journal FILE] [--dir DIR] [--dry-run]
      [--result result.json | --result -] [--html tune.html]
 
@@ -48,14 +48,13 @@ The workload and load flags are bench's.`
 func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("tune", tuneSynopsis, stderr)
 	f := registerBenchFlags(fs)
-	gateway := fs.String("gateway", "", "the gateway's admin URL (serve --admin-listen), e.g. http://127.0.0.1:9464")
 	knobs := fs.String("knobs", strings.Join(tune.AllKnobs, ","), "the gateway knobs to try, in order")
 	budget := fs.Duration("budget", 10*time.Minute, "the longest the whole walk may take")
 	maxSteps := fs.Int("max-steps", 8, "the most knob changes to try")
 	journal := fs.String("journal", "", "append one JSON line per step to this file")
 	dir := fs.String("dir", "", "save every measurement's record here")
 	dryRun := fs.Bool("dry-run", false, "print the plan; measure nothing, change nothing")
-	resultOut := fs.String("result", "", "also write the result (every step, the final configuration) as JSON to this file; - prints it (--json is bench's JSON-workload flag)")
+	resultOut := fs.String("result", "", "also write the result (every step, the final configuration) as JSON to this file; - prints it")
 	var backends stringList
 	fs.Var(&backends, "backend-metrics", "a backend's metrics URL for the diagnosis (repeatable; default: the gateway's backends)")
 	speedTol := fs.String("speed-tolerance", "5%", "accepted fall of goodput, and worsening of a latency median")
@@ -100,7 +99,7 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return exitError{3, fmt.Errorf("--quality-tolerance: %w", err)}
 	}
-	tc := tune.Config{Admin: withScheme(*gateway), AdminKey: *f.gwAdminKey, Bench: cfg, Budget: *budget, MaxSteps: *maxSteps,
+	tc := tune.Config{Admin: withScheme(*f.gwAdmin), AdminKey: *f.gwAdminKey, Bench: cfg, Budget: *budget, MaxSteps: *maxSteps,
 		Journal: *journal, Dir: *dir, DryRun: *dryRun, Out: stdout, Backends: backends,
 		Options: verdict.Options{SpeedTolerance: st, QualityTolerance: qt,
 			Objective: verdict.Objective{SLOs: cfg.SLOs, Percentile: cfg.SLOPercentile}}}

@@ -67,3 +67,44 @@ func TestNearest(t *testing.T) {
 		}
 	}
 }
+
+// TestRenamedFlags: a retired name still works for a release, says so,
+// and maps to the one name the concept now has.
+func TestRenamedFlags(t *testing.T) {
+	var w bytes.Buffer
+	got := renameFlags("bench", []string{"--url", "x", "--gateway-admin=http://a", "-json", "--", "--json"}, &w)
+	want := []string{"--url", "x", "--admin=http://a", "-json-workload", "--", "--json"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	if !strings.Contains(w.String(), "--gateway-admin is now --admin") || !strings.Contains(w.String(), "--json is now --json-workload") {
+		t.Errorf("no deprecation lines: %q", w.String())
+	}
+	// Every new name is one the command defines.
+	for cmd, names := range renamedFlags {
+		var help bytes.Buffer
+		words := []string{cmd, "--help"}
+		switch cmd {
+		case "ab":
+			words = []string{"ab", "report", "--help"}
+		case "config":
+			words = []string{"config", "versions", "--help"}
+		}
+		run(context.Background(), words, &help, &help)
+		for old, now := range names {
+			if !strings.Contains(help.String(), "\n  -"+now+" ") && !strings.Contains(help.String(), "\n  -"+now+"\n") {
+				t.Errorf("%s: --%s is renamed to --%s, which it does not define", cmd, old, now)
+			}
+		}
+	}
+	// The one name per concept: no command defines a retired name.
+	var all bytes.Buffer
+	if err := writeFlagsDoc(context.Background(), &all); err != nil {
+		t.Fatal(err)
+	}
+	for _, retired := range []string{"gateway", "gateway-admin", "gateway-admin-key", "max-tokens"} {
+		if strings.Contains(all.String(), "\n  -"+retired+" ") {
+			t.Errorf("a command still defines --%s", retired)
+		}
+	}
+}
