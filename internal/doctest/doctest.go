@@ -105,8 +105,9 @@ const (
 
 // Script turns blocks into one bash script: each line announced, run,
 // and its exit status checked, the first failure ending the script with
-// the line's number in the page.
-func Script(blocks []Block) string {
+// the line's number in the page. With shorten, durations and lengths are
+// bounded (Shorten); without, the lines run as written.
+func Script(blocks []Block, shorten bool) string {
 	var b strings.Builder
 	b.WriteString("set +e\n")
 	for _, bl := range blocks {
@@ -114,7 +115,10 @@ func Script(blocks []Block) string {
 			if installLine.MatchString(l.Text) {
 				continue
 			}
-			text := Shorten(l.Text)
+			text := l.Text
+			if shorten {
+				text = Shorten(text)
+			}
 			fmt.Fprintf(&b, "echo %s%d %s\n", markLine, l.N, quote(text))
 			fmt.Fprintf(&b, "%s\n", text)
 			fmt.Fprintf(&b, "__rc=$?; if [ $__rc -ne 0 ]; then echo \"%s%d exit $__rc\"; exit 97; fi\n", markFail, l.N)

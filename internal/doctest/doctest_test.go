@@ -17,10 +17,12 @@ import (
 )
 
 // lineTimeout bounds one documented line (durations already shortened);
-// pageTimeout, a whole page.
-const (
-	lineTimeout = 40 * time.Second
-	pageTimeout = 3 * time.Minute
+// pageTimeout, a whole page. INFERGATE_DOCTEST_AS_WRITTEN=1 runs the
+// lines as written, durations and all (scripts/tour.sh), with more time.
+var (
+	asWritten   = os.Getenv("INFERGATE_DOCTEST_AS_WRITTEN") == "1"
+	lineTimeout = map[bool]time.Duration{false: 40 * time.Second, true: 5 * time.Minute}[asWritten]
+	pageTimeout = map[bool]time.Duration{false: 3 * time.Minute, true: 30 * time.Minute}[asWritten]
 )
 
 // docsPrelude is what a docs page's blocks assume is running: the README
@@ -149,7 +151,7 @@ func runPage(t *testing.T, rel, prelude string) {
 		}
 	}
 	script := filepath.Join(dir, "doctest.sh")
-	if err := os.WriteFile(script, []byte(prelude+Script(blocks)), 0o644); err != nil {
+	if err := os.WriteFile(script, []byte(prelude+Script(blocks, !asWritten)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	var cmd *exec.Cmd
