@@ -77,6 +77,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return codeOK
 		}
 	}
+	if len(args) == 2 && wantsHelp(args[1:]) {
+		// ab and config parse their flags in a subcommand: show those.
+		switch args[0] {
+		case "ab":
+			args = []string{"ab", "report", args[1]}
+		case "config":
+			args = []string{"config", "versions", args[1]}
+		}
+	}
 	if args[0] == "--version" {
 		args = []string{"version"}
 	}

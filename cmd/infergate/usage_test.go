@@ -23,6 +23,8 @@ func TestUsageConventions(t *testing.T) {
 		{args: []string{"bench", "--help"}, code: 0, stdout: "Usage: infergate bench"},
 		{args: []string{"help", "probe"}, code: 0, stdout: "Usage: infergate probe"},
 		{args: []string{"--help"}, code: 0, stdout: "Commands:"},
+		{args: []string{"config", "--help"}, code: 0, stdout: "-admin-key"},
+		{args: []string{"ab", "--help"}, code: 0, stdout: "-admin-key"},
 		{args: []string{"bench", "--concurency", "4"}, code: 2, stderr: "did you mean --concurrency?", stderrMax: 3, stdoutNone: true},
 		{args: []string{"tune", "--sloo", "ttft=1s"}, code: 2, stderr: "did you mean --slo?", stderrMax: 3, stdoutNone: true},
 		{args: []string{"size", "--tp", "x"}, code: 2, stderr: `invalid value "x" for flag -tp`, stderrMax: 2},
