@@ -1,6 +1,8 @@
 // Package svgchart draws line charts as inline SVG: axes with ticks, one
 // polyline per series, a legend. A report that embeds them is one file
-// that opens on a machine with no network and no script.
+// that opens on a machine with no network and no script. Page is the
+// html/template shell every report page sits in (its security policy,
+// title and style), the charts the only markup it takes as it is.
 package svgchart
 
 import (
