@@ -98,7 +98,7 @@ func TestAATwoRunsOnAPrefixCachingServer(t *testing.T) {
 				t.Errorf("pair %d: cold run's cached share %.3f, want near 0", i, s)
 			}
 		}
-		if d, unknown := CacheDifferences(a, b, defaultCacheTolerance); len(d) > 0 || len(unknown) > 0 {
+		if d, unknown := CacheDifferences(a, b, verdict.DefaultCacheTolerance); len(d) > 0 || len(unknown) > 0 {
 			t.Errorf("pair %d: cold runs refused: %v (unknown %v)", i, d, unknown)
 		}
 		c := Compare(a, b, o)
@@ -119,8 +119,8 @@ func TestAATwoRunsOnAPrefixCachingServer(t *testing.T) {
 	if a.Conditions.Cache != CacheSeeded || share(a) > 0.05 || share(b) < 0.9 {
 		t.Fatalf("seeded pair: cache %q, shares %.3f and %.3f: want the rerun's prompts cached", a.Conditions.Cache, share(a), share(b))
 	}
-	d, _ := CacheDifferences(a, b, defaultCacheTolerance)
-	if len(d) != 1 || !strings.Contains(d[0], "stage 0 cached share of prompt tokens: 0.0% (seeded) ≠ 9") || !strings.Contains(d[0], "TTFT measures the cache") {
+	d, _ := CacheDifferences(a, b, verdict.DefaultCacheTolerance)
+	if len(d) != 1 || !strings.Contains(d[0], "stage 0: cached shares of prompt tokens more than 10 points apart: base 0.0% (seeded), new 9") || !strings.Contains(d[0], "TTFT measures the cache") {
 		t.Errorf("seeded pair's differences %q: want stage 0's shares and the reason", d)
 	}
 	if ttft := findChange(Compare(a, b, o).Changes, "ttft"); ttft == nil || ttft.CIHigh > -0.2 {
@@ -143,11 +143,11 @@ func TestWarmCache(t *testing.T) {
 			t.Errorf("warm run: cached share %.3f, primed %d, cache %q: want ≥ 0.9, the 36 requests of the stage, warm", share(r), s.Primed, r.Conditions.Cache)
 		}
 	}
-	if d, _ := CacheDifferences(w1, w2, defaultCacheTolerance); len(d) > 0 {
+	if d, _ := CacheDifferences(w1, w2, verdict.DefaultCacheTolerance); len(d) > 0 {
 		t.Errorf("two warm runs refused: %v", d)
 	}
 	cold := runCache(t, cacheConfig(url, 0, CacheCold))
-	if d, _ := CacheDifferences(cold, w1, defaultCacheTolerance); len(d) != 1 || !strings.Contains(d[0], "(cold) ≠ ") || !strings.Contains(d[0], "(warm)") {
+	if d, _ := CacheDifferences(cold, w1, verdict.DefaultCacheTolerance); len(d) != 1 || !strings.Contains(d[0], "% (cold), new ") || !strings.Contains(d[0], "% (warm)") {
 		t.Errorf("cold against warm: %q, want refused naming both modes", d)
 	}
 	var text strings.Builder

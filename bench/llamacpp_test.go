@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/infergate/infergate/internal/llamatest"
+	"github.com/infergate/infergate/verdict"
 )
 
 // Against llama.cpp's own server (its prompt cache on, as by default):
@@ -50,14 +51,14 @@ func TestCacheStateOnLlamaCpp(t *testing.T) {
 			t.Errorf("warnings %q", r.Warnings)
 		}
 	}
-	if d, _ := CacheDifferences(a, b, defaultCacheTolerance); len(d) > 0 {
+	if d, _ := CacheDifferences(a, b, verdict.DefaultCacheTolerance); len(d) > 0 {
 		t.Errorf("two cold runs refused: %v", d)
 	}
 	s1, s2 := run(cfg(41, "")), run(cfg(41, ""))
 	if share(s2) < 0.5 {
 		t.Errorf("seeded rerun's cached share %.3f, want most of its prompts cached", share(s2))
 	}
-	if d, _ := CacheDifferences(s1, s2, defaultCacheTolerance); len(d) != 1 {
+	if d, _ := CacheDifferences(s1, s2, verdict.DefaultCacheTolerance); len(d) != 1 {
 		t.Errorf("seeded pair (shares %.3f, %.3f): differences %v, want one", share(s1), share(s2), d)
 	}
 	if w := run(cfg(0, CacheWarm)); share(w) < 0.5 {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"math"
 	"os"
 	"reflect"
 	"runtime"
@@ -13,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/infergate/infergate/verdict"
 )
 
 // schema names the record format; a reader refuses any other.
@@ -166,41 +167,30 @@ func Differences(a, b *Conditions) []string {
 	return out
 }
 
-// defaultCacheTolerance is how far, in points of prompt tokens, the
-// cached shares of two runs' stages may differ for them to be compared
-// (CacheDifferences).
-const defaultCacheTolerance = 0.10
-
 // CacheDifferences lists the stages of a and b whose cached shares (the
-// share of prompt tokens the server reported it found cached) differ by
-// more than tol: their servers held different shares of their prompts,
-// so their TTFTs measure the cache, not the change. A stage whose server
-// reported no cached tokens in one run or both (or a record made before
-// the share was recorded) cannot be checked: unknown lists those stages,
-// for a note.
+// share of prompt tokens their server reported cached) are further apart
+// than tol (verdict.CacheRefusal): their servers held different shares of
+// their prompts, so their TTFTs measure the cache, not the change. A
+// stage whose server reported no cached tokens in one run or both (or a
+// record made before the share was recorded) cannot be checked: unknown
+// lists those stages, for a note.
 func CacheDifferences(a, b *Record, tol float64) (diffs []string, unknown []int) {
 	for i := range min(len(a.Stages), len(b.Stages)) {
-		x, y := a.Stages[i].CachedShare, b.Stages[i].CachedShare
+		reason, unk := verdict.CacheRefusal(StageCached(a, i, "base"), StageCached(b, i, "new"), tol)
 		switch {
-		case x == nil || y == nil:
+		case unk:
 			unknown = append(unknown, i)
-		case math.Abs(*x-*y) > tol:
-			diffs = append(diffs, fmt.Sprintf("stage %d cached share of prompt tokens: %s ≠ %s (more than %.0f points apart): the server held more of one run's prompts, so its TTFT measures the cache, not the change; run both cold (the default: a fresh seed per run) or both with --cache warm", i, ShareText(x, a.Conditions.Cache), ShareText(y, b.Conditions.Cache), tol*100))
+		case reason != "":
+			diffs = append(diffs, fmt.Sprintf("stage %d: %s; run both cold (the default: a fresh seed per run) or both with --cache warm", i, reason))
 		}
 	}
 	return diffs, unknown
 }
 
-// shareText is a cached share with the run's cache mode.
-func ShareText(share *float64, mode string) string {
-	s := "not reported"
-	if share != nil {
-		s = fmt.Sprintf("%.1f%%", *share*100)
-	}
-	if mode != "" {
-		s += " (" + mode + ")"
-	}
-	return s
+// StageCached is stage i's cached share of r, named name, with the run's
+// cache mode.
+func StageCached(r *Record, i int, name string) verdict.Cached {
+	return verdict.Cached{Name: name, Share: r.Stages[i].CachedShare, Note: r.Conditions.Cache}
 }
 
 // ConfigChanges lists what changed between the runs a and b besides the

@@ -11,6 +11,7 @@ import (
 
 	"github.com/infergate/infergate/internal/quantile"
 	"github.com/infergate/infergate/internal/tokens"
+	"github.com/infergate/infergate/verdict"
 )
 
 // Multi-turn sessions: each simulated user keeps its conversation, sends
@@ -275,7 +276,7 @@ func turnSummaries(rows []row) []TurnSummary {
 		}
 		ts := TurnSummary{Turn: turn}
 		var ttft, e2e, prompt []float64
-		cached, cachedOf := 0.0, 0.0
+		var cache verdict.CacheTally
 		for _, w := range ws {
 			if !w.ok {
 				ts.Failed++
@@ -286,11 +287,8 @@ func turnSummaries(rows []row) []TurnSummary {
 			e2e = append(e2e, float64(w.e2e())/1e6)
 			if w.prompt > 0 {
 				prompt = append(prompt, float64(w.prompt))
-				if w.cached >= 0 {
-					cached += float64(w.cached)
-					cachedOf += float64(w.prompt)
-				}
 			}
+			cache.Add(int(w.prompt), int(w.cached))
 		}
 		for _, v := range [][]float64{ttft, e2e, prompt} {
 			slices.Sort(v)
@@ -301,10 +299,7 @@ func turnSummaries(rows []row) []TurnSummary {
 		if len(prompt) > 0 {
 			ts.PromptTokensP50 = quantile.Rank(prompt, 0.5)
 		}
-		if cachedOf > 0 {
-			share := cached / cachedOf
-			ts.CachedShare = &share
-		}
+		ts.CachedShare = cache.Share()
 		out = append(out, ts)
 	}
 	return out

@@ -183,7 +183,8 @@ func (c *Collector) Summarize(n int, l LoadSpec, win Window, slos []verdict.SLO)
 	ms := func(ns int64) float64 { return float64(ns) / 1e6 }
 	var first, lastEnd, lastSend int64 = math.MaxInt64, 0, 0
 	met, vslos, perReq := 0, slos, map[string][]float64{}
-	var asked, served, cached, cachedOf float64
+	var asked, served float64
+	var cache verdict.CacheTally
 	inputs := 0
 	for i := range rows {
 		w := &rows[i]
@@ -242,11 +243,7 @@ func (c *Collector) Summarize(n int, l LoadSpec, win Window, slos []verdict.SLO)
 			served += float64(w.prompt)
 			inputs++
 		}
-		if w.prompt > 0 && w.cached >= 0 {
-			cached += float64(min(w.cached, w.prompt))
-			cachedOf += float64(w.prompt)
-			s.CachedAnswers++
-		}
+		cache.Add(int(w.prompt), int(w.cached))
 		add("ttfb", ms(w.ttfb))
 		add("e2e", ms(w.e2e()))
 		add("stream_end", ms(w.end))
@@ -315,10 +312,7 @@ func (c *Collector) Summarize(n int, l LoadSpec, win Window, slos []verdict.SLO)
 	if inputs > 0 {
 		s.InputTokensAsked, s.InputTokensServer = asked/float64(inputs), served/float64(inputs)
 	}
-	if cachedOf > 0 {
-		share := cached / cachedOf
-		s.CachedShare = &share
-	}
+	s.CachedShare, s.CachedAnswers = cache.Share(), cache.Answers()
 	if itl != nil {
 		s.Metrics["itl"] = itl
 	}

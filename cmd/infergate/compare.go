@@ -131,7 +131,7 @@ func registerTolerances(fs *flag.FlagSet) tolerances {
 	return tolerances{
 		speed:     fs.String("speed-tolerance", "5%", "accepted worsening of a latency median (and of goodput)"),
 		quality:   fs.String("quality-tolerance", "2%", "accepted rise of a failure or quality-signal rate, and fall of SLO attainment, in points"),
-		cache:     fs.String("cache-tolerance", "10%", "refuse to judge when the cached shares of prompt tokens (as the servers reported them) differ by more than this, in points: a difference in conditions"),
+		cache:     fs.String("cache-tolerance", fmt.Sprintf("%.0f%%", verdict.DefaultCacheTolerance*100), "refuse to judge when the cached shares of prompt tokens (as the servers reported them) differ by more than this, in points: a difference in conditions"),
 		floor:     fs.Duration("speed-floor", time.Millisecond, "latency changes smaller than this hold, however significant"),
 		slo:       fs.String("slo", "", "judge speed by goodput and attainment at these SLOs, e.g. ttft=2s,tpot=50ms (ttft, ttft_sched, tpot, e2e); default: the SLOs both records carry"),
 		pct:       fs.String("slo-percentile", "p90", "with --slo: the share of requests that must meet each SLO"),
@@ -231,7 +231,7 @@ func writeCache(w io.Writer, base, next *bench.Record, unknown []int) {
 
 // shareOf is stage i's cached share with the run's cache mode.
 func shareOf(r *bench.Record, i int) string {
-	return bench.ShareText(r.Stages[i].CachedShare, r.Conditions.Cache)
+	return bench.StageCached(r, i, "").String()
 }
 
 // writeChanges says what changed between the runs besides the workload,

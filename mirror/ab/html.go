@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/infergate/infergate/internal/svgchart"
+	"github.com/infergate/infergate/verdict"
 )
 
 // Example is a pair shown in the report: two answers that differ.
@@ -75,7 +76,7 @@ func (r *Report) WriteHTML(w io.Writer, title string, examples []Example) error 
 		{"refusals", pct(r.Primary.RefusalRate), pct(r.Candidate.RefusalRate)},
 		{"empty", pct(r.Primary.EmptyRate), pct(r.Candidate.EmptyRate)},
 		{"cut at the output limit (not the gateway's cap)", pct(r.Primary.TruncatedRate), pct(r.Candidate.TruncatedRate)},
-		{"cached prompt tokens (as the backend reported)", shareText(r.Primary.CachedShare), shareText(r.Candidate.CachedShare)},
+		{"cached prompt tokens (as the backend reported)", verdict.ShareText(r.Primary.CachedShare), verdict.ShareText(r.Candidate.CachedShare)},
 	}
 	for _, ch := range r.Changes {
 		base, nw, delta, ci, p := ch.Cells()

@@ -227,13 +227,12 @@ func summarize(pairs []mirror.Pair, arm func(mirror.Pair) mirror.Arm) ArmSummary
 	var ttft, tpot, e2e, speed []float64
 	first, last, tokens := math.Inf(1), math.Inf(-1), 0
 	var errs, ok, jsonOK, invalid, refusal, empty, trunc int
-	var cached, cachedOf float64
+	var cache verdict.CacheTally
 	for _, p := range pairs {
 		a := arm(p)
 		s.Requests++
-		if a.CachedTokens != nil && a.PromptTokens > 0 {
-			cached += float64(min(*a.CachedTokens, a.PromptTokens))
-			cachedOf += float64(a.PromptTokens)
+		if a.CachedTokens != nil {
+			cache.Add(a.PromptTokens, *a.CachedTokens)
 		}
 		if seconds(p.Time) > 0 {
 			first, last = math.Min(first, seconds(p.Time)), math.Max(last, seconds(p.Time))
@@ -272,10 +271,7 @@ func summarize(pairs []mirror.Pair, arm func(mirror.Pair) mirror.Arm) ArmSummary
 		}
 	}
 	s.OK = ok
-	if cachedOf > 0 {
-		share := cached / cachedOf
-		s.CachedShare = &share
-	}
+	s.CachedShare = cache.Share()
 	if last > first {
 		s.Throughput = float64(tokens) / (last - first)
 	}
@@ -315,7 +311,7 @@ func (r *Report) Write(w io.Writer) {
 	pct("refusals", r.Primary.RefusalRate, r.Candidate.RefusalRate)
 	pct("empty", r.Primary.EmptyRate, r.Candidate.EmptyRate)
 	pct("finish length", r.Primary.TruncatedRate, r.Candidate.TruncatedRate)
-	fmt.Fprintf(w, "%-22s %30s %30s\n", "cached prompt tokens", shareText(r.Primary.CachedShare), shareText(r.Candidate.CachedShare))
+	fmt.Fprintf(w, "%-22s %30s %30s\n", "cached prompt tokens", verdict.ShareText(r.Primary.CachedShare), verdict.ShareText(r.Candidate.CachedShare))
 	fmt.Fprintf(w, "outputs: median similarity %.2f, median length ratio %.2f\n\n", r.Similarity, r.LengthRatio)
 	fmt.Fprintf(w, "%-20s %11s %11s %9s %22s %9s %6s  %s\n", "paired change", "primary", "candidate", "change", "95% CI", "p", "n", "judgement")
 	for _, ch := range r.Changes {
@@ -339,33 +335,20 @@ func (r *Report) Write(w io.Writer) {
 	r.Result.Write(w, r.LoadNote)
 }
 
-// DefaultCacheTolerance is how far, in points, the arms' cached shares
-// may differ for them to be compared (CacheConditions).
-const DefaultCacheTolerance = 0.10
-
 // CacheConditions says why the arms cannot be compared, "" when they
-// can: their backends held shares of the prompts' tokens in their prefix
-// caches more than tol apart (a candidate that sees only the mirrored
-// share of the traffic holds less of it than the primary), so a TTFT
-// difference measures the caches, not the change. An arm whose backend
-// reported no cached tokens cannot be checked: unknown is then set.
+// can (verdict.CacheRefusal): their backends held shares of the prompts'
+// tokens in their prefix caches more than tol apart (a candidate that
+// sees only the mirrored share of the traffic holds less of it than the
+// primary), so a TTFT difference measures the caches, not the change. An
+// arm whose backend reported no cached tokens cannot be checked: unknown
+// is then set.
 func (r *Report) CacheConditions(tol float64) (reason string, unknown bool) {
-	a, b := r.Primary.CachedShare, r.Candidate.CachedShare
-	switch {
-	case a == nil || b == nil:
-		return "", true
-	case math.Abs(*a-*b) > tol:
-		return fmt.Sprintf("the arms' backends found different shares of the prompts cached: primary %.1f%%, candidate %.1f%% of prompt tokens (more than %.0f points apart), so their TTFTs measure the caches, not the change; let the candidate see the traffic longer (a larger mirror share) before judging, or judge a shadow of requests neither has seen", *a*100, *b*100, tol*100), false
+	reason, unknown = verdict.CacheRefusal(verdict.Cached{Name: "primary", Share: r.Primary.CachedShare},
+		verdict.Cached{Name: "candidate", Share: r.Candidate.CachedShare}, tol)
+	if reason != "" {
+		reason += "; let the candidate see the traffic longer (a larger mirror share) before judging, or judge a shadow of requests neither has seen"
 	}
-	return "", false
-}
-
-// shareText is a cached share as the report prints it.
-func shareText(s *float64) string {
-	if s == nil {
-		return "not reported"
-	}
-	return fmt.Sprintf("%.1f%%", *s*100)
+	return reason, unknown
 }
 
 func noiseOf(noise []verdict.Change, metric string) *verdict.Change {

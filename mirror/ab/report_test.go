@@ -119,11 +119,11 @@ func TestCacheConditions(t *testing.T) {
 				pairs = append(pairs, mirror.Pair{Primary: arm(tc.primary), Candidate: arm(tc.candidate)})
 			}
 			r := Paired(pairs, verdict.Options{})
-			reason, unknown := r.CacheConditions(DefaultCacheTolerance)
+			reason, unknown := r.CacheConditions(verdict.DefaultCacheTolerance)
 			if (reason != "") != tc.wantReason || unknown != tc.wantUnkn {
 				t.Errorf("primary %d%%, candidate %d%%: reason %q, unknown %v", tc.primary, tc.candidate, reason, unknown)
 			}
-			if tc.wantReason && !strings.Contains(reason, "primary 95.0%, candidate 3.0%") {
+			if tc.wantReason && !strings.Contains(reason, "primary 95.0%, candidate 3.0%:") {
 				t.Errorf("reason %q: want both shares", reason)
 			}
 		})
