@@ -68,7 +68,8 @@ type Arm struct {
 	PromptTokens int `json:"prompt_tokens,omitempty"`
 	// CachedTokens is the prompt tokens the backend reported it found
 	// cached (usage's cached_tokens), nil when it did not say: the arms'
-	// cached shares are a condition of the comparison (CacheConditions).
+	// cached shares are a condition of the comparison (mirror/ab's
+	// Report.CacheConditions).
 	CachedTokens *int   `json:"cached_tokens,omitempty"`
 	Finish       string `json:"finish_reason,omitempty"`
 	// Output is the answer's text (mirror.record.output: full, up to
