@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Pastes README.md's quick tour line by line, as written (full durations,
-# about three minutes), from a fresh clone of this repository, with no
+# about four minutes), from a fresh clone of this repository, with no
 # environment but PATH and HOME: what a newcomer on a laptop without a GPU
 # does. Each line must succeed. CI runs the same lines with shortened
 # durations (internal/doctest).
