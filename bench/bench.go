@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/infergate/infergate/internal/adminapi"
 	"github.com/infergate/infergate/internal/safehttp"
 	"github.com/infergate/infergate/internal/tokens"
 
@@ -346,40 +346,18 @@ func gatewayConfigHash(endpoint string) string {
 
 // gatewaySettings reads the settings of the gateway's configuration
 // whose hash is hash (the current one when hash is empty) from its admin
-// listener's /admin/config/versions.
+// listener's configuration history.
 func gatewaySettings(ctx context.Context, admin, key, hash string) (map[string]string, error) {
-	u := strings.TrimSuffix(admin, "/") + "/admin/config/versions"
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	c := &adminapi.Client{URL: admin, Key: key, HTTP: safehttp.Client(5 * time.Second)}
+	vs, err := c.Versions(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("bench: --admin: %w", err)
 	}
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
+	v, ok := vs.Find(hash)
+	if !ok {
+		return nil, fmt.Errorf("bench: --admin: %s does not know the configuration %q the gateway at the URL reports", admin, hash)
 	}
-	resp, err := safehttp.Client(5 * time.Second).Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("bench: --admin: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("bench: --admin: %s: status %d", u, resp.StatusCode)
-	}
-	var vs struct {
-		Versions []struct {
-			Hash     string            `json:"hash"`
-			Current  bool              `json:"current"`
-			Settings map[string]string `json:"settings"`
-		} `json:"versions"`
-	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&vs); err != nil {
-		return nil, fmt.Errorf("bench: --admin: %s: %w", u, err)
-	}
-	for _, v := range vs.Versions {
-		if (hash != "" && v.Hash == hash) || (hash == "" && v.Current) {
-			return v.Settings, nil
-		}
-	}
-	return nil, fmt.Errorf("bench: --admin: %s does not know the configuration %q the gateway at the URL reports", u, hash)
+	return v.Settings, nil
 }
 
 // freshSeed draws a seed no earlier run is likely to have used (never 0,

@@ -204,8 +204,8 @@ func gather(in Input) signals {
 	s.noKV, s.noUtil, s.noQueue, s.noBound = unseen(in.Backends)
 	if g := in.Gateway; g != nil && g.Samples > 0 {
 		s.gwQueued, s.gwWait, s.gwRejected, s.gwLimit = float64(g.Queued.Mean), float64(g.QueueWait), float64(g.RejectedPerS), g.Limit
-		if a := g.Attribution; a["total_ms"] > 0 {
-			s.queueShare = a["queue_ms"] / a["total_ms"]
+		if a := g.Attribution; a != nil && a.Total > 0 {
+			s.queueShare = a.Queue / a.Total
 		}
 	}
 	if n := len(in.Sweep); n >= 2 {

@@ -58,7 +58,7 @@ func (r *Report) Write(w io.Writer) {
 			g.Seconds, f1(g.Queued.Mean), f1(g.InFlight.Mean), limit, f2(g.QueueWait), f1(g.RequestsPerS), f2(g.RejectedPerS))
 		if a := g.Attribution; a != nil {
 			fmt.Fprintf(w, "  where the time went (mean ms, last minute): queue %.1f, gateway %.2f, network %.2f, model to first token %.1f, decode %.1f, total %.1f\n",
-				a["queue_ms"], a["gateway_ms"], a["network_ms"], a["model_ttft_ms"], a["decode_ms"], a["total_ms"])
+				a.Queue, a.Gateway, a.Network, a.ModelTTFT, a.Decode, a.Total)
 		}
 	}
 	if len(r.Sweep) > 0 {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/infergate/infergate/internal/engine"
 	"github.com/infergate/infergate/internal/promtext"
+	"github.com/infergate/infergate/openai"
 )
 
 // Num is a figure that may be unknown (NaN); it is null in JSON.
@@ -283,9 +284,8 @@ type Gateway struct {
 	// QueueWait is the mean time a request waited for a slot (s).
 	QueueWait Num `json:"queue_wait_s"`
 	// Attribution is the gateway's account of where the time went (its
-	// live view's last minute, mean ms: queue_ms, gateway_ms, network_ms,
-	// model_ttft_ms, decode_ms, total_ms), when it was read.
-	Attribution map[string]float64 `json:"attribution_ms,omitempty"`
+	// live view's last minute, mean ms per part), when it was read.
+	Attribution *openai.Timing `json:"attribution_ms,omitempty"`
 }
 
 // SummariseGateway sums up a gateway's readings, in time order.

@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/infergate/infergate/internal/adminapi"
 	"github.com/infergate/infergate/internal/bgqueue"
 	"github.com/infergate/infergate/internal/jsonl"
 	"github.com/infergate/infergate/openai"
@@ -184,20 +185,9 @@ func cut(t []byte, limit int) string {
 	return string(t)
 }
 
-// Stats is /admin/pairs: the recent pairs, oldest first, and counts.
-type Stats struct {
-	Recorded int64 `json:"recorded"`
-	// Lost counts pairs the recorder was too far behind to take;
-	// FileLost lines the pairs file could not take (a write error).
-	Lost     int64            `json:"lost,omitempty"`
-	FileLost int64            `json:"file_lost,omitempty"`
-	Dropped  map[string]int64 `json:"dropped,omitempty"`
-	Pairs    []Pair           `json:"pairs"`
-}
-
-// Stats returns the recent pairs and the counts, every flight handed
-// over before the call included.
-func (r *Recorder) Stats() Stats {
+// Stats returns the recent pairs and the counts (/admin/pairs), every
+// flight handed over before the call included.
+func (r *Recorder) Stats() adminapi.Pairs {
 	r.q.Sync()
 	s := r.Counts()
 	r.mu.Lock()
@@ -210,10 +200,10 @@ func (r *Recorder) Stats() Stats {
 
 // Counts is Stats without the pairs, and without waiting for the queue:
 // what a metrics scrape reads.
-func (r *Recorder) Counts() Stats {
+func (r *Recorder) Counts() adminapi.Pairs {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	s := Stats{Recorded: r.written, Lost: r.lost.Load(), Dropped: make(map[string]int64, len(r.drops))}
+	s := adminapi.Pairs{Recorded: r.written, Lost: r.lost.Load(), Dropped: make(map[string]int64, len(r.drops))}
 	if r.file != nil {
 		s.FileLost = r.file.Lost()
 	}

@@ -11,8 +11,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/infergate/infergate/internal/adminapi"
 	"github.com/infergate/infergate/internal/fastsrv"
-	"github.com/infergate/infergate/mirror"
 	"github.com/infergate/infergate/openai"
 	"github.com/infergate/infergate/policy"
 	"github.com/infergate/infergate/tracing"
@@ -35,22 +35,22 @@ func (g *Gateway) handleAdmin(rc *fasthttp.RequestCtx) {
 		return
 	}
 	switch string(rc.Path()) {
-	case "/metrics", "/admin/stats":
+	case "/metrics", adminapi.PathStats:
 		// Every request that ended before the scrape is in it.
 		g.syncTelemetry()
 	}
 	switch string(rc.Path()) {
 	case "/metrics":
 		fastsrv.WriteMetrics(rc, g.m.mp.Registry, g.log)
-	case "/admin/stats":
+	case adminapi.PathStats:
 		writeJSON(rc, http.StatusOK, g.Stats(time.Now()))
-	case "/admin/pairs":
+	case adminapi.PathPairs:
 		writeJSON(rc, http.StatusOK, g.Pairs())
-	case "/admin/config/versions":
-		writeJSON(rc, http.StatusOK, map[string]any{"versions": g.ConfigVersions()})
-	case "/admin/config/rollback":
+	case adminapi.PathVersions:
+		writeJSON(rc, http.StatusOK, adminapi.Versions{Versions: g.ConfigVersions()})
+	case adminapi.PathRollback:
 		g.handleRollback(rc)
-	case "/admin/config/set":
+	case adminapi.PathSet:
 		g.handleSet(rc)
 	case "/healthz", "/readyz":
 		g.handle(rc)
@@ -61,7 +61,7 @@ func (g *Gateway) handleAdmin(rc *fasthttp.RequestCtx) {
 
 // Pairs returns the recent mirrored pairs and the mirror's counts, every
 // pair whose two answers have ended included.
-func (g *Gateway) Pairs() mirror.Stats { return g.pairs.Stats() }
+func (g *Gateway) Pairs() adminapi.Pairs { return g.pairs.Stats() }
 
 // MirrorsInFlight is the number of mirrored copies not yet answered.
 func (g *Gateway) MirrorsInFlight() int {
@@ -92,7 +92,7 @@ func (g *Gateway) adminAllowed(rc *fasthttp.RequestCtx) bool {
 
 // Stats is the live view: the recent window's percentiles and attribution
 // per model and backend, and what is in flight now.
-func (g *Gateway) Stats(now time.Time) tracing.Snapshot {
+func (g *Gateway) Stats(now time.Time) adminapi.Stats {
 	snap := g.stats.Snapshot(now)
 	ls := g.lim.Stats()
 	snap.Gateway.Queued = ls.Waiting
@@ -100,7 +100,7 @@ func (g *Gateway) Stats(now time.Time) tracing.Snapshot {
 		for _, b := range p.backends {
 			n := b.Outstanding()
 			snap.Gateway.InFlight += n
-			bs := tracing.BackendState{Pool: p.name, Name: b.name, InFlight: n, Breaker: b.BreakerState().String(), Up: b.Available(now)}
+			bs := adminapi.BackendState{Pool: p.name, Name: b.name, InFlight: n, Breaker: b.BreakerState().String(), Up: b.Available(now)}
 			if p.load != nil {
 				last := p.load.state(b, now, &bs)
 				if p.prefix != nil {
@@ -111,7 +111,7 @@ func (g *Gateway) Stats(now time.Time) tracing.Snapshot {
 			snap.Gateway.Backends = append(snap.Gateway.Backends, bs)
 		}
 	}
-	slices.SortFunc(snap.Gateway.Backends, func(a, b tracing.BackendState) int {
+	slices.SortFunc(snap.Gateway.Backends, func(a, b adminapi.BackendState) int {
 		return cmp.Or(cmp.Compare(a.Pool, b.Pool), cmp.Compare(a.Name, b.Name))
 	})
 	return snap
@@ -132,18 +132,15 @@ func (x *exchange) record() {
 }
 
 // handleRollback serves POST /admin/config/rollback: a body of
-// {"version": N} or {"hash": "PREFIX"}, or none for the previous
-// configuration.
+// {"version": N} or {"hash": "PREFIX"} (adminapi.RollbackRequest), or none
+// for the previous configuration.
 func (g *Gateway) handleRollback(rc *fasthttp.RequestCtx) {
 	if !rc.IsPost() {
 		rc.Response.Header.Set("Allow", "POST")
 		writeError(rc, http.StatusMethodNotAllowed, openai.TypeInvalidRequest, "method_not_allowed", "POST {\"version\": N}, {\"hash\": \"PREFIX\"} or nothing (the previous configuration)")
 		return
 	}
-	var req struct {
-		Version int    `json:"version"`
-		Hash    string `json:"hash"`
-	}
+	var req adminapi.RollbackRequest
 	if body := rc.PostBody(); len(body) > 0 {
 		if len(body) > 4096 || json.Unmarshal(body, &req) != nil || req.Version < 0 {
 			writeError(rc, http.StatusBadRequest, openai.TypeInvalidRequest, "invalid_request", "want {\"version\": N} or {\"hash\": \"PREFIX\"}")
@@ -182,10 +179,7 @@ func (g *Gateway) handleSet(rc *fasthttp.RequestCtx) {
 		writeError(rc, http.StatusMethodNotAllowed, openai.TypeInvalidRequest, "method_not_allowed", `POST {"settings": {"shaping.global.max_requests": "24"}, "source": "why"}`)
 		return
 	}
-	var req struct {
-		Settings map[string]string `json:"settings"`
-		Source   string            `json:"source"`
-	}
+	var req adminapi.SetRequest
 	body := rc.PostBody()
 	if len(body) > maxSetBody || json.Unmarshal(body, &req) != nil || len(req.Settings) == 0 || len(req.Settings) > maxSetSettings {
 		writeError(rc, http.StatusBadRequest, openai.TypeInvalidRequest, "invalid_request",

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/infergate/infergate/internal/adminapi"
 	"github.com/infergate/infergate/shaping"
-	"github.com/infergate/infergate/tracing"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -61,7 +61,7 @@ func TestAdminListener(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var snap tracing.Snapshot
+	var snap adminapi.Stats
 	err = json.NewDecoder(resp.Body).Decode(&snap)
 	resp.Body.Close()
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/infergate/infergate/internal/adminapi"
 	"github.com/infergate/infergate/mirror"
 	"github.com/infergate/infergate/sim/simtest"
 )
@@ -23,16 +24,16 @@ func mirrorConfig(primary, candidate string) Config {
 	return cfg
 }
 
-func pairStats(t *testing.T, gw *testGateway, want int) mirror.Stats {
+func pairStats(t *testing.T, gw *testGateway, want int) adminapi.Pairs {
 	t.Helper()
-	var s mirror.Stats
+	var s adminapi.Pairs
 	waitFor(t, 10*time.Second, "the pairs", func() bool {
 		resp, err := http.Get(gw.AdminURL + "/admin/pairs")
 		if err != nil {
 			return false
 		}
 		defer resp.Body.Close()
-		s = mirror.Stats{}
+		s = adminapi.Pairs{}
 		return json.NewDecoder(resp.Body).Decode(&s) == nil && len(s.Pairs) >= want
 	})
 	return s

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/infergate/infergate/tracing"
+	"github.com/infergate/infergate/internal/adminapi"
 )
 
 // vllmBackend is a vLLM-like server for routing tests: chat answers after
@@ -146,8 +146,8 @@ func groupBody(g, q int) string {
 	return string(b)
 }
 
-func backendStates(gw *testGateway) map[string]tracing.BackendState {
-	out := map[string]tracing.BackendState{}
+func backendStates(gw *testGateway) map[string]adminapi.BackendState {
+	out := map[string]adminapi.BackendState{}
 	for _, b := range gw.Stats(time.Now()).Gateway.Backends {
 		out[b.Name] = b
 	}

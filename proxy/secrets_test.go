@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/infergate/infergate/internal/adminapi"
 	"github.com/infergate/infergate/mirror"
 	"github.com/infergate/infergate/policy"
 	"github.com/infergate/infergate/tracing"
@@ -92,7 +93,7 @@ func TestSecretsStayOut(t *testing.T) {
 	call("/v1/chat/completions", plainBody, "Authorization", auth, "X-Request-Id", "boom-admitted")
 	call("/v1/chat/completions", streamBody, "Authorization", auth, "X-Request-Id", "boom-stream")
 	waitFor(t, 10*time.Second, "the pairs", func() bool {
-		var s mirror.Stats
+		var s adminapi.Pairs
 		return json.Unmarshal([]byte(func() string { _, _, b := adminDo(t, gw, "GET", "/admin/pairs", adminKey, ""); return b }()), &s) == nil && len(s.Pairs) >= 8
 	})
 

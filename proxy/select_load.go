@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/affinity"
-	"github.com/infergate/infergate/tracing"
+	"github.com/infergate/infergate/internal/adminapi"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
@@ -83,10 +83,10 @@ func mix64(x uint64) uint64 {
 
 // state fills in what selection load knows of b, for /admin/stats; it
 // returns b's last reading (nil: none yet).
-func (l *loadSelector) state(b *backend, now time.Time, bs *tracing.BackendState) *loadReading {
+func (l *loadSelector) state(b *backend, now time.Time, bs *adminapi.BackendState) *loadReading {
 	bs.Selection = LoadPolicy
 	e := b.estimate(now, l.cfg.StaleAfter)
-	ld := &tracing.BackendLoad{Source: "gateway", Estimate: e.total}
+	ld := &adminapi.BackendLoad{Source: "gateway", Estimate: e.total}
 	if e.fromMetrics {
 		ld.Source = "metrics"
 	}

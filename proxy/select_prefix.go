@@ -5,8 +5,8 @@ import (
 	"math"
 
 	"github.com/infergate/infergate/affinity"
+	"github.com/infergate/infergate/internal/adminapi"
 	"github.com/infergate/infergate/openai"
-	"github.com/infergate/infergate/tracing"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
@@ -105,9 +105,9 @@ func (x *prefixSelector) placed(s *pick, c int) {
 }
 
 // state fills in what selection prefix knows of b, for /admin/stats.
-func (x *prefixSelector) state(b *backend, last *loadReading, bs *tracing.BackendState) {
+func (x *prefixSelector) state(b *backend, last *loadReading, bs *adminapi.BackendState) {
 	bs.Selection = PrefixPolicy
-	p := &tracing.BackendPrefix{RoutedBlocks: b.promptBlocks.Load(), ExpectedBlocks: b.expectedBlocks.Load(),
+	p := &adminapi.BackendPrefix{RoutedBlocks: b.promptBlocks.Load(), ExpectedBlocks: b.expectedBlocks.Load(),
 		PromptTokens: b.usagePrompt.Load(), CachedTokens: b.usageCached.Load()}
 	p.ExpectedRatio = ratio(p.ExpectedBlocks, p.RoutedBlocks)
 	p.ReportedRatio = ratio(p.CachedTokens, p.PromptTokens)

@@ -6,8 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/infergate/infergate/internal/adminapi"
 	"github.com/infergate/infergate/internal/quantile"
-	"github.com/infergate/infergate/openai"
 )
 
 // RecentWindow is how far back the live view looks.
@@ -105,118 +105,18 @@ func (r *Recent) Add(tl *Timeline, model, backend string, ok bool) {
 	}
 }
 
-// Quantiles are a figure's percentiles (milliseconds, or tokens/s for
-// speed), by the one rule (package quantile: nearest rank, p90 from 10
-// values, p99 from 100); nil when no request had the figure.
-type Quantiles = quantile.Three
-
-// GroupStats are the recent figures of one model and backend (or of all,
-// with both names empty).
-type GroupStats struct {
-	Model   string `json:"model,omitempty"`
-	Backend string `json:"backend,omitempty"`
-	// Requests and Errors are exact over the window; RPS is Requests
-	// over the window.
-	Requests int     `json:"requests"`
-	Errors   int     `json:"errors"`
-	RPS      float64 `json:"rps"`
-	// Samples is how many of the newest requests the figures below
-	// cover.
-	Samples int        `json:"samples"`
-	TTFT    *Quantiles `json:"ttft_ms,omitempty"`
-	TPOT    *Quantiles `json:"tpot_ms,omitempty"`
-	Speed   *Quantiles `json:"output_tokens_per_s,omitempty"`
-	Total   *Quantiles `json:"total_ms,omitempty"`
-	// Attribution is the mean of each part over requests that reached a
-	// backend: means add up to the mean total, as the parts of each
-	// request add up to its total.
-	Attribution *openai.Timing `json:"attribution_ms,omitempty"`
-}
-
-// Snapshot is what GET /admin/stats returns.
-type Snapshot struct {
-	Time    time.Time    `json:"time"`
-	Window  float64      `json:"window_s"`
-	All     GroupStats   `json:"all"`
-	Groups  []GroupStats `json:"groups"`
-	Gateway GatewayState `json:"gateway"`
-}
-
-// GatewayState is what is in flight now.
-type GatewayState struct {
-	InFlight int64          `json:"in_flight"`
-	Queued   int            `json:"queued"`
-	Backends []BackendState `json:"backends"`
-}
-
-// BackendState is one backend now.
-type BackendState struct {
-	Pool     string `json:"pool"`
-	Name     string `json:"name"`
-	InFlight int64  `json:"in_flight"`
-	Breaker  string `json:"breaker"`
-	Up       bool   `json:"available"`
-	// Selection is the pool's policy; Load, Prefix and Routes are set for
-	// selection load and prefix.
-	Selection string         `json:"selection,omitempty"`
-	Load      *BackendLoad   `json:"load,omitempty"`
-	Prefix    *BackendPrefix `json:"prefix,omitempty"`
-	// Routes counts the picks of this backend by why it was chosen.
-	Routes map[string]int64 `json:"routes,omitempty"`
-}
-
-// BackendLoad is a backend's load as selection load and prefix see it.
-type BackendLoad struct {
-	// Source is "metrics" when the backend's own reading is used, or
-	// "gateway" when its scrape failed or is stale and the gateway's own
-	// in-flight count stands in (Error says why).
-	Source string `json:"source"`
-	Server string `json:"server,omitempty"`
-	// The last good reading: running, waiting, KV usage, and its age.
-	Running *float64 `json:"running,omitempty"`
-	Waiting *float64 `json:"waiting,omitempty"`
-	KVUsage *float64 `json:"kv_usage,omitempty"`
-	// MaxRunning is the batch's bound, where the server says it (vLLM's
-	// max_num_seqs, SGLang's max_running_requests, llama.cpp's slots
-	// from /props): requests beyond it wait.
-	MaxRunning *float64 `json:"max_running,omitempty"`
-	AgeMs      float64  `json:"age_ms,omitempty"`
-	// Estimate is the requests in the backend's batch and queue as the
-	// next pick counts them: the reading corrected by what the gateway
-	// sent and saw end since.
-	Estimate       float64 `json:"estimate"`
-	Error          string  `json:"error,omitempty"`
-	ScrapeFailures int64   `json:"scrape_failures,omitempty"`
-}
-
-// BackendPrefix is the prefix affinity's account of a backend: the share
-// of prompt blocks the gateway expected it to hold, against what it
-// reports (in its answers' cached_tokens, and in its own counters).
-type BackendPrefix struct {
-	RoutedBlocks   int64    `json:"routed_blocks"`
-	ExpectedBlocks int64    `json:"expected_blocks"`
-	ExpectedRatio  *float64 `json:"expected_hit_ratio,omitempty"`
-	// From the answers' usage.prompt_tokens_details.
-	PromptTokens  int64    `json:"prompt_tokens"`
-	CachedTokens  int64    `json:"cached_tokens"`
-	ReportedRatio *float64 `json:"reported_hit_ratio,omitempty"`
-	// From the backend's metrics (vllm:prefix_cache_hits/queries), since
-	// it started: every client's requests, not only the gateway's.
-	BackendRatio *float64 `json:"backend_hit_ratio,omitempty"`
-}
-
 // Snapshot computes the figures of the window ending at now; the
 // gateway's state is the caller's to fill in.
-func (r *Recent) Snapshot(now time.Time) Snapshot {
-	snap := Snapshot{Time: now, Window: r.window.Seconds(), Groups: []GroupStats{}}
+func (r *Recent) Snapshot(now time.Time) adminapi.Stats {
+	snap := adminapi.Stats{Time: now, Window: r.window.Seconds(), Groups: []adminapi.GroupStats{}}
 	from := now.Add(-r.window)
 	var all []sample
-	allCounts := GroupStats{}
+	allCounts := adminapi.GroupStats{}
 	r.mu.Lock()
 	type taken struct {
 		k       groupKey
 		samples []sample
-		counts  GroupStats
+		counts  adminapi.GroupStats
 	}
 	var groups []taken
 	for k, g := range r.groups {
@@ -254,7 +154,7 @@ func (r *Recent) Snapshot(now time.Time) Snapshot {
 	return snap
 }
 
-func summarize(ss []sample, counts GroupStats, window time.Duration) GroupStats {
+func summarize(ss []sample, counts adminapi.GroupStats, window time.Duration) adminapi.GroupStats {
 	gs := counts
 	gs.RPS = float64(gs.Requests) / window.Seconds()
 	gs.Samples = len(ss)
@@ -298,7 +198,7 @@ func summarize(ss []sample, counts GroupStats, window time.Duration) GroupStats 
 }
 
 // quantiles are v's percentiles (v is sorted here); nil for none.
-func quantiles(v []float64) *Quantiles {
+func quantiles(v []float64) *adminapi.Quantiles {
 	if len(v) == 0 {
 		return nil
 	}

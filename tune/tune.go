@@ -80,8 +80,8 @@ type Result struct {
 	// Report is the baseline's whole diagnosis.
 	Report *diagnose.Report `json:"report,omitempty"`
 	Steps  []Entry          `json:"steps"`
-	Start  Version          `json:"start"`
-	Final  Version          `json:"final"`
+	Start  adminapi.Version `json:"start"`
+	Final  adminapi.Version `json:"final"`
 	Next   []Suggestion     `json:"next,omitempty"`
 	// Stopped says why the walk ended before its plan did (budget, steps,
 	// interrupted, an error), empty when it ran its plan.

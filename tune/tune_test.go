@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/bench"
+	"github.com/infergate/infergate/internal/adminapi"
 	"github.com/infergate/infergate/internal/htmlcheck"
 	"github.com/infergate/infergate/proxy"
 	"github.com/infergate/infergate/sim"
@@ -85,7 +86,7 @@ func (s *stack) config(t *testing.T, rate float64, d time.Duration, slo string) 
 			Load: bench.LoadSpec{Mode: "open", Rate: rate, Duration: d, WarmupTime: 300 * time.Millisecond}}}
 }
 
-func (s *stack) current(t *testing.T) proxy.ConfigVersion {
+func (s *stack) current(t *testing.T) adminapi.Version {
 	t.Helper()
 	for _, v := range s.g.ConfigVersions() {
 		if v.Current {
@@ -93,7 +94,7 @@ func (s *stack) current(t *testing.T) proxy.ConfigVersion {
 		}
 	}
 	t.Fatal("no current configuration")
-	return proxy.ConfigVersion{}
+	return adminapi.Version{}
 }
 
 func readJournal(t *testing.T, path string) []Entry {
@@ -332,7 +333,7 @@ func TestTuneDryRun(t *testing.T) {
 // names and reasons are escaped.
 func TestTuneHTML(t *testing.T) {
 	res := &Result{Objective: "ttft p90 ≤ 2s", Bottleneck: "memory", Diagnosis: "<script>alert(1)</script>",
-		Start: Version{Version: 1, Hash: "aaa"}, Final: Version{Version: 4, Hash: "bbb"},
+		Start: adminapi.Version{Version: 1, Hash: "aaa"}, Final: adminapi.Version{Version: 4, Hash: "bbb"},
 		Steps: []Entry{{Event: "baseline", Goodput: 4.8, Attainment: 0.36},
 			{Step: 1, Event: "roll back", Knob: KnobCap, Diff: []string{"+shaping.global.max_requests: 22"}, Goodput: 5.1, Attainment: 0.37, Reasons: []string{"<img src=x onerror=alert(1)>"}},
 			{Step: 2, Event: "keep", Knob: KnobCap, Goodput: 10.3, Attainment: 0.6}},

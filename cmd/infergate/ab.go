@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
+	"time"
 
+	"github.com/infergate/infergate/internal/adminapi"
+	"github.com/infergate/infergate/internal/safehttp"
 	"github.com/infergate/infergate/mirror"
 	"github.com/infergate/infergate/mirror/ab"
 	"github.com/infergate/infergate/verdict"
@@ -68,7 +70,10 @@ func runAB(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	var pairs []mirror.Pair
 	if *gateway != "" {
-		pairs, err = ab.FetchPairs(ctx, http.DefaultClient, *gateway, *adminKey)
+		admin := &adminapi.Client{URL: *gateway, Key: *adminKey, HTTP: safehttp.Client(30 * time.Second)}
+		var ps adminapi.Pairs
+		ps, err = admin.Pairs(ctx)
+		pairs = ps.Pairs
 	} else {
 		pairs, err = ab.ReadPairs(files)
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"strings"
 	"time"
 
@@ -48,19 +47,11 @@ func runConfig(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	base := strings.TrimSuffix(withScheme(*gateway), "/")
 	admin := &adminapi.Client{URL: base, Key: *adminKey, HTTP: safehttp.Client(30 * time.Second)}
-	call := func(method, path string, body, out any) error {
-		if err := admin.Do(ctx, method, path, body, out); err != nil {
-			return fmt.Errorf("config %s: %w", sub, err)
-		}
-		return nil
-	}
 	switch sub {
 	case "versions":
-		var vs struct {
-			Versions []proxy.ConfigVersion `json:"versions"`
-		}
-		if err := call(http.MethodGet, "/admin/config/versions", nil, &vs); err != nil {
-			return err
+		vs, err := admin.Versions(ctx)
+		if err != nil {
+			return fmt.Errorf("config versions: %w", err)
 		}
 		for i, v := range vs.Versions {
 			cur := ""
@@ -76,18 +67,13 @@ func runConfig(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		return nil
 	case "rollback":
-		var body any // none: the previous configuration
-		switch {
-		case *to > 0 && *hash != "":
+		if *to > 0 && *hash != "" {
 			return errors.New("config rollback: give --to or --hash, not both")
-		case *to > 0:
-			body = map[string]int{"version": *to}
-		case *hash != "":
-			body = map[string]string{"hash": *hash}
 		}
-		var v proxy.ConfigVersion
-		if err := call(http.MethodPost, "/admin/config/rollback", body, &v); err != nil {
-			return err
+		// Neither: the previous configuration.
+		v, err := admin.Rollback(ctx, adminapi.RollbackRequest{Version: *to, Hash: *hash})
+		if err != nil {
+			return fmt.Errorf("config rollback: %w", err)
 		}
 		fmt.Fprintf(stdout, "rolled back: now version %d (%s), %s\n", v.Version, v.Hash, v.Source)
 		return nil

@@ -2,22 +2,20 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/infergate/infergate/internal/adminapi"
 	"github.com/infergate/infergate/internal/safehttp"
 	"github.com/infergate/infergate/proxy"
-	"github.com/infergate/infergate/tracing"
 	"golang.org/x/term"
 )
 
-const topSynopsis = `top [--admin URL] [--interval 2s] [--count N]
+const topSynopsis = `top [--admin URL] [--admin-key KEY] [--interval 2s] [--count N]
 
 Shows a running gateway's live view in the terminal, read from its admin
 listener's /admin/stats: requests in flight and queued, then per model and
@@ -30,6 +28,7 @@ interval. Ctrl-C stops it.`
 func runTop(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("top", topSynopsis, stderr)
 	admin := fs.String("admin", "http://"+proxy.DefaultAdminListen, "the gateway's admin listener (serve --admin-listen)")
+	adminKey := fs.String("admin-key", "", "the gateway's server.admin_auth key, when it has one")
 	interval := fs.Duration("interval", 2*time.Second, "time between refreshes")
 	count := fs.Int("count", 0, "stop after this many frames (0: until Ctrl-C)")
 	if err := fs.Parse(args); err != nil {
@@ -41,19 +40,16 @@ func runTop(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if *interval <= 0 {
 		return fmt.Errorf("--interval must be positive")
 	}
-	base := strings.TrimSuffix(*admin, "/")
-	if !strings.Contains(base, "://") {
-		base = "http://" + base
-	}
+	base := strings.TrimSuffix(withScheme(*admin), "/")
 	f, isFile := stdout.(*os.File)
 	redraw := isFile && term.IsTerminal(int(f.Fd()))
-	client := safehttp.Client(5 * time.Second)
+	client := &adminapi.Client{URL: base, Key: *adminKey, HTTP: safehttp.Client(5 * time.Second)}
 	tick := time.NewTicker(*interval)
 	defer tick.Stop()
 	for frame := 1; ; frame++ {
-		snap, err := fetchStats(ctx, client, base+"/admin/stats")
+		snap, err := client.Stats(ctx)
 		if err != nil {
-			return err
+			return fmt.Errorf("top: %w", err)
 		}
 		if redraw {
 			fmt.Fprint(stdout, "\x1b[H\x1b[2J")
@@ -70,28 +66,8 @@ func runTop(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 }
 
-func fetchStats(ctx context.Context, c *http.Client, url string) (tracing.Snapshot, error) {
-	var snap tracing.Snapshot
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return snap, err
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return snap, fmt.Errorf("admin %s: %w", url, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return snap, fmt.Errorf("admin %s: status %d", url, resp.StatusCode)
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&snap); err != nil {
-		return snap, fmt.Errorf("admin %s: %w", url, err)
-	}
-	return snap, nil
-}
-
 // renderStats writes one frame of the live view.
-func renderStats(w io.Writer, from string, s tracing.Snapshot) {
+func renderStats(w io.Writer, from string, s adminapi.Stats) {
 	g := s.Gateway
 	fmt.Fprintf(w, "infergate top — %s — %s — last %.0f s\n", from, s.Time.Local().Format("15:04:05"), s.Window)
 	errPct := 0.0
@@ -102,7 +78,7 @@ func renderStats(w io.Writer, from string, s tracing.Snapshot) {
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "model\tbackend\treq/s\terr%\tTTFT p50\tp90\tp99\tTPOT p50\ttok/s p50\te2e p50\tp99\t")
-	rows := append([]tracing.GroupStats{}, s.Groups...)
+	rows := append([]adminapi.GroupStats{}, s.Groups...)
 	if len(rows) > 1 {
 		all := s.All
 		all.Model, all.Backend = "all", ""
@@ -143,7 +119,7 @@ func renderStats(w io.Writer, from string, s tracing.Snapshot) {
 
 // q formats one percentile of a figure, or "-" when there is none (or
 // too few requests to carry it).
-func q(v *tracing.Quantiles, p int) string {
+func q(v *adminapi.Quantiles, p int) string {
 	if v == nil {
 		return "-"
 	}

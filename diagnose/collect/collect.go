@@ -6,7 +6,6 @@ package collect
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,15 +18,17 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/diagnose"
+	"github.com/infergate/infergate/internal/adminapi"
 	"github.com/infergate/infergate/internal/engine"
 	"github.com/infergate/infergate/internal/promtext"
 	"github.com/infergate/infergate/internal/safehttp"
+	"github.com/infergate/infergate/openai"
 )
 
 // Config says what to read and how often.
 type Config struct {
 	// Gateway is an infergate gateway's admin URL (serve --admin-listen);
-	// its /metrics is read, and its backends are found in /admin/stats
+	// its /metrics is read, and its backends are found in its live view
 	// when Backends is empty.
 	Gateway string
 	// AdminKey is the gateway's server.admin_auth key, when it has one.
@@ -108,24 +109,18 @@ func (c *Config) scrape(ctx context.Context, u string, auth bool) (*promtext.Scr
 	return s, nil
 }
 
+// admin is the gateway's admin listener.
+func (c *Config) admin() *adminapi.Client {
+	return &adminapi.Client{URL: c.Gateway, Key: c.AdminKey, HTTP: c.Client}
+}
+
 // Discover lists the gateway's backends' metrics URLs, from its live view
-// (/admin/stats): every backend of every pool, at /metrics.
+// (adminapi.Stats): every backend of every pool, at /metrics.
 func Discover(ctx context.Context, cfg Config) ([]string, error) {
 	cfg.defaults()
-	base := strings.TrimSuffix(cfg.Gateway, "/")
-	b, err := cfg.get(ctx, base+"/admin/stats", true)
+	snap, err := cfg.admin().Stats(ctx)
 	if err != nil {
-		return nil, err
-	}
-	var snap struct {
-		Gateway struct {
-			Backends []struct {
-				Name string `json:"name"`
-			} `json:"backends"`
-		} `json:"gateway"`
-	}
-	if err := json.Unmarshal(b, &snap); err != nil {
-		return nil, fmt.Errorf("collect: %s/admin/stats: %w", base, err)
+		return nil, fmt.Errorf("collect: %w", err)
 	}
 	seen := map[string]bool{}
 	var out []string
@@ -145,17 +140,9 @@ func Discover(ctx context.Context, cfg Config) ([]string, error) {
 
 // attribution reads the gateway's account of where its recent requests'
 // time went, from its live view; nil when it cannot be read.
-func (c *Config) attribution(ctx context.Context) map[string]float64 {
-	b, err := c.get(ctx, strings.TrimSuffix(c.Gateway, "/")+"/admin/stats", true)
+func (c *Config) attribution(ctx context.Context) *openai.Timing {
+	snap, err := c.admin().Stats(ctx)
 	if err != nil {
-		return nil
-	}
-	var snap struct {
-		All struct {
-			Attribution map[string]float64 `json:"attribution_ms"`
-		} `json:"all"`
-	}
-	if json.Unmarshal(b, &snap) != nil {
 		return nil
 	}
 	return snap.All.Attribution

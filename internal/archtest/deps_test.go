@@ -42,6 +42,7 @@ var rules = []struct {
 	{"tracing", "the timeline does not know the gateway", []string{mod + "proxy", mod + "bench", mod + "mirror"}},
 	{"internal/promtext", "the exposition parser is a leaf the gateway links", append(leafForbidden, httpLibs...)},
 	{"internal/engine", "what servers' metrics mean is a leaf the gateway links (callers fetch)", append(leafForbidden, httpLibs...)},
+	{"internal/adminapi", "the admin API's bodies and client are for any caller: no gateway, no fasthttp, no OpenTelemetry SDK", []string{mod + "proxy", mod + "tracing", mod + "mirror", mod + "bench", "go.opentelemetry.io/otel/sdk", "github.com/valyala/fasthttp"}},
 	{"tune", "the tuning loop drives a gateway through its admin API, as a user would, never from inside", []string{mod + "proxy", mod + "tracing", mod + "mirror", "go.opentelemetry.io/otel/sdk"}},
 }
 

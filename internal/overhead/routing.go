@@ -14,9 +14,10 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/bench"
+	"github.com/infergate/infergate/internal/adminapi"
 	"github.com/infergate/infergate/internal/engine"
 	"github.com/infergate/infergate/internal/promtext"
-	"github.com/infergate/infergate/tracing"
+	"github.com/infergate/infergate/internal/safehttp"
 	"github.com/infergate/infergate/verdict"
 )
 
@@ -179,7 +180,7 @@ func (o *Overhead) routingOnce(ctx context.Context, dir string, rc routingCase, 
 		run.hit = hits / queries
 	}
 	if a.slow {
-		st, err := gatewayStats(gw.admin)
+		st, err := (&adminapi.Client{URL: gw.admin, HTTP: safehttp.Client(10 * time.Second)}).Stats(ctx)
 		if err != nil {
 			return routingRun{}, err
 		}
@@ -216,13 +217,3 @@ func simPrefix(addr string) (reading, error) {
 }
 
 type reading struct{ PrefixHits, PrefixQueries float64 }
-
-func gatewayStats(admin string) (tracing.Snapshot, error) {
-	var snap tracing.Snapshot
-	resp, err := http.Get("http://" + admin + "/admin/stats")
-	if err != nil {
-		return snap, err
-	}
-	defer resp.Body.Close()
-	return snap, json.NewDecoder(resp.Body).Decode(&snap)
-}

@@ -72,11 +72,12 @@ func TestNoCredentialFollowsARedirect(t *testing.T) {
 		t.Errorf("the judge's call through the redirect: %+v, want it failed", jd)
 	}
 	admin := &adminapi.Client{URL: r.from.URL, Key: "adm-key"}
-	if err := admin.Do(ctx, "GET", "/admin/stats", nil, nil); err == nil {
+	if _, err := admin.Stats(ctx); err == nil {
 		t.Error("the admin client followed a redirect with its key")
 	}
-	if _, err := ab.FetchPairs(ctx, http.DefaultClient, r.from.URL, "adm-key"); err == nil {
-		t.Error("FetchPairs followed a redirect with its key")
+	admin.HTTP = http.DefaultClient // one that follows redirects: the client guards it
+	if _, err := admin.Pairs(ctx); err == nil {
+		t.Error("the admin client on net/http's own client followed a redirect with its key")
 	}
 	if got := r.seen(); len(got) != 1 {
 		t.Errorf("credentials reached the redirect's target: %q", got[1:])

@@ -3,17 +3,12 @@ package ab
 import (
 	"bufio"
 	"cmp"
-	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"slices"
 	"strings"
-	"time"
 
-	"github.com/infergate/infergate/internal/safehttp"
 	"github.com/infergate/infergate/mirror"
 	"github.com/infergate/infergate/verdict"
 )
@@ -69,33 +64,6 @@ func ReadPairs(files []string) ([]mirror.Pair, error) {
 		}
 	}
 	return pairs, nil
-}
-
-// FetchPairs reads a running gateway's recent pairs from its admin
-// listener (admin: its base URL; key: server.admin_auth's, or empty).
-func FetchPairs(ctx context.Context, client *http.Client, admin, key string) ([]mirror.Pair, error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, "GET", strings.TrimSuffix(admin, "/")+"/admin/pairs", nil)
-	if err != nil {
-		return nil, err
-	}
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
-	resp, err := safehttp.Guard(client).Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != 200 {
-		return nil, fmt.Errorf("GET %s: %s", req.URL, resp.Status)
-	}
-	var s mirror.Stats
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 256<<20)).Decode(&s); err != nil {
-		return nil, fmt.Errorf("GET %s: %w", req.URL, err)
-	}
-	return s.Pairs, nil
 }
 
 // Examples are the n pairs whose answers differ most (both answered,
