@@ -43,6 +43,17 @@ func TestServeRefusesAnOpenAdminListener(t *testing.T) {
 			t.Errorf("/admin/stats with %q: %d, want %d", tc.auth, st, tc.want)
 		}
 	}
+	// The commands that read the admin API take the key; without it the
+	// gateway's refusal reaches the user.
+	if out, err := exec.Command(binary, "top", "--admin", admin, "--admin-key", "adm-cmd-test-key", "--count", "1").CombinedOutput(); err != nil || !strings.Contains(string(out), "infergate top") {
+		t.Errorf("top with the key: %v\n%s", err, out)
+	}
+	if out, err := exec.Command(binary, "top", "--admin", admin, "--count", "1").CombinedOutput(); err == nil || !strings.Contains(string(out), "401") || !strings.Contains(string(out), "admin_auth") {
+		t.Errorf("top without the key: %v\n%s", err, out)
+	}
+	if out, err := exec.Command(binary, "config", "versions", "--admin", admin, "--admin-key", "adm-cmd-test-key").CombinedOutput(); err != nil || !strings.Contains(string(out), "version 1") {
+		t.Errorf("config versions with the key: %v\n%s", err, out)
+	}
 }
 
 func getStatus(t *testing.T, url, auth string) int {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/infergate/infergate/internal/adminapi"
 )
 
 var binary string
@@ -267,14 +270,13 @@ func TestConfigFileAndReload(t *testing.T) {
 		t.Errorf("the rollback was not logged:\n%s", gw.log())
 	}
 	// The admin API: to a named version (beta's, 2), then an unknown one.
-	resp, err := http.Post(admin+"/admin/config/rollback", "application/json", strings.NewReader(`{"version":2}`))
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("rollback to 2: %v %v", resp, err)
+	if v, err := (&adminapi.Client{URL: admin}).Rollback(context.Background(), adminapi.RollbackRequest{Version: 2}); err != nil || v.Version != 4 || !v.Current {
+		t.Fatalf("rollback to 2: %+v %v", v, err)
 	}
-	resp.Body.Close()
 	if code, _ := chat(t, url, "beta"); code != 200 {
 		t.Errorf("beta after rolling forward to version 2: %d", code)
 	}
+	// The server's refusals, raw: malformed bodies a client never sends.
 	for _, tc := range []struct {
 		method, body string
 		status       int
