@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -11,7 +12,9 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/infergate/infergate/internal/adminapi"
 	"github.com/infergate/infergate/internal/htmlcheck"
 	"github.com/infergate/infergate/mirror"
 )
@@ -70,6 +73,42 @@ func TestABSameBackendIsNotRolledBack(t *testing.T) {
 	code, report, _ := abRun(t, "--ttft", "30ms", "--itl", "4ms")
 	if code == 1 || strings.Contains(report, "ROLL BACK") {
 		t.Fatalf("identical backends: exit %d\n%s", code, report)
+	}
+}
+
+// TestABReadsARunningGateway: ab report --admin reads the recent pairs
+// of a running gateway whose admin listener wants a key, through the
+// admin API's client: every request's pair, none lost on the way.
+func TestABReadsARunningGateway(t *testing.T) {
+	primary := start(t, "sim", "--listen", "127.0.0.1:0", "--ttft", "5ms", "--itl", "1ms", "--mean-output-tokens", "16").url(t)
+	candidate := start(t, "sim", "--listen", "127.0.0.1:0", "--ttft", "5ms", "--itl", "1ms", "--mean-output-tokens", "16").url(t)
+	key := filepath.Join(t.TempDir(), "admin-key")
+	if err := os.WriteFile(key, []byte("adm-ab-test-key\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gw := start(t, "serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--admin-auth-file", key, "--upstream", primary, "--mirror", candidate)
+	url, admin := gw.url(t), gw.adminURL(t)
+	if code, out := exitCode(t, "bench", "--url", url, "--concurrency", "4", "--requests", "40", "--warmup", "0"); code != 0 {
+		t.Fatalf("bench: exit %d\n%s", code, out)
+	}
+	// A pair is recorded once both its answers have ended.
+	c := &adminapi.Client{URL: admin, Key: "adm-ab-test-key"}
+	deadline := time.Now().Add(10 * time.Second)
+	for ps, err := c.Pairs(context.Background()); ps.Recorded < 40 && time.Now().Before(deadline); ps, err = c.Pairs(context.Background()) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	code, js := exitCodeStdout(t, "ab", "report", "--json", "--admin", admin, "--admin-key", "adm-ab-test-key")
+	var r struct {
+		Pairs int `json:"pairs"`
+	}
+	if code == 3 || json.Unmarshal([]byte(js), &r) != nil || r.Pairs != 40 {
+		t.Errorf("ab report --admin: exit %d, %d pairs, want 40\n%s", code, r.Pairs, js)
+	}
+	if code, out := exitCode(t, "ab", "report", "--admin", admin); code != 3 || !strings.Contains(out, "401") {
+		t.Errorf("ab report --admin without the key: exit %d, want 3 and the gateway's 401\n%s", code, out)
 	}
 }
 
