@@ -54,7 +54,10 @@ scripts/demo-repeat.sh tabulates over repeated runs.
 
 Every record, the journal and a self-contained HTML report of each step
 go to --dir (default: a new folder under the system's temporary folder,
-named at the end). --no-mirror leaves steps 2 and 3 out.`
+named at the end). --no-mirror leaves steps 2 and 3 out. Bench's workload
+and load flags apply to every measurement; the ones that name a server or
+a file of bench's own (--url, --admin, --out, --html, --csv, --events) are
+refused: the demo runs its own gateway and writes to --dir.`
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("demo", demoSynopsis, stderr)
@@ -75,6 +78,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	set := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	if err := notTheDemos(set); err != nil {
+		return err
+	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	out := *dir
 	if out == "" {
@@ -396,4 +402,29 @@ func shutdownWithin(shutdown func(context.Context) error, d time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	_ = shutdown(ctx)
+}
+
+// demoIgnores are bench's flags that mean nothing in the demo, which runs
+// its own server and gateway and writes its own files to --dir: given,
+// they would be silently ignored, so they are refused.
+var demoIgnores = map[string]string{
+	"url":        "the demo measures its own gateway; to tune yours: infergate tune --admin ADMIN_URL --url API_URL",
+	"admin":      "the demo drives its own gateway's admin listener",
+	"admin-key":  "the demo drives its own gateway's admin listener",
+	"out":        "the records go to --dir",
+	"html":       "the reports go to --dir",
+	"csv":        "the records go to --dir",
+	"events":     "the records go to --dir",
+	"cpuprofile": "profile infergate bench or serve instead",
+	"memprofile": "profile infergate bench or serve instead",
+}
+
+// notTheDemos refuses, as a usage error, a flag the demo would ignore.
+func notTheDemos(set map[string]bool) error {
+	for _, name := range slices.Sorted(maps.Keys(set)) {
+		if why, ok := demoIgnores[name]; ok {
+			return exitError{codeUsage, fmt.Errorf("--%s is not the demo's: %s", name, why)}
+		}
+	}
+	return nil
 }

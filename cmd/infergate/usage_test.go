@@ -29,6 +29,7 @@ func TestUsageConventions(t *testing.T) {
 		{args: []string{"tune", "--sloo", "ttft=1s"}, code: 2, stderr: "did you mean --slo?", stderrMax: 3, stdoutNone: true},
 		{args: []string{"size", "--tp", "x"}, code: 2, stderr: `invalid value "x" for flag -tp`, stderrMax: 2},
 		{args: []string{"compare", "--forse"}, code: 3, stderr: "did you mean --force?", stderrMax: 3},
+		{args: []string{"demo", "--url", "http://127.0.0.1:1", "--dir", "/nonexistent/x"}, code: 2, stderr: "--url is not the demo's", stderrMax: 1},
 		{args: []string{"bnech"}, code: 2, stderr: "did you mean bench?", stderrMax: 3},
 		{args: nil, code: 2, stderr: "Commands:", stdoutNone: true},
 	} {
