@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"github.com/infergate/infergate/internal/roundtrip"
 	"github.com/sony/gobreaker/v2"
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // backend is one upstream server with its connection pool, health state,
@@ -272,3 +274,31 @@ func (b *backend) observeTPOT(d time.Duration) {
 // tpotAverage is b's moving average time per output token in seconds, 0
 // before any stream.
 func (b *backend) tpotAverage() float64 { return math.Float64frombits(b.tpot.Load()) }
+
+// observeBackends registers each backend's requests in flight and breaker
+// state.
+func (g *Gateway) observeBackends(meter metric.Meter) error {
+	in := instruments{meter: meter}
+	upstream := in.gauge("infergate.upstream.in_flight", "{request}", "Requests in flight to each backend.")
+	breaker := in.gauge("infergate.breaker.state", "", "Each backend's circuit breaker: 0 closed, 1 half-open, 2 open.")
+	return in.register(func(_ context.Context, o metric.Observer) error {
+		for _, p := range g.state.Load().pools {
+			for _, b := range p.backends {
+				at := backendAttrs(p, b)
+				o.ObserveInt64(upstream, b.Outstanding(), at)
+				o.ObserveInt64(breaker, breakerValue(b.BreakerState()), at)
+			}
+		}
+		return nil
+	})
+}
+
+func breakerValue(s gobreaker.State) int64 {
+	switch s {
+	case gobreaker.StateHalfOpen:
+		return 1
+	case gobreaker.StateOpen:
+		return 2
+	}
+	return 0
+}

@@ -8,7 +8,6 @@ import (
 	"sync"
 
 	"github.com/infergate/infergate/tracing"
-	"github.com/sony/gobreaker/v2"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
@@ -115,32 +114,4 @@ func observeProcess(meter metric.Meter) error {
 		o.ObserveInt64(goroutines, int64(runtime.NumGoroutine()))
 		return nil
 	})
-}
-
-// observeBackends registers each backend's requests in flight and breaker
-// state.
-func (g *Gateway) observeBackends(meter metric.Meter) error {
-	in := instruments{meter: meter}
-	upstream := in.gauge("infergate.upstream.in_flight", "{request}", "Requests in flight to each backend.")
-	breaker := in.gauge("infergate.breaker.state", "", "Each backend's circuit breaker: 0 closed, 1 half-open, 2 open.")
-	return in.register(func(_ context.Context, o metric.Observer) error {
-		for _, p := range g.state.Load().pools {
-			for _, b := range p.backends {
-				at := backendAttrs(p, b)
-				o.ObserveInt64(upstream, b.Outstanding(), at)
-				o.ObserveInt64(breaker, breakerValue(b.BreakerState()), at)
-			}
-		}
-		return nil
-	})
-}
-
-func breakerValue(s gobreaker.State) int64 {
-	switch s {
-	case gobreaker.StateHalfOpen:
-		return 1
-	case gobreaker.StateOpen:
-		return 2
-	}
-	return 0
 }
