@@ -66,6 +66,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	dir := fs.String("dir", "", "folder for the records and reports (default: a new one under the temporary folder)")
 	qualityTol := fs.String("quality-tolerance", "2%", "accepted rise of a quality rate, in points; every measurement is sized to settle it")
 	f := registerBenchFlags(fs)
+	demoFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -417,6 +418,33 @@ var demoIgnores = map[string]string{
 	"events":     "the records go to --dir",
 	"cpuprofile": "profile infergate bench or serve instead",
 	"memprofile": "profile infergate bench or serve instead",
+}
+
+// demoDefaults are the demo's own defaults for bench's flags, set in
+// runDemo where a flag was not given; its help states them.
+var demoDefaults = map[string]struct{ def, usage string }{
+	"output-tokens":  {"64", "max_tokens: N, uniform:MIN-MAX, normal:MEAN,SD, or none to leave it unset"},
+	"warmup":         {"500ms", "warm-up per measurement, left out: a request count or a duration"},
+	"slo":            {"ttft=2s,tpot=50ms", "the objective every step is judged at"},
+	"rate":           {"24", "open loop: requests per second (without --concurrency or --sweep: above what the memory-bound server serves)"},
+	"gateway-timing": {"true", "ask the gateway where each request's time went"},
+	"requests":       {"0", "measured requests per measurement (default: as many as settle --quality-tolerance)"},
+	"model":          {"", "model name (default: the simulator's)"},
+}
+
+// demoFlags hides the bench flags the demo refuses from its help and
+// states the demo's own defaults for the ones it sets.
+func demoFlags(fs *flag.FlagSet) {
+	for name := range demoIgnores {
+		if fl := fs.Lookup(name); fl != nil {
+			fl.Usage = hiddenUsage
+		}
+	}
+	for name, d := range demoDefaults {
+		if fl := fs.Lookup(name); fl != nil {
+			fl.DefValue, fl.Usage = d.def, d.usage
+		}
+	}
 }
 
 // notTheDemos refuses, as a usage error, a flag the demo would ignore.

@@ -149,7 +149,7 @@ func newFlagSet(name, synopsis string, out io.Writer) *flag.FlagSet {
 			return
 		}
 		fmt.Fprintf(out, "Usage: infergate %s\n\n%s\n\nFlags:\n", name, synopsis)
-		fs.PrintDefaults()
+		printFlags(fs, out)
 	}
 	return fs
 }

@@ -149,3 +149,21 @@ func interrupted(ctx context.Context) bool {
 	cause := context.Cause(ctx)
 	return cause != nil && strings.HasPrefix(cause.Error(), "interrupt")
 }
+
+// hiddenUsage marks a flag a command parses only to refuse it with a
+// reason (demo's share of bench's flags): its help does not list it.
+const hiddenUsage = "\x00hidden"
+
+// printFlags is flag.PrintDefaults without the hidden flags.
+func printFlags(fs *flag.FlagSet, w io.Writer) {
+	shown := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
+	shown.SetOutput(w)
+	fs.VisitAll(func(f *flag.Flag) {
+		if f.Usage == hiddenUsage {
+			return
+		}
+		shown.Var(f.Value, f.Name, f.Usage)
+		shown.Lookup(f.Name).DefValue = f.DefValue
+	})
+	shown.PrintDefaults()
+}
