@@ -61,6 +61,28 @@ func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByt
 		tl.ContentEvents = t.ContentEvents
 		tl.FinishReason = t.Finish
 	}()
+	// flush sends what is pending and stamps the batch's relay time and
+	// the first token and output out. A stream whose last read brought
+	// the end with it (the whole answer in one read) leaves here too.
+	flush := func() (time.Time, bool) {
+		if err := w.Flush(); err != nil {
+			return time.Time{}, false
+		}
+		now := time.Now()
+		d := now.Sub(batchStart)
+		tl.Relay += d
+		tl.RelayMax = max(tl.RelayMax, d)
+		if !content && !tl.FirstTokenIn.IsZero() {
+			content = true
+			tl.FirstTokenOut = now
+		}
+		if !output && !tl.FirstOutputIn.IsZero() {
+			output = true
+			tl.FirstOutputOut = now
+		}
+		pending = 0
+		return now, true
+	}
 	for {
 		ev, err := er.TryNext()
 		if err == openai.ErrWouldBlock {
@@ -68,23 +90,11 @@ func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByt
 			// before the wait.
 			var now time.Time
 			if pending > 0 {
-				if err := w.Flush(); err != nil {
+				var ok bool
+				if now, ok = flush(); !ok {
 					out.clientErr = true
 					return out
 				}
-				now = time.Now()
-				d := now.Sub(batchStart)
-				tl.Relay += d
-				tl.RelayMax = max(tl.RelayMax, d)
-				if !content && !tl.FirstTokenIn.IsZero() {
-					content = true
-					tl.FirstTokenOut = now
-				}
-				if !output && !tl.FirstOutputIn.IsZero() {
-					output = true
-					tl.FirstOutputOut = now
-				}
-				pending = 0
 			} else {
 				now = time.Now()
 			}
@@ -102,8 +112,10 @@ func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByt
 		}
 		if err != nil {
 			out.err = err
-			if pending > 0 && w.Flush() != nil {
-				out.clientErr = true
+			if pending > 0 {
+				if _, ok := flush(); !ok {
+					out.clientErr = true
+				}
 			}
 			return out
 		}

@@ -107,3 +107,36 @@ func TestEventReaderNoGrowthForSmallEvents(t *testing.T) {
 		t.Errorf("buffer grew to %d for %d-byte events", er.Cap(), len(benchEvent))
 	}
 }
+
+// oneRead yields the whole stream in one Read with io.EOF, as a body that
+// arrived complete does.
+type oneRead struct{ b []byte }
+
+func (r *oneRead) Read(p []byte) (int, error) {
+	n := copy(p, r.b)
+	r.b = r.b[n:]
+	if len(r.b) == 0 {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// A stream that arrives in one read still stamps its first token out:
+// without it the request shows no TTFT, TPOT or speed.
+func TestRelayStampsAStreamThatArrivedWhole(t *testing.T) {
+	for _, eofWithData := range []bool{true, false} {
+		src := io.Reader(&oneRead{b: []byte(chunk("a") + chunk("b") + finishEvent + doneEvent)})
+		if !eofWithData {
+			src = &eventSource{tail: []byte(chunk("a") + chunk("b") + finishEvent + doneEvent)}
+		}
+		var tl tracing.Timeline
+		tl.Received = time.Now()
+		out := relay(bufio.NewWriter(io.Discard), openai.NewEventReader(src, nil, 1<<20), noDeadline{}, time.Second, time.Second, &tl, &openai.Tally{}, relayMode{})
+		if out.err != io.EOF || out.clientErr {
+			t.Fatalf("outcome %+v, want a clean EOF", out)
+		}
+		if tl.FirstTokenIn.IsZero() || tl.FirstTokenOut.IsZero() || tl.FirstTokenOut.Before(tl.FirstTokenIn) || tl.TTFT() <= 0 || tl.Relay <= 0 {
+			t.Errorf("EOF with the data %v: first token in %v out %v, TTFT %v, relay %v", eofWithData, tl.FirstTokenIn, tl.FirstTokenOut, tl.TTFT(), tl.Relay)
+		}
+	}
+}
