@@ -41,6 +41,9 @@ ttft_seconds_count 3
 # TYPE queue_seconds summary
 queue_seconds_sum 1
 queue_seconds_count 4
+# TYPE huge gauge
+huge{gpu="0"} 1e308
+huge{gpu="1"} 1e308
 # TYPE cache_config_info gauge
 cache_config_info{block_size="16",num_gpu_blocks="None"} 1
 `
@@ -77,6 +80,9 @@ func TestQueries(t *testing.T) {
 		{"histogram mean", hist(s.Hist("ttft_seconds")), 2.5 / 3},
 		{"summary mean", hist(s.Hist("queue_seconds")), 0.25},
 		{"a gauge is no histogram", hist(s.Hist("gpu_util")), math.NaN()},
+		{"a sum past float64's range is none", num(s.Sum("huge")), math.NaN()},
+		{"so is a mean whose sum is", num(s.Mean("huge")), math.NaN()},
+		{"max of huge values", num(s.Max("huge")), 1e308},
 		{"label as a number", num(s.LabelNumber("cache_config_info", "block_size")), 16},
 		{"None is no number", num(s.LabelNumber("cache_config_info", "num_gpu_blocks")), math.NaN()},
 	} {
