@@ -6,9 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,7 +16,9 @@ import (
 	"github.com/infergate/infergate/internal/adminapi"
 	"github.com/infergate/infergate/internal/htmlcheck"
 	"github.com/infergate/infergate/proxy"
+	"github.com/infergate/infergate/proxy/proxytest"
 	"github.com/infergate/infergate/sim"
+	"github.com/infergate/infergate/sim/simtest"
 	"github.com/infergate/infergate/verdict"
 )
 
@@ -32,44 +31,12 @@ type stack struct {
 
 func serveStack(t *testing.T, preset string) *stack {
 	t.Helper()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	scfg, err := sim.Preset(preset)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := sim.New(scfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sln := listen(t)
-	go s.Serve(sln)
-	cfg := proxy.Config{
-		Pools:       map[string]proxy.PoolConfig{"default": {Backends: []proxy.BackendConfig{{URL: "http://" + sln.Addr().String()}}}},
-		DefaultPool: "default",
-	}
-	g, err := proxy.New(cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gln, aln := listen(t), listen(t)
-	go g.Serve(gln)
-	go g.ServeAdmin(aln)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		defer cancel()
-		g.Shutdown(ctx)
-		s.Shutdown(ctx)
-	})
-	return &stack{g: g, api: "http://" + gln.Addr().String(), admin: "http://" + aln.Addr().String(), startVersions: len(g.ConfigVersions())}
-}
-
-func listen(t *testing.T) net.Listener {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ln
+	gw := proxytest.Start(t, proxytest.To(simtest.Start(t, scfg).URL))
+	return &stack{g: gw.G, api: gw.URL, admin: gw.Admin, startVersions: len(gw.G.ConfigVersions())}
 }
 
 func (s *stack) config(t *testing.T, rate float64, d time.Duration, slo string) Config {

@@ -2,15 +2,14 @@ package tune
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/infergate/infergate/bench"
-	"github.com/infergate/infergate/proxy"
+	"github.com/infergate/infergate/proxy/proxytest"
 	"github.com/infergate/infergate/sim"
+	"github.com/infergate/infergate/sim/simtest"
 	"github.com/infergate/infergate/verdict"
 )
 
@@ -21,49 +20,24 @@ import (
 // TTFT p90 ≤ 300 ms and TPOT p90 ≤ 40 ms wants. One that decodes much
 // slower pushes TPOT past its SLO.
 func TestVerdictJudgesTheTradeEndToEnd(t *testing.T) {
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	serveSim := func(seqs int, baseMs, perSeqMs float64) string {
 		c, _ := sim.Preset("balanced")
 		c.Engine.MaxNumSeqs, c.Engine.DecodeBaseMs, c.Engine.DecodePerSeqMs = seqs, baseMs, perSeqMs
 		c.Engine.SaturationBatch = seqs
-		s, err := sim.New(c, log)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ln := listen(t)
-		go s.Serve(ln)
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-			defer cancel()
-			s.Shutdown(ctx)
-		})
-		return "http://" + ln.Addr().String()
+		return simtest.Start(t, c).URL
 	}
 	// At 60 requests a second of 32 tokens: 16 sequences at a time queue
 	// (TTFT p90 over 2 s, TPOT about 12 ms); 128 do not queue and decode
 	// slower, within 40 ms; a 50 ms decode step puts TPOT past 40 ms.
 	small, big, slow := serveSim(16, 8, 0.15), serveSim(128, 8, 0.2), serveSim(128, 50, 0.15)
-	gwCfg := func(upstream string) proxy.Config {
-		return proxy.Config{Pools: map[string]proxy.PoolConfig{"default": {Backends: []proxy.BackendConfig{{URL: upstream}}}}, DefaultPool: "default"}
-	}
-	g, err := proxy.New(gwCfg(small), log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln := listen(t)
-	go g.Serve(ln)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		defer cancel()
-		g.Shutdown(ctx)
-	})
+	g := proxytest.Start(t, proxytest.To(small))
 	slos, _ := verdict.ParseSLOs("ttft=300ms,tpot=40ms")
 	run := func(upstream string) *bench.Record {
 		t.Helper()
-		if err := g.Reload(gwCfg(upstream)); err != nil {
+		if err := g.G.Reload(proxytest.To(upstream)); err != nil {
 			t.Fatal(err)
 		}
-		rec, err := bench.Run(context.Background(), bench.Config{URL: "http://" + ln.Addr().String(), SLOs: slos,
+		rec, err := bench.Run(context.Background(), bench.Config{URL: g.URL, SLOs: slos,
 			Workload: bench.WorkloadSpec{Model: "sim-model", Stream: true, InputTokens: "32", OutputTokens: "32", ForceOutputLength: true},
 			Load:     bench.LoadSpec{Mode: "open", Rate: 60, Duration: 5 * time.Second, WarmupTime: 200 * time.Millisecond}})
 		if err != nil {

@@ -4,18 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/infergate/infergate/diagnose/collect"
-	"io"
-	"log/slog"
-	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/infergate/infergate/bench"
 	"github.com/infergate/infergate/diagnose"
-	"github.com/infergate/infergate/proxy"
+	"github.com/infergate/infergate/diagnose/collect"
+	"github.com/infergate/infergate/proxy/proxytest"
 	"github.com/infergate/infergate/sim"
+	"github.com/infergate/infergate/sim/simtest"
 )
 
 // deployment is a simulator with a preset behind a gateway, both on
@@ -36,43 +36,10 @@ func deploy(t *testing.T, preset string, gatewayCap int64) deployment {
 
 func deployConfig(t *testing.T, scfg sim.Config, gatewayCap int64) deployment {
 	t.Helper()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	s, err := sim.New(scfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sln := listen(t)
-	go s.Serve(sln)
-	t.Cleanup(func() { shutdown(s.Shutdown) })
-	gcfg := proxy.Config{
-		Server:      proxy.ServerConfig{Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0"},
-		Pools:       map[string]proxy.PoolConfig{"default": {Backends: []proxy.BackendConfig{{URL: "http://" + sln.Addr().String()}}}},
-		DefaultPool: "default",
-	}
+	gcfg := proxytest.To(simtest.Start(t, scfg).URL)
 	gcfg.Shaping.Global.MaxRequests = gatewayCap
-	g, err := proxy.New(gcfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gln, aln := listen(t), listen(t)
-	go g.Serve(gln)
-	go g.ServeAdmin(aln)
-	t.Cleanup(func() { shutdown(g.Shutdown) })
-	return deployment{api: "http://" + gln.Addr().String(), admin: "http://" + aln.Addr().String(), model: scfg.Model}
-}
-
-func listen(t *testing.T) net.Listener {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ln
-}
-
-func shutdown(f func(context.Context) error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	_ = f(ctx)
+	g := proxytest.Start(t, gcfg)
+	return deployment{api: g.URL, admin: g.Admin, model: scfg.Model}
 }
 
 func benchConfig(d deployment, concurrency int, dur time.Duration) bench.Config {
@@ -240,9 +207,9 @@ func TestSweepSaturatedCompute(t *testing.T) {
 }
 
 func TestSampleFailsWithNothingToRead(t *testing.T) {
-	ln := listen(t)
-	ln.Close() // a port nobody answers on
-	_, err := collect.Sample(context.Background(), collect.Config{Backends: []string{"http://" + ln.Addr().String()}, Interval: 50 * time.Millisecond, Window: 100 * time.Millisecond})
+	nothing := httptest.NewServer(http.NotFoundHandler()) // no metrics on any path
+	defer nothing.Close()
+	_, err := collect.Sample(context.Background(), collect.Config{Backends: []string{nothing.URL}, Interval: 50 * time.Millisecond, Window: 100 * time.Millisecond})
 	if err == nil || !strings.Contains(err.Error(), "no target could be read") {
 		t.Fatalf("err %v", err)
 	}

@@ -8,8 +8,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
@@ -24,6 +22,7 @@ import (
 
 	"github.com/infergate/infergate/openai"
 	"github.com/infergate/infergate/proxy"
+	"github.com/infergate/infergate/proxy/proxytest"
 	"github.com/infergate/infergate/sim/simtest"
 	openaigo "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -252,33 +251,16 @@ func TestNodeSDKResponses(t *testing.T) {
 	}
 }
 
-// gateway is a gateway serving model "m" from one backend (as upstream
-// model, when set) on a loopback port until the test ends.
-type gateway struct{ URL string }
-
-func startGateway(t *testing.T, backend, upstream string) gateway {
+// startGateway runs a gateway serving model "m" from one backend (as
+// upstream model, when set) until the test ends.
+func startGateway(t *testing.T, backend, upstream string) *proxytest.Gateway {
 	t.Helper()
-	cfg := proxy.Config{
-		Server:   proxy.ServerConfig{Listen: "127.0.0.1:0", DrainTimeout: 5 * time.Second},
+	return proxytest.Start(t, proxy.Config{
+		Server:   proxy.ServerConfig{DrainTimeout: 5 * time.Second},
 		Timeouts: proxy.Timeouts{Connect: time.Second, FirstByte: 5 * time.Second, Idle: 5 * time.Second, Total: 30 * time.Second},
 		Pools:    map[string]proxy.PoolConfig{"p": {Backends: []proxy.BackendConfig{{URL: backend}}}},
 		Models:   []proxy.ModelConfig{{Name: "m", Pool: "p", UpstreamModel: upstream}},
-	}
-	g, err := proxy.New(cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go g.Serve(ln)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		g.Shutdown(ctx)
 	})
-	return gateway{URL: "http://" + ln.Addr().String()}
 }
 
 // TestGoSDKChatReasoning: the chat API through the gateway with openai-go,
