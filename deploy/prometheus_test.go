@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -87,14 +86,20 @@ func lastLines(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-func freeAddr(t *testing.T) string {
+// bound waits for the line in which the process names an address it
+// bound, logged as msg (serve's and sim's lines, text or JSON, and
+// Prometheus's "Listening on"), and returns the address: the processes
+// listen on port 0, so no port is picked before it is bound.
+func (p *proc) bound(t *testing.T, msg string) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	re := regexp.MustCompile(`(?:msg="` + msg + `"|"msg":"` + msg + `")[^\n]*?\baddr(?:ess)?"?[=:]"?([^\s",]+)`)
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if m := re.FindStringSubmatch(p.log()); m != nil {
+			return m[1]
+		}
 	}
-	defer l.Close()
-	return l.Addr().String()
+	t.Fatalf("%s never logged %q:\n%s", p.name, msg, p.log())
+	return ""
 }
 
 func waitHTTP(t *testing.T, u string, p *proc) {
@@ -477,9 +482,9 @@ func TestDashboardsAndAlertsAgainstPrometheus(t *testing.T) {
 		return slices.Clone(s.Command)
 	}
 	dir := t.TempDir()
-	simAddr, candAddr, apiAddr, adminAddr, promAddr := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
-	sim := startProc(t, "sim", bin, rewrite(command("sim"), ":8000", simAddr)...)
-	cand := startProc(t, "sim-candidate", bin, rewrite(command("sim-candidate"), ":8000", candAddr)...)
+	sim := startProc(t, "sim", bin, rewrite(command("sim"), ":8000", "127.0.0.1:0")...)
+	cand := startProc(t, "sim-candidate", bin, rewrite(command("sim-candidate"), ":8000", "127.0.0.1:0")...)
+	simAddr, candAddr := sim.bound(t, "sim listening"), cand.bound(t, "sim listening")
 	waitHTTP(t, "http://"+simAddr+"/health", sim)
 	waitHTTP(t, "http://"+candAddr+"/health", cand)
 
@@ -489,7 +494,7 @@ func TestDashboardsAndAlertsAgainstPrometheus(t *testing.T) {
 	}
 	redis := os.Getenv("INFERGATE_TEST_REDIS")
 	pairs := []string{"http://sim:8000", "http://" + simAddr, "http://sim-candidate:8000", "http://" + candAddr,
-		"listen: :8080", "listen: " + apiAddr, "admin_listen: :9464", "admin_listen: " + adminAddr, "/etc/infergate/admin-key", composeAdminKey(t)}
+		"listen: :8080", "listen: 127.0.0.1:0", "admin_listen: :9464", "admin_listen: 127.0.0.1:0", "/etc/infergate/admin-key", composeAdminKey(t)}
 	if redis != "" {
 		pairs = append(pairs, "addr: redis:6379", fmt.Sprintf("addr: %s\n    key_prefix: deploytest%d", redis, time.Now().UnixNano()))
 	} else {
@@ -501,6 +506,7 @@ func TestDashboardsAndAlertsAgainstPrometheus(t *testing.T) {
 		t.Fatal(err)
 	}
 	gw := startProc(t, "gateway", bin, rewrite(command("gateway"), "/etc/infergate/infergate.yaml", cfgPath)...)
+	apiAddr, adminAddr := gw.bound(t, "infergate listening"), gw.bound(t, "admin listening")
 	waitHTTP(t, "http://"+apiAddr+"/readyz", gw)
 
 	const factor = 30
@@ -526,9 +532,9 @@ func TestDashboardsAndAlertsAgainstPrometheus(t *testing.T) {
 		t.Fatal(err)
 	}
 	promArgs := append(rewrite(command("prometheus"), "/etc/prometheus/prometheus.yml", promCfgPath),
-		"--storage.tsdb.path="+filepath.Join(dir, "tsdb"), "--web.listen-address="+promAddr)
+		"--storage.tsdb.path="+filepath.Join(dir, "tsdb"), "--web.listen-address=127.0.0.1:0")
 	prom := startProc(t, "prometheus", promBin, promArgs...)
-	promURL := "http://" + promAddr
+	promURL := "http://" + prom.bound(t, "Listening on")
 	waitHTTP(t, promURL+"/-/ready", prom)
 
 	// The stack's load, bounded: the compose service's command with its

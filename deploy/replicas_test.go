@@ -47,8 +47,8 @@ func TestChartReplicasShareOneCap(t *testing.T) {
 	redis := testredis.Addr(t)
 	bin := gatewayBinary(t)
 	const capN = 3
-	simAddr := freeAddr(t)
-	sim := startProc(t, "sim", bin, "sim", "--listen", simAddr, "--decode-base-ms", "5", "--decode-per-seq-ms", "0", "--max-num-seqs", "64")
+	sim := startProc(t, "sim", bin, "sim", "--listen", "127.0.0.1:0", "--decode-base-ms", "5", "--decode-per-seq-ms", "0", "--max-num-seqs", "64")
+	simAddr := sim.bound(t, "sim listening")
 	waitHTTP(t, "http://"+simAddr+"/health", sim)
 
 	o := mustRender(t, map[string]any{
@@ -81,11 +81,11 @@ func TestChartReplicasShareOneCap(t *testing.T) {
 	var gws []*proc
 	var urls []string
 	for i := range 3 {
-		api, admin := freeAddr(t), freeAddr(t)
 		args := rewrite(c.Args, "/etc/infergate/config/config.yaml", cfgPath)
 		// The pod's ports are its own; three processes on one host need three.
-		args = append(args, "--listen="+api, "--admin-listen="+admin)
+		args = append(args, "--listen=127.0.0.1:0", "--admin-listen=127.0.0.1:0")
 		p := startProc(t, fmt.Sprintf("replica-%d", i), bin, args...)
+		api := p.bound(t, "infergate listening")
 		waitHTTP(t, "http://"+api+"/readyz", p)
 		gws = append(gws, p)
 		urls = append(urls, "http://"+api)

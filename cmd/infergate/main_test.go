@@ -37,11 +37,15 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// proc is a running infergate process whose stderr is collected.
+// proc is a running infergate process whose stderr is collected: its
+// first logCap bytes and its last tailLines lines, so a long run logging
+// a line per request does not pile up in the test.
 type proc struct {
-	cmd   *exec.Cmd
-	mu    sync.Mutex
-	logs  strings.Builder
+	cmd     *exec.Cmd
+	mu      sync.Mutex
+	logs    strings.Builder
+	dropped int      // lines past logCap
+	tail    []string // the last tailLines of them
 	addr  chan string
 	admin chan string // the admin listener's address, for serve
 	done  chan error
@@ -79,9 +83,7 @@ func start(t *testing.T, args ...string) *proc {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			line := sc.Text()
-			p.mu.Lock()
-			p.logs.WriteString(line + "\n")
-			p.mu.Unlock()
+			p.keep(line)
 			if m := adminRe.FindStringSubmatch(line); m != nil {
 				p.admin <- m[1]
 			}
@@ -113,10 +115,32 @@ func (p *proc) url(t *testing.T) string {
 	return ""
 }
 
+const (
+	logCap    = 1 << 20
+	tailLines = 200
+)
+
+func (p *proc) keep(line string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.logs.Len() < logCap {
+		p.logs.WriteString(line + "\n")
+		return
+	}
+	p.dropped++
+	p.tail = append(p.tail, line)
+	if len(p.tail) > tailLines {
+		p.tail = slices.Delete(p.tail, 0, len(p.tail)-tailLines)
+	}
+}
+
 func (p *proc) log() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.logs.String()
+	if p.dropped == 0 {
+		return p.logs.String()
+	}
+	return fmt.Sprintf("%s[%d lines not kept; the last %d:]\n%s\n", p.logs.String(), p.dropped-len(p.tail), len(p.tail), strings.Join(p.tail, "\n"))
 }
 
 func (p *proc) wait(t *testing.T) error {

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +17,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -70,15 +70,37 @@ func files(t *testing.T, r io.Reader, keep map[string][]byte) map[string]entry {
 	}
 }
 
-// freePort returns a loopback address nothing listens on.
-func freePort(t *testing.T) string {
+// logs is a process's output, written by exec's copier while the test
+// reads it.
+type logs struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logs) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(b)
+}
+
+func (l *logs) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// bound waits for the line in which the gateway names an address it bound
+// (logged as msg, in text or JSON) and returns the address.
+func (l *logs) bound(t *testing.T, msg string) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	re := regexp.MustCompile(`(?:msg="` + msg + `"|"msg":"` + msg + `")[^\n]*?\baddr"?[=:]"?([^\s",]+)`)
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if m := re.FindStringSubmatch(l.String()); m != nil {
+			return m[1]
+		}
 	}
-	defer l.Close()
-	return l.Addr().String()
+	t.Fatalf("the gateway never logged %q:\n%s", msg, l.String())
+	return ""
 }
 
 // TestImage builds the image with no container engine, twice, and checks
@@ -236,18 +258,15 @@ func configName(t *testing.T, img v1.Image) string {
 	return fmt.Sprint(d, cf.RootFS.DiffIDs)
 }
 
-// runDefaultCmd starts the image's own command (its ports moved to free
-// loopback ones) and asks it for a completion: with no config it serves the
+// runDefaultCmd starts the image's own command (its ports moved to
+// loopback ones the kernel picks) and asks it for a completion: with no config it serves the
 // built-in simulator.
 func runDefaultCmd(t *testing.T, bin string, c v1.Config) {
-	api, admin := freePort(t), freePort(t)
 	args := slices.Clone(c.Cmd)
 	for i := range args {
 		switch args[i] {
-		case ":8080":
-			args[i] = api
-		case "127.0.0.1:9464":
-			args[i] = admin
+		case ":8080", "127.0.0.1:9464":
+			args[i] = "127.0.0.1:0"
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -255,8 +274,8 @@ func runDefaultCmd(t *testing.T, bin string, c v1.Config) {
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir = t.TempDir()
 	cmd.Env = append(slices.Clone(c.Env), "HOME=/tmp")
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
+	var out logs
+	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -264,9 +283,10 @@ func runDefaultCmd(t *testing.T, bin string, c v1.Config) {
 		cmd.Process.Signal(os.Interrupt)
 		cmd.Wait()
 		if t.Failed() {
-			t.Logf("gateway log:\n%s", logs.String())
+			t.Logf("gateway log:\n%s", out.String())
 		}
 	}()
+	api, admin := out.bound(t, "infergate listening"), out.bound(t, "admin listening")
 	ready := false
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		resp, err := http.Get("http://" + api + "/readyz")
