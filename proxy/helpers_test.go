@@ -274,15 +274,17 @@ func readResponse(t testing.TB, br *bufio.Reader) (*http.Response, []byte) {
 
 // leaveAndExpectBackendClose closes the client's connection and requires
 // the backend's handler to report (on sawClose) its request's end within
-// 100 ms.
+// a second: promptly, where a gateway that missed the client leaving
+// would hold the backend until a timeout (5 s idle in testConfig), with
+// room for a loaded machine's scheduling.
 func leaveAndExpectBackendClose(t testing.TB, conn net.Conn, sawClose <-chan time.Time) {
 	t.Helper()
 	left := time.Now()
 	conn.Close()
 	select {
 	case at := <-sawClose:
-		if d := at.Sub(left); d > 100*time.Millisecond {
-			t.Errorf("backend saw the close %v after the client left, want within 100ms", d)
+		if d := at.Sub(left); d > time.Second {
+			t.Errorf("backend saw the close %v after the client left, want within a second", d)
 		}
 	case <-time.After(2 * time.Second):
 		t.Fatal("backend never saw its connection close")

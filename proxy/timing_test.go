@@ -44,16 +44,20 @@ func TestServerTimingOnlyWhenAsked(t *testing.T) {
 	}
 	_, h, _ = post(t, gw.URL, "/v1/chat/completions", plainBody, "X-Infergate-Timing", "1")
 	st := serverTiming(t, h.Get("Server-Timing"))
-	// The backend's 40 ms land in model; the parts add up to total.
-	if st["model"] < 39 || st["model"] > 60 {
+	// The backend's 40 ms land in model; the parts add up to total. What
+	// is held is where the wait went, not how fast a loaded machine
+	// runs: the other parts together stay under the backend's 40 ms
+	// (a loopback hop and the gateway's own work take well under a
+	// millisecond on a quiet one), so the wait cannot be among them.
+	if st["model"] < 39 {
 		t.Errorf("model %.3f ms, want the backend's 40 ms (%v)", st["model"], st)
 	}
 	sum := st["queue"] + st["gateway"] + st["connect"] + st["network"] + st["model"] + st["decode"]
 	if d := sum - st["total"]; d > 0.01 || d < -0.01 {
 		t.Errorf("parts add up to %.3f ms, total %.3f (%v)", sum, st["total"], st)
 	}
-	if st["gateway"] > 5 || st["network"] > 1 {
-		t.Errorf("gateway %.3f ms, network %.3f ms on loopback: too much (%v)", st["gateway"], st["network"], st)
+	if rest := st["total"] - st["model"]; rest >= 40 {
+		t.Errorf("%.3f ms outside model, as much as the backend's wait (%v)", rest, st)
 	}
 }
 
