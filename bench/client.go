@@ -10,12 +10,12 @@ import (
 	"maps"
 	"net"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/infergate/infergate/internal/hangup"
+	"github.com/infergate/infergate/internal/httpurl"
 	"github.com/infergate/infergate/internal/roundtrip"
 	"github.com/valyala/fasthttp"
 )
@@ -69,12 +69,9 @@ type ClientOptions struct {
 // NewClient returns a client for the endpoint URL, e.g.
 // http://127.0.0.1:8080/v1/chat/completions.
 func NewClient(endpoint string, o ClientOptions) (*Client, error) {
-	u, err := url.Parse(endpoint)
+	u, err := httpurl.Parse(endpoint)
 	if err != nil {
-		return nil, fmt.Errorf("bench: url %q: %w", endpoint, err)
-	}
-	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
-		return nil, fmt.Errorf("bench: url %q: want http:// or https:// and a host", endpoint)
+		return nil, fmt.Errorf("bench: url %w", err)
 	}
 	if o.MaxConns == 0 {
 		o.MaxConns = 16384

@@ -5,11 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"strings"
 
+	"github.com/infergate/infergate/internal/httpurl"
 	"github.com/infergate/infergate/internal/tokens"
-
 	"github.com/infergate/infergate/verdict"
 )
 
@@ -92,9 +91,9 @@ const (
 // Endpoint resolves the request URL and sets the workload's endpoint
 // when the URL names one.
 func (c *Config) Endpoint() (string, error) {
-	u, err := url.Parse(c.URL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return "", fmt.Errorf("bench: --url %q: want http(s)://host[:port][/v1[/chat/completions]]", c.URL)
+	u, err := httpurl.Parse(c.URL)
+	if err != nil {
+		return "", fmt.Errorf("bench: --url %w", err)
 	}
 	p := strings.TrimRight(u.Path, "/")
 	switch {
@@ -164,8 +163,8 @@ func (c *Config) Defaults() {
 // Validate reports the first setting that cannot run, by its field path
 // (and its flag). It expects Defaults to have run.
 func (c *Config) Validate() error {
-	if _, err := url.Parse(c.URL); err != nil || c.URL == "" {
-		return fmt.Errorf("bench: url (--url) %q: want http(s)://host[:port][/v1[/chat/completions]]", c.URL)
+	if _, err := httpurl.Parse(c.URL); err != nil {
+		return fmt.Errorf("bench: url (--url) %w", err)
 	}
 	if e := c.Workload.Endpoint; !validEndpoint(e) {
 		return fmt.Errorf("bench: workload.endpoint (--api) %q: want chat, completions or responses", e)

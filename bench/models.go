@@ -10,12 +10,16 @@ import (
 	"strings"
 	"time"
 
+	"github.com/infergate/infergate/internal/httpurl"
 	"github.com/infergate/infergate/internal/safehttp"
 )
 
 // ListModels asks an OpenAI-compatible server at base (its base URL or
 // an endpoint under it) for the models it serves (GET /v1/models).
 func ListModels(ctx context.Context, base string, headers [][2]string) ([]string, error) {
+	if _, err := httpurl.Parse(base); err != nil {
+		return nil, fmt.Errorf("bench: models: %w", err)
+	}
 	u := strings.TrimRight(base, "/")
 	for _, suffix := range []string{"/chat/completions", "/completions"} {
 		u = strings.TrimSuffix(u, suffix)

@@ -2,10 +2,11 @@ package proxy
 
 import (
 	"fmt"
-	"net/url"
 	"os"
 	"strings"
 	"time"
+
+	"github.com/infergate/infergate/internal/httpurl"
 )
 
 // The pools: each a set of interchangeable backends, with the health
@@ -212,12 +213,9 @@ func (p PoolConfig) validate(at string) error {
 	}
 	for i, b := range p.Backends {
 		bat := fmt.Sprintf("%s.backends[%d]", at, i)
-		u, err := url.Parse(b.URL)
+		_, err := httpurl.Parse(b.URL)
 		if err != nil {
 			return fmt.Errorf("%s.url: %w", bat, err)
-		}
-		if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("%s.url: %q must be http:// or https:// with a host", bat, b.URL)
 		}
 		if b.Weight < 1 {
 			return fmt.Errorf("%s.weight: must be at least 1", bat)

@@ -11,12 +11,12 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
-	"net/url"
 	"os"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/infergate/infergate/internal/httpurl"
 	"github.com/infergate/infergate/internal/safehttp"
 	"github.com/infergate/infergate/internal/yamlconf"
 	"github.com/infergate/infergate/verdict"
@@ -234,9 +234,9 @@ func (f *File) Validate() error {
 			return fmt.Errorf("%s.name %q: also endpoints[%d]'s", at, e.Name, j)
 		}
 		seen[e.Name] = i
-		u, err := url.Parse(e.URL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("%s.url %q: want http(s)://host[:port][/v1]", at, e.URL)
+		u, err := httpurl.Parse(e.URL)
+		if err != nil {
+			return fmt.Errorf("%s.url: %w", at, err)
 		}
 		if u.User != nil {
 			return fmt.Errorf("%s.url: holds a user or password; put the key in api_key_env or api_key_file", at)

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/infergate/infergate/internal/httpurl"
 	"github.com/infergate/infergate/mirror"
 	"github.com/infergate/infergate/policy"
 	"github.com/infergate/infergate/proxy"
@@ -120,6 +121,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if *selection != "" && len(upstreams) == 0 {
 		return fmt.Errorf("--selection needs --upstream (a file sets pools.NAME.selection)")
+	}
+	for _, u := range upstreams {
+		if _, err := httpurl.Parse(u); err != nil {
+			return fmt.Errorf("--upstream %w", err)
+		}
 	}
 	var cfg proxy.Config
 	switch {

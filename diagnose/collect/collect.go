@@ -20,6 +20,7 @@ import (
 	"github.com/infergate/infergate/diagnose"
 	"github.com/infergate/infergate/internal/adminapi"
 	"github.com/infergate/infergate/internal/engine"
+	"github.com/infergate/infergate/internal/httpurl"
 	"github.com/infergate/infergate/internal/promtext"
 	"github.com/infergate/infergate/internal/safehttp"
 	"github.com/infergate/infergate/openai"
@@ -60,9 +61,9 @@ func (c *Config) defaults() {
 
 // metricsURL appends /metrics to a base URL.
 func metricsURL(raw string) (string, error) {
-	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return "", fmt.Errorf("collect: %q is not an http(s) URL", raw)
+	u, err := httpurl.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("collect: %w", err)
 	}
 	if u.Path == "" || u.Path == "/" {
 		u.Path = "/metrics"
