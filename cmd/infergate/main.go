@@ -14,6 +14,8 @@ import (
 	"runtime/pprof"
 	"strings"
 	"syscall"
+
+	"github.com/infergate/infergate/internal/suggest"
 )
 
 type command struct {
@@ -107,7 +109,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	fmt.Fprintf(stderr, "infergate: unknown command %q\n", args[0])
-	if s := nearest(args[0], names); s != "" {
+	if s := suggest.Nearest(args[0], names); s != "" {
 		fmt.Fprintf(stderr, "  did you mean %s?\n", s)
 	}
 	fmt.Fprintln(stderr, "Run 'infergate --help' for the commands.")

@@ -322,7 +322,7 @@ func TestConfigFileAndReload(t *testing.T) {
 func TestBadConfigRefusedAtStart(t *testing.T) {
 	dir := t.TempDir()
 	tests := []struct{ name, yaml, want string }{
-		{"unknown key", "server:\n  listen: 127.0.0.1:0\n  lisen: x\n", "field lisen not found"},
+		{"unknown key", "server:\n  listen: 127.0.0.1:0\n  lisen: x\n", "line 3, server.lisen: unknown key; did you mean listen?"},
 		{"bad selection", "pools:\n  a:\n    selection: random\n    backends: [{url: 'http://127.0.0.1:1'}]\nmodels: [{name: m, pool: a}]\n", "pools.a.selection"},
 		{"bad duration", "timeouts:\n  idle: soon\n", "idle"},
 		{"missing pool", "models: [{name: m, pool: nope}]\npools:\n  a:\n    backends: [{url: 'http://127.0.0.1:1'}]\n", "models[0].pool"},

@@ -315,7 +315,7 @@ func TestRankRefusesBadFiles(t *testing.T) {
 	dir := t.TempDir()
 	for _, c := range []struct{ file, want string }{
 		{"endpoints:\n  - name: a\n    url: http://127.0.0.1:1/v1\n    model: m\n    price: {input: 1, output: cheap}\n", "endpoints[0].price.output"},
-		{"endpoints:\n  - name: a\n    url: http://127.0.0.1:1/v1\n    model: m\n  - name: b\n    url: http://127.0.0.1:1/v1\n    model: m\n    prise: {input: 1}\n", "field prise not found"},
+		{"endpoints:\n  - name: a\n    url: http://127.0.0.1:1/v1\n    model: m\n  - name: b\n    url: http://127.0.0.1:1/v1\n    model: m\n    prise: {input: 1}\n", "endpoints[1].prise: unknown key; did you mean price?"},
 		{"endpoints:\n  - name: a\n    url: http://127.0.0.1:1/v1\n    model: m\n    price: {input: -1, output: 1}\n", "endpoints[0].price.input"},
 		{"endpoints:\n  - name: a\n    url: 127.0.0.1:1\n    model: m\n", "endpoints[0].url"},
 		{"endpoints:\n  - name: a\n    url: http://127.0.0.1:1/v1\n    model: m\n    headers: {Authorization: Bearer sk-x}\n", "endpoints[0].headers.Authorization"},

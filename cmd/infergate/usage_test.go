@@ -54,23 +54,6 @@ func TestUsageConventions(t *testing.T) {
 	}
 }
 
-func TestNearest(t *testing.T) {
-	names := []string{"concurrency", "rate", "duration", "output-tokens", "out", "slo"}
-	for in, want := range map[string]string{
-		"concurency":   "concurrency",
-		"concurrnecy":  "concurrency",
-		"durration":    "duration",
-		"output-token": "output-tokens",
-		"rat":          "rate",
-		"xyz":          "",
-		"banana":       "",
-	} {
-		if got := nearest(in, names); got != want {
-			t.Errorf("nearest(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 // TestRenamedFlags: a retired name still works for a release, says so,
 // and maps to the one name the concept now has.
 func TestRenamedFlags(t *testing.T) {

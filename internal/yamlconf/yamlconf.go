@@ -1,7 +1,9 @@
 // Package yamlconf reads every configuration file of infergate the same
 // way: strictly (an unknown key is an error, so a typo never falls back
-// to a default) and with errors that name the field path
-// ("line 7, field pools.default.backends[0].weight: ...").
+// to a default) and with errors that name the field path and speak YAML,
+// not Go ("line 7, shaping.global.max_request: unknown key; did you mean
+// max_requests?", "line 9, server.read_timeout: 120 is not a duration:
+// write 120s").
 package yamlconf
 
 import (
@@ -31,13 +33,14 @@ func Load(path string, v any) error {
 }
 
 // Decode decodes raw into v, over what v already holds. Unknown keys are
-// errors; errors name the field at each line they cite. An empty
+// errors; errors name the field at each line they cite, in YAML's terms
+// (an unknown key with the nearest known one, "write 120s"). An empty
 // document leaves v as it is.
 func Decode(raw []byte, v any) error {
 	dec := yaml.NewDecoder(bytes.NewReader(raw))
 	dec.KnownFields(true)
 	if err := dec.Decode(v); err != nil && !errors.Is(err, io.EOF) {
-		return errors.New(nameFields(raw, err.Error()))
+		return errors.New(speakYAML(nameFields(raw, err.Error()), v))
 	}
 	return nil
 }
