@@ -209,6 +209,8 @@ func (c *Client) do(ctx context.Context, body []byte, stream bool, p *parser, r 
 		r.RetryAfter = retryAfter(resp.Header.Peek("Retry-After"), time.Now())
 	}
 	isSSE := stream && r.Status == 200 && bytes.HasPrefix(resp.Header.ContentType(), textEventStream)
+	// Kept for an error's text: what came back when it was not a completion.
+	p.contentType = append(p.contentType[:0], resp.Header.ContentType()...)
 	// An infergate gateway says when its policy set the output limit.
 	clamp := resp.Header.Peek("X-Infergate-Max-Tokens-Clamped")
 	r.ClampedByGateway = len(clamp) > 0

@@ -41,13 +41,18 @@ func ListModels(ctx context.Context, base string, headers [][2]string) ([]string
 		return nil, fmt.Errorf("GET %s/models: %w", u, err)
 	}
 	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	ct := resp.Header.Get("Content-Type")
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s/models: %s", u, DescribeAnswer(resp.StatusCode, ct, body, ""))
+	}
 	var list struct {
 		Data []struct {
 			ID string `json:"id"`
 		} `json:"data"`
 	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&list); err != nil || resp.StatusCode != 200 || len(list.Data) == 0 {
-		return nil, fmt.Errorf("GET %s/models gave no model (status %d)", u, resp.StatusCode)
+	if err := json.Unmarshal(body, &list); err != nil || len(list.Data) == 0 {
+		return nil, fmt.Errorf("GET %s/models: %s", u, DescribeAnswer(resp.StatusCode, ct, body, `JSON {"data":[{"id":MODEL}]} from an OpenAI-compatible server (or pass --model)`))
 	}
 	out := make([]string, 0, min(len(list.Data), 50))
 	for _, m := range list.Data[:min(len(list.Data), 50)] {
@@ -110,14 +115,7 @@ func (f *failFast) see(r *Result) error {
 		return nil
 	}
 	f.done = true
-	return &AllFailed{N: f.seen, Class: f.class, Message: truncate(f.msg, 300)}
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
+	return &AllFailed{N: f.seen, Class: f.class, Message: clip(f.msg, 300)}
 }
 
 // stoppedEarly returns the AllFailed that stopped the run, with the

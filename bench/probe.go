@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptrace"
+	"strings"
 	"time"
 
 	"github.com/infergate/infergate/internal/safehttp"
@@ -109,8 +111,8 @@ func probeOne(ctx context.Context, client *http.Client, c ProbeConfig) ProbeResu
 	}
 	var firstToken time.Time
 	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		r.Err = fmt.Errorf("status %d: %s", resp.StatusCode, bytes.TrimSpace(b))
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		r.Err = errors.New(DescribeAnswer(resp.StatusCode, resp.Header.Get("Content-Type"), b, ""))
 	} else if c.Stream {
 		er := openai.NewEventReader(resp.Body, nil, 4<<20)
 		for {
@@ -151,7 +153,8 @@ func WriteProbe(w io.Writer, url string, rs []ProbeResult) {
 	cols := make([][]float64, 9)
 	for i, r := range rs {
 		if r.Err != nil {
-			fmt.Fprintf(w, "%4d error: %v\n", i+1, r.Err)
+			// One line per failure, whatever the error's text holds.
+			fmt.Fprintf(w, "%4d error: %s\n", i+1, strings.Join(strings.Fields(r.Err.Error()), " "))
 			continue
 		}
 		v := []time.Duration{r.DNS, r.Connect, r.TLS, r.Wait, r.FirstToken, r.Rest, r.TTFB, r.TTFT, r.Total}

@@ -17,12 +17,14 @@ import (
 
 // parser reads responses; one per goroutine, reused across requests.
 type parser struct {
-	er    *openai.EventReader
-	text  []byte
-	body  []byte
-	count func(string) int // counts tokens when the server reports no usage
-	jd    *quality.Judge   // nil judges nothing
-	tally openai.Tally
+	er   *openai.EventReader
+	text []byte
+	body []byte
+	// contentType is the response's, for an error's text.
+	contentType []byte
+	count       func(string) int // counts tokens when the server reports no usage
+	jd          *quality.Judge   // nil judges nothing
+	tally       openai.Tally
 	// keepAll keeps the whole text; otherwise only its head (headBytes).
 	keepAll    bool
 	keepEvents bool
@@ -160,7 +162,7 @@ func (p *parser) read(ctx context.Context, b io.Reader, r *Result, stream bool) 
 	if r.Status != 200 {
 		p.body = readSome(p.body[:0], b, 4096)
 		r.End = time.Since(r.Sent)
-		r.fail(ctx, fmt.Sprintf("http_%d", r.Status), fmt.Errorf("status %d: %s", r.Status, bytes.TrimSpace(p.body)))
+		r.fail(ctx, fmt.Sprintf("http_%d", r.Status), errors.New(DescribeAnswer(r.Status, string(p.contentType), p.body, "")))
 		return
 	}
 	if stream {
@@ -284,7 +286,7 @@ func (p *parser) readPlain(ctx context.Context, b io.Reader, r *Result) {
 		key = keyOutput
 	}
 	if !json.Valid(p.body) || !bytes.Contains(p.body, key) {
-		r.fail(ctx, ErrBadBody, fmt.Errorf("not a completion: %.200s", p.body))
+		r.fail(ctx, ErrBadBody, errors.New(DescribeAnswer(r.Status, string(p.contentType), p.body, "a JSON completion")))
 		return
 	}
 	// The same account as a stream's chunks: the message's content (and

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/bench"
+	"github.com/infergate/infergate/internal/httpurl"
 	"github.com/infergate/infergate/verdict"
 	"golang.org/x/term"
 )
@@ -233,7 +234,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if cfg.Workload.Model == "" && cfg.Workload.Dataset == "" && cfg.Workload.Replay == "" {
 		m, err := firstModel(ctx, cfg.URL, cfg.Headers)
 		if err != nil {
-			return fmt.Errorf("--model not given and %w", err)
+			return err
 		}
 		cfg.Workload.Model = m
 	}
@@ -311,11 +312,15 @@ func benchRun(ctx context.Context, cfg bench.Config, f *benchFlags, stdout, stde
 	return rec, runErr
 }
 
-// firstModel asks the server for its models and returns the first.
+// firstModel asks the server for its models and returns the first, for
+// a command run without --model; its error says why there is none.
 func firstModel(ctx context.Context, base string, headers [][2]string) (string, error) {
+	if _, err := httpurl.Parse(base); err != nil {
+		return "", fmt.Errorf("--url %w", err)
+	}
 	ms, err := bench.ListModels(ctx, base, headers)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("--model not given and %w", err)
 	}
 	return ms[0], nil
 }

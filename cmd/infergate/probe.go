@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/infergate/infergate/bench"
@@ -70,7 +71,7 @@ func runProbe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if *model == "" {
 		if *model, err = firstModel(ctx, url, hs); err != nil {
-			return fmt.Errorf("--model not given and %w", err)
+			return err
 		}
 	}
 	m, _ := json.Marshal(*model)
@@ -80,5 +81,8 @@ func runProbe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	rs, err := bench.Probe(ctx, bench.ProbeConfig{URL: endpoint, Body: body, Stream: !*noStream, N: *n, Headers: hs, Reuse: *reuse, InsecureSkipVerify: *insecure})
 	bench.WriteProbe(stdout, endpoint, rs)
+	if err == nil && len(rs) > 0 && !slices.ContainsFunc(rs, func(r bench.ProbeResult) bool { return r.Err == nil }) {
+		return fmt.Errorf("all %d requests failed (the first: %v)", len(rs), rs[0].Err)
+	}
 	return err
 }

@@ -87,7 +87,7 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if cfg.Workload.Model == "" && cfg.Workload.Dataset == "" && cfg.Workload.Replay == "" {
 		m, err := firstModel(ctx, cfg.URL, cfg.Headers)
 		if err != nil {
-			return exitError{3, fmt.Errorf("--model not given and %w", err)}
+			return exitError{3, err}
 		}
 		cfg.Workload.Model = m
 	}
