@@ -166,6 +166,11 @@ func (c *Config) Validate() error {
 	if _, err := httpurl.Parse(c.URL); err != nil {
 		return fmt.Errorf("bench: url (--url) %w", err)
 	}
+	if c.DirectURL != "" {
+		if _, err := httpurl.Parse(c.DirectURL); err != nil {
+			return fmt.Errorf("bench: direct_url (--direct-url) %w", err)
+		}
+	}
 	if e := c.Workload.Endpoint; !validEndpoint(e) {
 		return fmt.Errorf("bench: workload.endpoint (--api) %q: want chat, completions or responses", e)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/internal/adminapi"
+	"github.com/infergate/infergate/internal/httpurl"
 	"github.com/infergate/infergate/internal/safehttp"
 	"github.com/infergate/infergate/mirror"
 	"github.com/infergate/infergate/mirror/ab"
@@ -68,6 +69,11 @@ func runAB(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return exitError{3, err}
 	}
+	if *judgeURL != "" {
+		if _, err := httpurl.Parse(*judgeURL); err != nil {
+			return exitError{3, fmt.Errorf("--judge %w", err)}
+		}
+	}
 	var pairs []mirror.Pair
 	if *gateway != "" {
 		admin := &adminapi.Client{URL: *gateway, Key: *adminKey, HTTP: safehttp.Client(30 * time.Second)}
@@ -100,6 +106,7 @@ func runAB(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if *judgeModel == "" {
 			return exitError{3, errors.New("--judge needs --judge-model")}
 		}
+
 		key := *judgeKey
 		if key == "" {
 			key = os.Getenv("OPENAI_API_KEY")

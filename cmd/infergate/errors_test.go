@@ -149,6 +149,8 @@ func TestURLWithoutScheme(t *testing.T) {
 	os.WriteFile(conf, []byte("pools:\n  default:\n    backends:\n      - url: 127.0.0.1:8000\nmodels:\n  - {name: m, pool: default}\n"), 0o600)
 	ranks := filepath.Join(dir, "rank.yaml")
 	os.WriteFile(ranks, []byte("endpoints:\n  - {name: a, url: \"localhost:8000\", model: m}\n"), 0o600)
+	empty := filepath.Join(dir, "pairs.jsonl")
+	os.WriteFile(empty, nil, 0o600)
 	hint := "has no scheme: did you mean http://"
 	for _, tc := range []struct {
 		args []string
@@ -162,6 +164,10 @@ func TestURLWithoutScheme(t *testing.T) {
 		{[]string{"serve", "--upstream", "127.0.0.1:8000"}, `--upstream "127.0.0.1:8000" ` + hint + "127.0.0.1:8000?"},
 		{[]string{"serve", "--config", conf}, `pools.default.backends[0].url: "127.0.0.1:8000" ` + hint},
 		{[]string{"config", "check", conf}, `pools.default.backends[0].url: "127.0.0.1:8000" ` + hint},
+		{[]string{"bench", "--url", "http://127.0.0.1:1", "--model", "m", "--direct-url", "127.0.0.1:8000"}, `--direct-url) "127.0.0.1:8000" ` + hint},
+		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--mirror", "127.0.0.1:8000"}, `--mirror "127.0.0.1:8000" ` + hint},
+		{[]string{"ab", "report", empty, "--judge", "127.0.0.1:8000", "--judge-model", "m"}, `--judge "127.0.0.1:8000" ` + hint},
+		{[]string{"diagnose", "--backend-metrics", "http://127.0.0.1:1/metrics", "--dcgm", "127.0.0.1:9400", "--window", "1s"}, `"127.0.0.1:9400" ` + hint},
 		{[]string{"rank", ranks}, `"localhost:8000" ` + hint + "localhost:8000?"},
 	} {
 		code, _, stderr := infergate(tc.args...)

@@ -127,6 +127,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return fmt.Errorf("--upstream %w", err)
 		}
 	}
+	if *mirrorURL != "" {
+		if _, err := httpurl.Parse(*mirrorURL); err != nil {
+			return fmt.Errorf("--mirror %w", err)
+		}
+	}
 	var cfg proxy.Config
 	switch {
 	case *file != "":
