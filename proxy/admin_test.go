@@ -15,6 +15,7 @@ import (
 )
 
 func TestAdminListener(t *testing.T) {
+	t.Parallel()
 	be := newTestBackend(t, sseHandler(5, 2*time.Millisecond))
 	gw := startGateway(t, testConfig(be.URL))
 	for range 3 {
@@ -102,6 +103,7 @@ func labelsOf(m *dto.Metric) map[string]string {
 // configurations that differ only in keys hash alike, and hashing leaves
 // the configuration as it was.
 func TestConfigHashLeavesOutSecrets(t *testing.T) {
+	t.Parallel()
 	a := testConfig("http://127.0.0.1:1")
 	b := testConfig("http://user:secret@127.0.0.1:1")
 	p := b.Pools["p"]

@@ -15,6 +15,7 @@ import (
 // reach is refused without server.admin_auth, and the admin key is never
 // a tenant's, so holding an API key is not holding the admin routes.
 func TestAdminListenerNeedsItsOwnKey(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	keyFile, empty := filepath.Join(dir, "admin-key"), filepath.Join(dir, "empty")
 	os.WriteFile(keyFile, []byte("adm-from-a-file\n"), 0o600)
@@ -63,6 +64,7 @@ func TestAdminListenerNeedsItsOwnKey(t *testing.T) {
 // logged with the remote address and a fingerprint of the credential;
 // a tenant's key is refused there; a doubled Authorization is refused.
 func TestAdminCallsLogWho(t *testing.T) {
+	t.Parallel()
 	const admin = "adm-the-admin-key"
 	cfg := policyConfig("http://127.0.0.1:1")
 	cfg.Server.AdminAuth = admin

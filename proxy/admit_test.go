@@ -62,6 +62,7 @@ func errorBody(t *testing.T, body string) (typ, code string) {
 }
 
 func TestCapShedsWithoutQueue(t *testing.T) {
+	t.Parallel()
 	b, peak := concurrencyBackend(t, 200*time.Millisecond)
 	cfg := testConfig(b.URL)
 	cfg.Shaping = shaping.Config{Global: shaping.Cap{MaxRequests: 2}, Queue: shaping.QueueConfig{MaxWaiting: -1}}
@@ -101,6 +102,7 @@ func TestCapShedsWithoutQueue(t *testing.T) {
 }
 
 func TestQueueHoldsTheCapAtTheBackend(t *testing.T) {
+	t.Parallel()
 	b, peak := concurrencyBackend(t, 30*time.Millisecond)
 	cfg := testConfig(b.URL)
 	cfg.Shaping = shaping.Config{Global: shaping.Cap{MaxRequests: 2}, Queue: shaping.QueueConfig{MaxWaiting: 100, Timeout: 10 * time.Second}}
@@ -145,6 +147,7 @@ func TestQueueHoldsTheCapAtTheBackend(t *testing.T) {
 }
 
 func TestTenantCapIs429(t *testing.T) {
+	t.Parallel()
 	b, _ := concurrencyBackend(t, 300*time.Millisecond)
 	cfg := testConfig(b.URL)
 	cfg.Shaping = shaping.Config{
@@ -208,6 +211,7 @@ func TestClientLeavingTheQueueFreesItsPlace(t *testing.T) {
 }
 
 func TestReloadChangesCaps(t *testing.T) {
+	t.Parallel()
 	b, _ := concurrencyBackend(t, 300*time.Millisecond)
 	cfg := testConfig(b.URL)
 	cfg.Shaping = shaping.Config{Global: shaping.Cap{MaxRequests: 1}, Queue: shaping.QueueConfig{MaxWaiting: -1}}

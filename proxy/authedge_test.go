@@ -48,6 +48,7 @@ func rawExchange(t *testing.T, addr, method, target string, headers []string, bo
 // without a configured key; the answers and the logs never repeat the
 // key presented.
 func TestAuthEdges(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, jsonHandler(200, `{"id":"x","object":"chat.completion","choices":[]}`))
 	cfg := policyConfig(b.URL)
 	cfg.Server.ForwardAuthorization = true // the riskiest setting: what is checked is what is sent

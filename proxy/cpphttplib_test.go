@@ -56,6 +56,7 @@ func cppHttplibServer(t *testing.T) string {
 // line's target as it stands, so a request sent in absolute-form
 // ("POST http://host/v1/...") gets 404 from it.
 func TestCppHttplibBackend(t *testing.T) {
+	t.Parallel()
 	gw := startGateway(t, testConfig(cppHttplibServer(t)))
 	for i := range 3 { // on one keep-alive backend connection too
 		code, _, body := post(t, gw.URL, "/v1/chat/completions", plainBody)

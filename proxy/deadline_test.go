@@ -7,6 +7,7 @@ import (
 )
 
 func TestCoarseDeadline(t *testing.T) {
+	t.Parallel()
 	var c coarseDeadline
 	t0 := time.Unix(1000, 0)
 	d := 64 * time.Millisecond // re-armed after 1 ms
@@ -36,6 +37,7 @@ func TestCoarseDeadline(t *testing.T) {
 // A stream whose events keep coming is never cut by the idle or the
 // write timeout however long it runs: the coarse deadlines move on.
 func TestStreamOutlivesItsTimeouts(t *testing.T) {
+	t.Parallel()
 	be := newTestBackend(t, sseHandler(24, 25*time.Millisecond)) // 0.6 s
 	cfg := testConfig(be.URL)
 	cfg.Timeouts.Idle = 150 * time.Millisecond

@@ -27,6 +27,7 @@ func deadURL(t *testing.T) string {
 }
 
 func TestFailoverBeforeFirstByte(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		bad  func(t *testing.T) string
@@ -60,6 +61,7 @@ func TestFailoverBeforeFirstByte(t *testing.T) {
 }
 
 func TestNoRetryAfterFirstByte(t *testing.T) {
+	t.Parallel()
 	first := newTestBackend(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		io.WriteString(w, chunk("a"))
@@ -83,6 +85,7 @@ func TestNoRetryAfterFirstByte(t *testing.T) {
 }
 
 func TestRetriesAreBounded(t *testing.T) {
+	t.Parallel()
 	var bes []*testBackend
 	var urls []string
 	for range 4 {
@@ -107,6 +110,7 @@ func TestRetriesAreBounded(t *testing.T) {
 }
 
 func TestRetryBudget(t *testing.T) {
+	t.Parallel()
 	b := newRetryBudget(0.5, 0)
 	now := time.Now()
 	b.tokens = 0
@@ -131,6 +135,7 @@ func TestRetryBudget(t *testing.T) {
 }
 
 func TestBreakerOpensAndRecovers(t *testing.T) {
+	t.Parallel()
 	var failing atomic.Bool
 	failing.Store(true)
 	flaky := newTestBackend(t, func(w http.ResponseWriter, r *http.Request) {
@@ -177,6 +182,7 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 }
 
 func TestPassiveEjection(t *testing.T) {
+	t.Parallel()
 	bad := newTestBackend(t, jsonHandler(502, `{}`))
 	good := newTestBackend(t, jsonHandler(200, `{}`))
 	cfg := testConfig(bad.URL, good.URL)
@@ -195,6 +201,7 @@ func TestPassiveEjection(t *testing.T) {
 }
 
 func TestActiveHealthCheck(t *testing.T) {
+	t.Parallel()
 	var up atomic.Bool
 	up.Store(true)
 	be := newTestBackend(t, func(w http.ResponseWriter, r *http.Request) {
@@ -233,6 +240,7 @@ func TestActiveHealthCheck(t *testing.T) {
 }
 
 func TestModelLabelsAreBounded(t *testing.T) {
+	t.Parallel()
 	gw := startGateway(t, testConfig("http://127.0.0.1:1"))
 	for i := range maxModelLabels + 10 {
 		x := &exchange{g: gw.Gateway, model: fmt.Sprint("model-", i), outcome: outcomeOK}
@@ -253,6 +261,7 @@ func TestModelLabelsAreBounded(t *testing.T) {
 // A reload carries unchanged backends over with their state: an in-flight
 // stream still counts against its backend, and a changed backend is new.
 func TestReloadKeepsUnchangedBackends(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	slow := newTestBackend(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")

@@ -16,6 +16,7 @@ import (
 // (pipelining): the bytes wait in the hijacked connection's reader and
 // must reach the server again, whole.
 func TestPipelinedRequestAfterStream(t *testing.T) {
+	t.Parallel()
 	be := newTestBackend(t, sseHandler(3, 20*time.Millisecond))
 	gw := startGateway(t, testConfig(be.URL))
 	c, err := net.Dial("tcp", gw.Addr)
@@ -49,6 +50,7 @@ func TestPipelinedRequestAfterStream(t *testing.T) {
 // server still holds that answer in its buffer when the stream starts, and
 // it must reach the client first, whole, before the stream.
 func TestPipelinedStreamAfterPlainAnswer(t *testing.T) {
+	t.Parallel()
 	be := newTestBackend(t, sseHandler(3, 0))
 	gw := startGateway(t, testConfig(be.URL))
 	c, err := net.Dial("tcp", gw.Addr)
@@ -75,6 +77,7 @@ func TestPipelinedStreamAfterPlainAnswer(t *testing.T) {
 
 // Many streams in a row on one keep-alive connection.
 func TestKeepAliveAcrossStreams(t *testing.T) {
+	t.Parallel()
 	be := newTestBackend(t, sseHandler(2, 0))
 	gw := startGateway(t, testConfig(be.URL))
 	tr := &http.Transport{MaxIdleConnsPerHost: 1}
@@ -102,6 +105,7 @@ func TestKeepAliveAcrossStreams(t *testing.T) {
 
 // HTTP/1.0 has no chunked encoding: the stream is delimited by the close.
 func TestHTTP10Stream(t *testing.T) {
+	t.Parallel()
 	be := newTestBackend(t, sseHandler(2, 0))
 	gw := startGateway(t, testConfig(be.URL))
 	c, err := net.Dial("tcp", gw.Addr)
@@ -127,6 +131,7 @@ func TestHTTP10Stream(t *testing.T) {
 // reads as its next request's answer); past idle_timeout it is closed
 // without a word.
 func TestIdleAfterStream(t *testing.T) {
+	t.Parallel()
 	be := newTestBackend(t, sseHandler(2, 0))
 	cfg := testConfig(be.URL)
 	cfg.Server.HeaderTimeout, cfg.Server.IdleTimeout = 150*time.Millisecond, 600*time.Millisecond
@@ -183,6 +188,7 @@ func TestIdleAfterStream(t *testing.T) {
 // first byte still cancels the backend's work at once (the hang-up watch
 // sees the socket through the connection's wrapper).
 func TestClientGoneAfterKeptAliveStream(t *testing.T) {
+	t.Parallel()
 	sawClose := make(chan time.Time, 1)
 	var n atomic.Int32
 	be := newTestBackend(t, func(w http.ResponseWriter, r *http.Request) {
@@ -205,6 +211,7 @@ func TestClientGoneAfterKeptAliveStream(t *testing.T) {
 // connection kept alive after a stream and then vanishes, or one that
 // vanishes idle, leaves nothing behind: the connection is let go.
 func TestCutOffAfterStream(t *testing.T) {
+	t.Parallel()
 	be := newTestBackend(t, sseHandler(2, 0))
 	cfg := testConfig(be.URL)
 	cfg.Server.HeaderTimeout = 300 * time.Millisecond

@@ -25,6 +25,7 @@ func errorOf(t *testing.T, body string) openai.Error {
 }
 
 func TestBadInputNeverReachesBackend(t *testing.T) {
+	t.Parallel()
 	be := newTestBackend(t, sseHandler(1, 0))
 	cfg := testConfig(be.URL)
 	cfg.Server.MaxBodyBytes = 1024
@@ -227,6 +228,7 @@ func TestTimeouts(t *testing.T) {
 // connection it goes back to: the next request on that connection, long
 // after the deadline, is answered.
 func TestPooledConnectionLosesItsDeadline(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var remotes []string
 	be := newTestBackend(t, func(w http.ResponseWriter, r *http.Request) {
@@ -260,6 +262,7 @@ func TestPooledConnectionLosesItsDeadline(t *testing.T) {
 }
 
 func TestHeadersAuthAndRewrite(t *testing.T) {
+	t.Parallel()
 	be := newTestBackend(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("X-Backend", "yes")
@@ -323,6 +326,7 @@ func TestHeadersAuthAndRewrite(t *testing.T) {
 }
 
 func TestModelsAndPassThrough(t *testing.T) {
+	t.Parallel()
 	be := newTestBackend(t, jsonHandler(200, `{"object":"list","data":[{"object":"embedding","index":0,"embedding":[0.1]}]}`))
 	cfg := testConfig(be.URL)
 	cfg.Models = append(cfg.Models, ModelConfig{Name: "embedder", Pool: "p"})
@@ -352,6 +356,7 @@ func TestModelsAndPassThrough(t *testing.T) {
 // a request that outlasts total, its own choice, does not eject its
 // backend the way a stalling backend would.
 func TestTimeoutsMeanWhatTheySay(t *testing.T) {
+	t.Parallel()
 	slowPlain := func(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-time.After(300 * time.Millisecond): // a long generation, then the whole body

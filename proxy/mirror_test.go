@@ -43,6 +43,7 @@ func pairStats(t *testing.T, gw *testGateway, want int) adminapi.Pairs {
 // TestMirrorRecordsPairs: both sims answer; each pair holds both answers,
 // timed, and the file has the same lines as the admin API.
 func TestMirrorRecordsPairs(t *testing.T) {
+	t.Parallel()
 	primary := simtest.Start(t, simtest.Fixed(2*time.Millisecond, time.Millisecond))
 	candidate := simtest.Start(t, simtest.Fixed(20*time.Millisecond, 3*time.Millisecond))
 	cfg := mirrorConfig(primary.URL, candidate.URL)
@@ -182,6 +183,7 @@ func ctxShutdown(t *testing.T, gw *testGateway) {
 // answer that is JSON but off the schema is marked; a schema that points
 // outside itself is not followed (and not used).
 func TestMirrorChecksTheSchema(t *testing.T) {
+	t.Parallel()
 	answer := func(content string) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
@@ -219,6 +221,7 @@ func TestMirrorChecksTheSchema(t *testing.T) {
 // TestMirrorAA: with aa, the primary's request also goes once more,
 // unchanged, to the primary's pool, and the pair holds that answer.
 func TestMirrorAA(t *testing.T) {
+	t.Parallel()
 	primary := simtest.Start(t, simtest.Fixed(2*time.Millisecond, time.Millisecond))
 	candidate := simtest.Start(t, simtest.Fixed(2*time.Millisecond, time.Millisecond))
 	cfg := mirrorConfig(primary.URL, candidate.URL)
@@ -241,6 +244,7 @@ func TestMirrorAA(t *testing.T) {
 // TestSplit: a canary serves its share from the candidate pool, sticky
 // by a header, and records each request as one arm.
 func TestSplit(t *testing.T) {
+	t.Parallel()
 	answer := func(who string) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
@@ -306,6 +310,7 @@ func grepLines(s, sub string) string {
 // its copy is cancelled as the primary is (no backend generates for
 // nobody), the rule's slot comes back and the pair is still recorded.
 func TestMirrorCopyEndsWithTheClient(t *testing.T) {
+	t.Parallel()
 	primary := simtest.Start(t, simtest.Fixed(5*time.Millisecond, 20*time.Millisecond))
 	copyEnded := make(chan struct{}, 1)
 	candidate := newTestBackend(t, func(w http.ResponseWriter, r *http.Request) {

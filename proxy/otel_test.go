@@ -11,6 +11,7 @@ import (
 )
 
 func TestSpansFollowGenAIConventions(t *testing.T) {
+	t.Parallel()
 	script := chunk("a") + chunk("b") + finishEvent + usageEvent + doneEvent
 	var seen string
 	b := newTestBackend(t, func(w http.ResponseWriter, r *http.Request) {
@@ -68,6 +69,7 @@ func TestSpansFollowGenAIConventions(t *testing.T) {
 // TestSpanCarriesThePolicy: a clamped request's span says what the
 // policy did and that its length finish was the policy's.
 func TestSpanCarriesThePolicy(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write([]byte(`{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok ok"},"finish_reason":"length"}],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}`))

@@ -23,6 +23,7 @@ import (
 // reopened and recording to it resumes. The file is 0600: it holds
 // prompts and answers.
 func TestPairsFileSurvivesAFullDisk(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "tiny")
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)

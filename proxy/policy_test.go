@@ -57,6 +57,7 @@ func policyConfig(url string) Config {
 // the client did not ask for, and the request log attributes the length
 // finish to the policy with the exact output count from that usage.
 func TestPolicyEndToEnd(t *testing.T) {
+	t.Parallel()
 	s := simtest.Start(t, simtest.Fixed(time.Millisecond, time.Millisecond))
 	cfg := policyConfig(s.URL)
 	cfg.Models[0].UpstreamModel = "sim-model" // the policy's rewrite and the model's, together
@@ -135,6 +136,7 @@ func TestPolicyEndToEnd(t *testing.T) {
 }
 
 func TestPolicyAuthAndModels(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write([]byte(`{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}`))
@@ -182,6 +184,7 @@ func TestPolicyAuthAndModels(t *testing.T) {
 // TestPolicyPassThroughIsByteIdentical: a request the policy does not
 // change reaches the backend as the exact bytes the client sent.
 func TestPolicyPassThroughIsByteIdentical(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write([]byte(`{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}`))
@@ -207,6 +210,7 @@ func TestPolicyPassThroughIsByteIdentical(t *testing.T) {
 }
 
 func TestAdminAuth(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, func(w http.ResponseWriter, r *http.Request) {})
 	cfg := testConfig(b.URL)
 	cfg.Server.AdminAuth = sha256Key("admin-secret")
@@ -241,6 +245,7 @@ func TestAdminAuth(t *testing.T) {
 // nothing; the deprecated shaping.tenants still names tenants, with a
 // warning.
 func TestPolicyReload(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write([]byte(`{"id":"x","object":"chat.completion","choices":[]}`))
@@ -277,6 +282,7 @@ func TestPolicyReload(t *testing.T) {
 // the backend's /tokenize (the simulator's, vLLM's form), exactly as the
 // backend then counts it, and trimmed by that count.
 func TestBackendTokenizer(t *testing.T) {
+	t.Parallel()
 	s := simtest.Start(t, simtest.Fixed(time.Millisecond, time.Millisecond))
 	cfg := testConfig(s.URL)
 	cfg.Models[0].UpstreamModel = "sim-model"
@@ -302,6 +308,7 @@ func TestBackendTokenizer(t *testing.T) {
 // their keys' requests, with a warning; one listed in both places is
 // refused.
 func TestLegacyShapingTenants(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write([]byte(`{"id":"x","object":"chat.completion","choices":[]}`))

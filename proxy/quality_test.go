@@ -137,6 +137,7 @@ func (w caseWorkload) Request(i int) bench.Request {
 // gateway) and from the mirror (both arms of every pair: the primary and
 // the candidate, which is the same backend).
 func TestBenchAndMirrorJudgeAlike(t *testing.T) {
+	t.Parallel()
 	cases := answerCases()
 	be := answeringBackend(t, cases)
 	cfg := mirrorConfig(be, be)

@@ -42,6 +42,7 @@ func (c *countWriter) Write(p []byte) (int, error) { c.writes++; c.bytes += len(
 var benchEvent = []byte(chunk("hello"))
 
 func TestRelayFlushesEachEventAndCounts(t *testing.T) {
+	t.Parallel()
 	src := &eventSource{ev: benchEvent, tail: []byte(finishEvent + doneEvent), n: 10}
 	cw := &countWriter{}
 	var tl tracing.Timeline
@@ -67,6 +68,7 @@ func TestRelayFlushesEachEventAndCounts(t *testing.T) {
 }
 
 func TestRelayReportsClientGone(t *testing.T) {
+	t.Parallel()
 	src := &eventSource{ev: benchEvent, tail: []byte(doneEvent), n: 5}
 	out := relay(bufio.NewWriterSize(failWriter{}, 16), openai.NewEventReader(src, nil, 1<<20), noDeadline{}, time.Second, time.Second, &tracing.Timeline{}, &openai.Tally{}, relayMode{})
 	if !out.clientErr {
@@ -96,6 +98,7 @@ func BenchmarkRelay(b *testing.B) {
 }
 
 func TestEventReaderNoGrowthForSmallEvents(t *testing.T) {
+	t.Parallel()
 	er := readerPool.Get().(*openai.EventReader)
 	er.Reset(strings.NewReader(strings.Repeat(string(benchEvent), 100)), nil, maxEventBytes)
 	for {
@@ -124,6 +127,7 @@ func (r *oneRead) Read(p []byte) (int, error) {
 // A stream that arrives in one read still stamps its first token out:
 // without it the request shows no TTFT, TPOT or speed.
 func TestRelayStampsAStreamThatArrivedWhole(t *testing.T) {
+	t.Parallel()
 	for _, eofWithData := range []bool{true, false} {
 		src := io.Reader(&oneRead{b: []byte(chunk("a") + chunk("b") + finishEvent + doneEvent)})
 		if !eofWithData {

@@ -95,6 +95,7 @@ func TestResponsesThroughTheGateway(t *testing.T) {
 // and a request continuing a stored response is marked as counted
 // without its history.
 func TestResponsesPolicy(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, jsonHandler(200, `{"id":"resp_1","object":"response","status":"completed","output":[{"type":"message","content":[{"type":"output_text","text":"ok"}]}],"usage":{"input_tokens":3,"output_tokens":1}}`))
 	cfg := testConfig(b.URL)
 	cfg.Policy = policy.Config{Limits: policy.Limits{MaxOutputTokens: 64, MaxInputTokens: 1000}}
@@ -125,6 +126,7 @@ func TestResponsesPolicy(t *testing.T) {
 // TestResponsesErrorEvent: a backend that dies mid-stream leaves the
 // client a Responses error event, the form its SDK reads.
 func TestResponsesErrorEvent(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.Write([]byte("event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"Hel\"}\n\n"))
@@ -182,6 +184,7 @@ func TestResponsesMirrored(t *testing.T) {
 // before response.completed; a client that leaves mid-stream has the
 // backend's request end.
 func TestResponsesHostile(t *testing.T) {
+	t.Parallel()
 	huge := strings.Repeat("x", 2<<20)
 	b := newTestBackend(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")

@@ -158,6 +158,7 @@ func backendStates(gw *testGateway) map[string]adminapi.BackendState {
 // backend has room, and spill to the least loaded once its own metrics
 // say it queues.
 func TestPrefixAffinityHoldsUntilTheGuardTrips(t *testing.T) {
+	t.Parallel()
 	bs := []*vllmBackend{newVLLMBackend(t), newVLLMBackend(t), newVLLMBackend(t), newVLLMBackend(t)}
 	gw := routingGateway(t, PrefixPolicy, bs, nil)
 	home := map[int]*vllmBackend{}
@@ -281,6 +282,7 @@ func burst(t *testing.T, gw *testGateway, bs []*vllmBackend, n int) []int64 {
 // the gateway's requests) and a scrape that fails do not make one
 // backend look idle to a whole burst: the gateway adds what it sent.
 func TestStaleOrFailedScrapeDoesNotPileRequestsOnOneBackend(t *testing.T) {
+	t.Parallel()
 	for _, selection := range []string{LoadPolicy, PrefixPolicy} {
 		t.Run(selection, func(t *testing.T) {
 			bs := []*vllmBackend{newVLLMBackend(t), newVLLMBackend(t), newVLLMBackend(t)}
@@ -316,6 +318,7 @@ func TestStaleOrFailedScrapeDoesNotPileRequestsOnOneBackend(t *testing.T) {
 // A backend out of selection (its health check failing) is never picked,
 // however much of the prompt it is expected to hold.
 func TestUnavailableBackendIsNeverChosenForItsPrefix(t *testing.T) {
+	t.Parallel()
 	bs := []*vllmBackend{newVLLMBackend(t), newVLLMBackend(t)}
 	gw := routingGateway(t, PrefixPolicy, bs, func(pc *PoolConfig) {
 		pc.Health = HealthConfig{Path: "/health", Interval: 20 * time.Millisecond, Timeout: time.Second, HealthyThreshold: 1, UnhealthyThreshold: 1}
@@ -347,6 +350,7 @@ func TestUnavailableBackendIsNeverChosenForItsPrefix(t *testing.T) {
 // Hostile prompts cost the index a bounded amount: a megabyte of prompt
 // and ten thousand messages are answered, and route like any other.
 func TestPrefixRoutingTakesHostilePrompts(t *testing.T) {
+	t.Parallel()
 	bs := []*vllmBackend{newVLLMBackend(t), newVLLMBackend(t)}
 	gw := routingGateway(t, PrefixPolicy, bs, nil)
 	huge := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("\\u00e9\xff", 1<<19/4) + `"}]}`

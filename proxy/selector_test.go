@@ -24,6 +24,7 @@ func chosen(sel selector, bs []*backend) *backend {
 }
 
 func TestLeastOutstanding(t *testing.T) {
+	t.Parallel()
 	bs := backends(1, 1, 1)
 	bs[0].outstanding.Store(5)
 	bs[1].outstanding.Store(2)
@@ -59,6 +60,7 @@ func TestLeastOutstanding(t *testing.T) {
 }
 
 func TestWeightedRoundRobinIsProportionalAndSmooth(t *testing.T) {
+	t.Parallel()
 	bs := backends(5, 1, 1)
 	w := &weightedRoundRobin{}
 	var seq []string
@@ -79,6 +81,7 @@ func TestWeightedRoundRobinIsProportionalAndSmooth(t *testing.T) {
 }
 
 func TestPowerOfTwoAvoidsTheBusy(t *testing.T) {
+	t.Parallel()
 	bs := backends(1, 1, 1)
 	bs[0].outstanding.Store(100)
 	var p powerOfTwo
@@ -93,6 +96,7 @@ func TestPowerOfTwoAvoidsTheBusy(t *testing.T) {
 }
 
 func TestConfigValidateNamesTheField(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		mod  func(*Config)

@@ -16,6 +16,7 @@ import (
 // The backend sends one event, then waits until the client has seen it
 // before sending the next: a gateway that buffers deadlocks this test.
 func TestEventsArriveInOrderUnbuffered(t *testing.T) {
+	t.Parallel()
 	seen := make(chan int)
 	be := newTestBackend(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
@@ -61,6 +62,7 @@ func TestEventsArriveInOrderUnbuffered(t *testing.T) {
 }
 
 func TestStreamBytesPassUnchanged(t *testing.T) {
+	t.Parallel()
 	// CRLF line endings, a comment, an event name and an id: all relayed
 	// byte for byte.
 	raw := ": ping\r\n\r\nevent: message\r\nid: 7\r\ndata: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\r\n\r\n" + finishEvent + doneEvent
@@ -79,6 +81,7 @@ func TestStreamBytesPassUnchanged(t *testing.T) {
 }
 
 func TestStreamAsksForIdentityEncoding(t *testing.T) {
+	t.Parallel()
 	be := newTestBackend(t, sseHandler(1, 0))
 	gw := startGateway(t, testConfig(be.URL))
 	post(t, gw.URL, "/v1/chat/completions", streamBody, "Accept-Encoding", "gzip, br")
@@ -92,6 +95,7 @@ func TestStreamAsksForIdentityEncoding(t *testing.T) {
 }
 
 func TestStreamEndingEarlyIsAFailure(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		handler http.HandlerFunc
@@ -160,6 +164,7 @@ func counterValue(t testing.TB, g *Gateway, name, label, value string) float64 {
 }
 
 func TestClientGoneCancelsUpstream(t *testing.T) {
+	t.Parallel()
 	for _, phase := range []string{"waiting for the first byte", "during the stream"} {
 		t.Run(phase, func(t *testing.T) {
 			backendSawClose := make(chan time.Time, 1)
@@ -200,6 +205,7 @@ func TestClientGoneCancelsUpstream(t *testing.T) {
 }
 
 func TestDrainFinishesInFlightStream(t *testing.T) {
+	t.Parallel()
 	be := newTestBackend(t, sseHandler(10, 30*time.Millisecond))
 	gw := startGateway(t, testConfig(be.URL))
 	type result struct {

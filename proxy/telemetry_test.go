@@ -27,6 +27,7 @@ func (w *gatedWriter) Write(p []byte) (int, error) {
 // wait for a slow log sink, and each line carries the time its request
 // ended, not the time the sink took it.
 func TestStuckLogDoesNotHoldAnswers(t *testing.T) {
+	t.Parallel()
 	be := newTestBackend(t, func(w http.ResponseWriter, r *http.Request) {
 		if b, _ := io.ReadAll(r.Body); strings.Contains(string(b), `"stream":true`) {
 			sseHandler(2, 0)(w, r)

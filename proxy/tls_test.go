@@ -57,6 +57,7 @@ func (ca *testCA) issue(t *testing.T, dir, name string, serial int64) (certFile,
 }
 
 func TestTLSBothWays(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ca := newCA(t)
 	caFile := filepath.Join(dir, "ca.pem")

@@ -13,6 +13,7 @@ import (
 // Settings are what a person compares: the YAML paths of the non-zero
 // fields, with no secret among them.
 func TestSettingsLeaveOutSecrets(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig("http://user:pw-in-url@127.0.0.1:1")
 	p := cfg.Pools["p"]
 	p.Backends[0].APIKey = "sk-very-secret"
@@ -37,6 +38,7 @@ func TestSettingsLeaveOutSecrets(t *testing.T) {
 // The gateway keeps the last configHistory configurations, and a
 // rollback past them is refused with nothing changed.
 func TestVersionsBounded(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, testConfig("http://127.0.0.1:1")).Gateway
 	for i := range configHistory + 3 {
 		cfg := testConfig(fmt.Sprintf("http://127.0.0.1:%d", 10+i))
@@ -65,6 +67,7 @@ func TestVersionsBounded(t *testing.T) {
 // POST /admin/config/set changes one setting on the running gateway as a
 // kept version, and a change the reload would refuse changes nothing.
 func TestAdminSet(t *testing.T) {
+	t.Parallel()
 	gw := startGateway(t, testConfig("http://127.0.0.1:1"))
 	st, _, body := post(t, gw.AdminURL, "/admin/config/set", `{"settings":{"shaping.global.max_requests":"24","shaping.queue.timeout":"2s"},"source":"tune step 1"}`)
 	if st != 200 || !strings.Contains(body, `"source":"set: tune step 1"`) {
