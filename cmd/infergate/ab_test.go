@@ -48,6 +48,7 @@ func abRun(t *testing.T, candidateFlags ...string) (int, string, string) {
 // more often (the simulator's int4 variant, given a faster decode) is
 // rolled back, for its JSON, although it is faster.
 func TestABFindsTheTradeOff(t *testing.T) {
+	t.Parallel()
 	code, report, pairs := abRun(t, "--ttft", "30ms", "--itl", "2ms", "--variant", "int4")
 	if code != 1 || !strings.Contains(report, "verdict: ROLL BACK") || !strings.Contains(report, "quality regressed: invalid_json_rate") ||
 		strings.Contains(report, "speed regressed") {
@@ -70,6 +71,7 @@ func TestABFindsTheTradeOff(t *testing.T) {
 // TestABSameBackendIsNotRolledBack: two identical simulators are never
 // called ROLL BACK.
 func TestABSameBackendIsNotRolledBack(t *testing.T) {
+	t.Parallel()
 	code, report, _ := abRun(t, "--ttft", "30ms", "--itl", "4ms")
 	if code == 1 || strings.Contains(report, "ROLL BACK") {
 		t.Fatalf("identical backends: exit %d\n%s", code, report)
@@ -80,6 +82,7 @@ func TestABSameBackendIsNotRolledBack(t *testing.T) {
 // of a running gateway whose admin listener wants a key, through the
 // admin API's client: every request's pair, none lost on the way.
 func TestABReadsARunningGateway(t *testing.T) {
+	t.Parallel()
 	primary := start(t, "sim", "--listen", "127.0.0.1:0", "--ttft", "5ms", "--itl", "1ms", "--mean-output-tokens", "16").url(t)
 	candidate := start(t, "sim", "--listen", "127.0.0.1:0", "--ttft", "5ms", "--itl", "1ms", "--mean-output-tokens", "16").url(t)
 	key := filepath.Join(t.TempDir(), "admin-key")
@@ -113,6 +116,7 @@ func TestABReadsARunningGateway(t *testing.T) {
 }
 
 func TestABRefusesUnusableInput(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	for _, args := range [][]string{
 		{"ab", "report"},
@@ -129,6 +133,7 @@ func TestABRefusesUnusableInput(t *testing.T) {
 // random order, prefers the candidate on every pair; the report says so
 // with its interval.
 func TestABJudge(t *testing.T) {
+	t.Parallel()
 	var asked atomic.Int64
 	var firstA atomic.Int64 // how often the candidate's answer came first
 	judge := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -175,6 +180,7 @@ func TestABJudge(t *testing.T) {
 // traffic it always serves) against a candidate that had not: ab report
 // refuses to judge, with both arms' cached shares, and --force judges.
 func TestABRefusesDifferentCacheStates(t *testing.T) {
+	t.Parallel()
 	primary := start(t, "sim", "--listen", "127.0.0.1:0").url(t)
 	candidate := start(t, "sim", "--listen", "127.0.0.1:0").url(t)
 	pairs := filepath.Join(t.TempDir(), "pairs.jsonl")

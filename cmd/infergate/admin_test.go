@@ -15,6 +15,7 @@ import (
 // and what to set; with a key file it starts, and only that key opens
 // the admin routes.
 func TestServeRefusesAnOpenAdminListener(t *testing.T) {
+	t.Parallel()
 	cmd := exec.Command(binary, "serve", "--listen", "127.0.0.1:0", "--admin-listen", ":0")
 	done := make(chan []byte, 1)
 	go func() { out, _ := cmd.CombinedOutput(); done <- out }()

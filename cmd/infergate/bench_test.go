@@ -138,6 +138,7 @@ func TestDemoRunsOnItsOwn(t *testing.T) {
 }
 
 func TestProbe(t *testing.T) {
+	t.Parallel()
 	url := start(t, "sim", "--listen", "127.0.0.1:0", "--ttft", "30ms", "--itl", "1ms").url(t)
 	code, out := exitCode(t, "probe", url, "-n", "3")
 	if code != 0 || !strings.Contains(out, "p50") || strings.Count(out, "\n   ") < 3 {
@@ -146,6 +147,7 @@ func TestProbe(t *testing.T) {
 }
 
 func TestBenchRefusesBadInput(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{
 		{"bench"},
 		{"bench", "--url", "ftp://x", "--model", "m"},
@@ -176,6 +178,7 @@ func readFileLines(t *testing.T, path string) []string {
 // TTFT shows the queue. (TestQueueHoldsTheCapAtTheBackend counts the
 // backend's peak.)
 func TestServeMaxConcurrency(t *testing.T) {
+	t.Parallel()
 	sim := start(t, "sim", "--listen", "127.0.0.1:0", "--ttft", "30ms", "--itl", "2ms").url(t)
 	gw := start(t, "serve", "--listen", "127.0.0.1:0", "--upstream", sim, "--max-concurrency", "2", "--max-queue", "100").url(t)
 	dir := t.TempDir()
@@ -198,6 +201,7 @@ func TestServeMaxConcurrency(t *testing.T) {
 // The gateway's request log replays: bench through the gateway, then
 // bench --replay of its log straight to the sim sends the same requests.
 func TestRequestLogReplays(t *testing.T) {
+	t.Parallel()
 	sim := start(t, "sim", "--listen", "127.0.0.1:0", "--ttft", "5ms", "--itl", "1ms").url(t)
 	dir := t.TempDir()
 	logPath := filepath.Join(dir, "requests.jsonl")
@@ -257,6 +261,7 @@ func TestBenchPairedAgainstTheBackend(t *testing.T) {
 // sim, the Responses API in two-turn sessions (TTFO and figures by
 // turn), and a public trace replayed on its timestamps.
 func TestBenchResponsesSessionsAndTrace(t *testing.T) {
+	t.Parallel()
 	url := start(t, "sim", "--listen", "127.0.0.1:0", "--ttft", "10ms", "--itl", "1ms", "--reasoning-tokens", "5", "--reasoning-field", "reasoning").url(t)
 	code, out := exitCode(t, "bench", "--url", url, "--api", "responses", "--sessions", "2", "--turns", "2", "--think-time", "10ms",
 		"--input-tokens", "16", "--output-tokens", "12", "--force-output-length", "--warmup", "0")

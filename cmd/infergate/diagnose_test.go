@@ -10,6 +10,7 @@ import (
 // TestSizeCLI prints vLLM's figures for the published Qwen3-14B start-up
 // (see diagnose.TestSizeMatchesVLLM) and refuses an unknown model.
 func TestSizeCLI(t *testing.T) {
+	t.Parallel()
 	out, err := exec.Command(binary, "size", "--model", "Qwen/Qwen3-14B", "--kv-memory", "6.51", "--context", "32768").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "GPU KV cache size:     42656 tokens") ||
 		!strings.Contains(string(out), "Maximum concurrency for 32768 tokens per request: 1.30x") {
@@ -34,6 +35,7 @@ func TestSizeCLI(t *testing.T) {
 // TestDiagnoseCLI reads an idle simulator's real metrics endpoint: no
 // traffic is "none", in JSON with the top-level bottleneck field.
 func TestDiagnoseCLI(t *testing.T) {
+	t.Parallel()
 	url := start(t, "sim", "--listen", "127.0.0.1:0").url(t)
 	out, err := exec.Command(binary, "diagnose", "--backend-metrics", url+"/metrics", "--window", "1500ms", "--interval", "300ms", "--json").Output()
 	var rep struct {

@@ -12,6 +12,7 @@ import (
 // definitions: a flag added, renamed or redescribed without regenerating
 // the reference fails here.
 func TestFlagsDocCurrent(t *testing.T) {
+	t.Parallel()
 	want, err := os.ReadFile("../../docs/flags.md")
 	if err != nil {
 		t.Fatal(err)
@@ -41,6 +42,7 @@ func TestFlagsDocCurrent(t *testing.T) {
 // TestFlagsDocListsEveryCommand checks the reference has a section for
 // every command the usage lists.
 func TestFlagsDocListsEveryCommand(t *testing.T) {
+	t.Parallel()
 	var got bytes.Buffer
 	if err := writeFlagsDoc(context.Background(), &got); err != nil {
 		t.Fatal(err)

@@ -167,6 +167,7 @@ func chat(t *testing.T, url, model string) (int, string) {
 }
 
 func TestHelpOnEveryCommand(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{{"--help"}, {"serve", "--help"}, {"sim", "--help"}, {"overhead", "--help"}, {"bench", "--help"}, {"compare", "--help"}, {"probe", "--help"}, {"demo", "--help"}, {"top", "--help"}, {"ab", "--help"}, {"ab", "report", "--help"}, {"diagnose", "--help"}, {"size", "--help"}, {"config", "--help"}, {"tune", "--help"}} {
 		out, err := exec.Command(binary, args...).CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "Usage: infergate") {
@@ -187,6 +188,7 @@ func TestHelpOnEveryCommand(t *testing.T) {
 // The main job on built-in defaults: serve with no flags fronts a
 // simulator, and SIGTERM exits 0.
 func TestServeDefaultsAndSigterm(t *testing.T) {
+	t.Parallel()
 	p := start(t, "serve", "--listen", "127.0.0.1:0")
 	url := p.url(t)
 	code, body := chat(t, url, "sim-model")
@@ -233,6 +235,7 @@ models:
 }
 
 func TestConfigFileAndReload(t *testing.T) {
+	t.Parallel()
 	sim := start(t, "sim", "--listen", "127.0.0.1:0", "--ttft", "1ms", "--itl", "1ms")
 	simURL := sim.url(t)
 	dir := t.TempDir()
@@ -320,6 +323,7 @@ func TestConfigFileAndReload(t *testing.T) {
 }
 
 func TestBadConfigRefusedAtStart(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	tests := []struct{ name, yaml, want string }{
 		{"unknown key", "server:\n  listen: 127.0.0.1:0\n  lisen: x\n", "line 3, server.lisen: unknown key; did you mean listen?"},
@@ -349,6 +353,7 @@ func TestExampleConfigIsValid(t *testing.T) {
 // top reads a running gateway's admin listener and shows what went
 // through it.
 func TestTopShowsTheLiveView(t *testing.T) {
+	t.Parallel()
 	p := start(t, "serve", "--listen", "127.0.0.1:0")
 	url := p.url(t)
 	for range 3 {
@@ -468,6 +473,7 @@ func TestSigtermDrains(t *testing.T) {
 // way: with --watch-config the gateway reloads on its own, once per change,
 // and a broken update is refused while the running config stays.
 func TestWatchConfigFollowsAConfigMap(t *testing.T) {
+	t.Parallel()
 	sim := start(t, "sim", "--listen", "127.0.0.1:0", "--ttft", "1ms", "--itl", "1ms")
 	simURL := sim.url(t)
 	dir := t.TempDir()

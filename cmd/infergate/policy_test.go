@@ -14,6 +14,7 @@ import (
 // TestQuickStartPolicyFlags: serve --upstream with the policy flags and
 // no config file authenticates, clamps and rejects.
 func TestQuickStartPolicyFlags(t *testing.T) {
+	t.Parallel()
 	sim := start(t, "sim", "--listen", "127.0.0.1:0", "--ttft", "1ms", "--itl", "1ms")
 	simURL := sim.url(t)
 	keys := filepath.Join(t.TempDir(), "keys")
@@ -61,6 +62,7 @@ func TestQuickStartPolicyFlags(t *testing.T) {
 // cap is below what it asks for counts the length finishes as the
 // policy's, not the model's.
 func TestBenchCountsPolicyLengthApart(t *testing.T) {
+	t.Parallel()
 	sim := start(t, "sim", "--listen", "127.0.0.1:0", "--ttft", "1ms", "--itl", "1ms")
 	gw := start(t, "serve", "--listen", "127.0.0.1:0", "--upstream", sim.url(t), "--max-output-tokens", "4").url(t)
 	out := filepath.Join(t.TempDir(), "run.json")

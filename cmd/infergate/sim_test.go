@@ -11,6 +11,7 @@ import (
 )
 
 func TestSimFlagPrecedence(t *testing.T) {
+	t.Parallel()
 	file := filepath.Join(t.TempDir(), "sim.yaml")
 	os.WriteFile(file, []byte("engine:\n  max_num_seqs: 5\n  block_size: 32\n"), 0o600)
 	cfg, _, err := parseSimFlags([]string{"--preset", "memory-bound", "--config", file, "--max-num-seqs", "9", "--itl", "3ms"}, io.Discard)

@@ -31,6 +31,7 @@ import (
 // sampled through the run. INFERGATE_SOAK sets how long
 // (default 8s; scripts/soak.sh runs it for minutes).
 func TestSoak(t *testing.T) {
+	t.Parallel()
 	d := 8 * time.Second
 	if v := os.Getenv("INFERGATE_SOAK"); v != "" {
 		var err error

@@ -12,6 +12,7 @@ import (
 // command gets one line and the nearest name with status 2 (3 for
 // compare and ab, whose 2 is a verdict), and no arguments is a usage error.
 func TestUsageConventions(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		args       []string
 		code       int
@@ -57,6 +58,7 @@ func TestUsageConventions(t *testing.T) {
 // TestRenamedFlags: a retired name still works for a release, says so,
 // and maps to the one name the concept now has.
 func TestRenamedFlags(t *testing.T) {
+	t.Parallel()
 	var w bytes.Buffer
 	got := renameFlags("bench", []string{"--url", "x", "--gateway-admin=http://a", "-json", "--", "--json"}, &w)
 	want := []string{"--url", "x", "--admin=http://a", "-json-workload", "--", "--json"}
