@@ -194,6 +194,7 @@ func TestOpenLoopShowsClientQueueing(t *testing.T) {
 }
 
 func TestRunCountsErrorsByClass(t *testing.T) {
+	t.Parallel()
 	mux := http.NewServeMux()
 	n := 0
 	mux.HandleFunc("/v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
@@ -228,6 +229,7 @@ func TestRunCountsErrorsByClass(t *testing.T) {
 }
 
 func TestRecordRoundTrips(t *testing.T) {
+	t.Parallel()
 	url := startSim(t, 5*time.Millisecond, time.Millisecond)
 	cfg := baseConfig(url)
 	cfg.SLOs = []verdict.SLO{{Metric: "ttft", MaxMs: 1000}}
@@ -270,6 +272,7 @@ func TestRecordRoundTrips(t *testing.T) {
 }
 
 func TestCSVAndEventsStream(t *testing.T) {
+	t.Parallel()
 	url := startSim(t, 2*time.Millisecond, time.Millisecond)
 	cfg := baseConfig(url)
 	cfg.Load = LoadSpec{Mode: "closed", Concurrency: 2, Requests: 5, WarmupRequests: 1}
@@ -311,6 +314,7 @@ func TestNonStreaming(t *testing.T) {
 }
 
 func TestStreamsKeepTheirConnections(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	peers := map[string]bool{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -354,6 +358,7 @@ func TestStreamsKeepTheirConnections(t *testing.T) {
 }
 
 func TestLargeResponseHeaders(t *testing.T) {
+	t.Parallel()
 	// Providers behind CDNs send kilobytes of headers; the small reader
 	// hands them to a larger one.
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -402,6 +407,7 @@ func TestGatewayTimingIsRead(t *testing.T) {
 // TestHTMLReportDrawsOffline opens a record's HTML report in headless
 // Chromium: the charts draw with no network and no script.
 func TestHTMLReportDrawsOffline(t *testing.T) {
+	t.Parallel()
 	rec := &Record{Conditions: Conditions{URL: "http://127.0.0.1:1", Workload: WorkloadSpec{Model: "m", Endpoint: "chat", Stream: true}, Load: LoadSpec{Mode: "closed", Concurrency: 4}}, Knee: -1}
 	for lvl := range 2 {
 		s := &Summary{Stage: lvl, Level: float64(4 * (lvl + 1)), Requests: 100, OK: 100, OutputTokenThroughput: 500 * float64(lvl+1),
@@ -432,6 +438,7 @@ func TestHTMLReportDrawsOffline(t *testing.T) {
 // stops after the first few, writes no record, and names the models the
 // server lists.
 func TestStopsWhenTheFirstRequestsAllFailAlike(t *testing.T) {
+	t.Parallel()
 	var posts atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/v1/models" {
@@ -465,6 +472,7 @@ func TestStopsWhenTheFirstRequestsAllFailAlike(t *testing.T) {
 // A server that sheds every request (503, or 429 from a tenant cap) is
 // full, not misconfigured: an overload run measures its answers to the end.
 func TestOverloadAnswersDoNotStopARun(t *testing.T) {
+	t.Parallel()
 	for _, code := range []int{http.StatusServiceUnavailable, http.StatusTooManyRequests} {
 		var posts atomic.Int64
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

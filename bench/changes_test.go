@@ -6,6 +6,7 @@ import (
 )
 
 func TestConfigChanges(t *testing.T) {
+	t.Parallel()
 	a := &Conditions{URL: "http://gw:8080", GatewayConfigHash: "aa", GatewaySettings: map[string]string{"shaping.global.max_requests": "64", "pools.p.backends[0].url": "http://b:1", "retries.attempts": "2"}}
 	b := &Conditions{URL: "http://gw:8080", GatewayConfigHash: "bb", GatewaySettings: map[string]string{"shaping.global.max_requests": "21", "pools.p.backends[0].url": "http://b:1", "policy.max_output_tokens": "512"}}
 	got, known := ConfigChanges(a, b)

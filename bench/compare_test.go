@@ -51,6 +51,7 @@ func TestComparePlantedRegression(t *testing.T) {
 }
 
 func TestCompareQualityRegression(t *testing.T) {
+	t.Parallel()
 	mk := func(failed, refusals int) *Record {
 		s := &Summary{Requests: 400, OK: 400 - failed, Failed: failed, Quality: QualityCounts{Refusal: refusals}, Samples: map[string][]float64{}}
 		rng := rand.New(rand.NewPCG(1, 2))
@@ -72,6 +73,7 @@ func TestCompareQualityRegression(t *testing.T) {
 }
 
 func TestDifferencesRefuseOtherConditions(t *testing.T) {
+	t.Parallel()
 	a := Conditions{Workload: WorkloadSpec{Endpoint: "chat", InputTokens: "256", OutputTokens: "128"}, Load: LoadSpec{Mode: "closed", Concurrency: 8}}
 	b := a
 	b.URL, b.Host = "http://other", "elsewhere" // what a comparison is for
@@ -89,6 +91,7 @@ func TestDifferencesRefuseOtherConditions(t *testing.T) {
 }
 
 func TestKnee(t *testing.T) {
+	t.Parallel()
 	stages := []*Summary{{OutputTokenThroughput: 100}, {OutputTokenThroughput: 190}, {OutputTokenThroughput: 350}, {OutputTokenThroughput: 380}, {OutputTokenThroughput: 385}}
 	if k := knee(stages); k != 2 {
 		t.Errorf("knee at %d, want 2 (350 ≥ 90%% of 385)", k)
@@ -96,6 +99,7 @@ func TestKnee(t *testing.T) {
 }
 
 func TestJournal(t *testing.T) {
+	t.Parallel()
 	c := &Comparison{Base: "a.json", New: "b.json", Result: verdict.Result{Verdict: verdict.Keep}, Changes: []verdict.Change{{Metric: "ttft", Delta: 0.01, CILow: math.NaN(), P: math.NaN()}}}
 	path := filepath.Join(t.TempDir(), "j.jsonl")
 	for range 2 {

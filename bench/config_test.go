@@ -8,6 +8,7 @@ import (
 
 // A Config with only a URL runs: the defaults are applied in one place.
 func TestConfigDefaults(t *testing.T) {
+	t.Parallel()
 	c := Config{URL: "http://127.0.0.1:8000"}
 	c.Defaults()
 	if err := c.Validate(); err != nil {
@@ -44,6 +45,7 @@ func TestConfigDefaults(t *testing.T) {
 }
 
 func TestConfigValidateNamesTheField(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name  string
 		edit  func(*Config)
@@ -70,6 +72,7 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 }
 
 func TestSetWarmup(t *testing.T) {
+	t.Parallel()
 	closed := LoadSpec{Mode: "closed"}
 	if err := closed.SetWarmup("auto"); err != nil || !closed.WarmupPerUser {
 		t.Errorf("closed auto: %+v %v", closed, err)

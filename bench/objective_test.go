@@ -109,6 +109,7 @@ func TestIdenticalRunsRarelyRollBack(t *testing.T) {
 // Closed loop: goodput is shown, not judged, and the report says which
 // load mode would make it the figure.
 func TestGoodputNotJudgedInClosedLoop(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(7, 8))
 	base, next := runOf(rng, 300, 1000, 40), runOf(rng, 300, 1000, 40)
 	base.Conditions.Load, next.Conditions.Load = LoadSpec{Mode: "closed", Concurrency: 8}, LoadSpec{Mode: "closed", Concurrency: 8}
@@ -122,6 +123,7 @@ func TestGoodputNotJudgedInClosedLoop(t *testing.T) {
 }
 
 func TestUnjudgedRecords(t *testing.T) {
+	t.Parallel()
 	r := &Record{Stages: []*Summary{{Requests: 182, Failed: 182, Errors: map[string]int{"http_404": 182},
 		ErrorSamples: map[string]string{"http_404": `{"error":{"message":"model gpt-4o not found"}}`}}}}
 	err := Unjudged(r, 0.5)

@@ -69,6 +69,7 @@ func TestReasoningTTFO(t *testing.T) {
 }
 
 func TestClientKnowsTheResponsesEndpoint(t *testing.T) {
+	t.Parallel()
 	for url, want := range map[string]bool{
 		"http://127.0.0.1:1/v1/responses": true, "http://127.0.0.1:1/v1/responses/?x=1": true,
 		"http://127.0.0.1:1/v1/chat/completions?responses": false, "http://127.0.0.1:1/v1/completions": false,

@@ -65,6 +65,7 @@ func TestSessions(t *testing.T) {
 // as sessions: each human turn in order, the last turn carrying every
 // earlier one.
 func TestShareGPTSessions(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "sharegpt.json")
 	convs := []map[string]any{

@@ -12,6 +12,7 @@ import (
 // always have: one written before verdict.SLO became the one SLO type
 // reads back the same, and a new one is what an older binary reads.
 func TestRecordSLOsKeepTheirForm(t *testing.T) {
+	t.Parallel()
 	c := Conditions{SLOs: []verdict.SLO{{Metric: "ttft", MaxMs: 500}, {Metric: "tpot", MaxMs: 0.25}}}
 	b, err := json.Marshal(c)
 	if err != nil {

@@ -27,6 +27,7 @@ func traceFixture(t testing.TB, name string) []byte {
 }
 
 func TestParseTraces(t *testing.T) {
+	t.Parallel()
 	tok, err := tokens.New()
 	if err != nil {
 		t.Fatal(err)
@@ -77,6 +78,7 @@ func TestParseTraces(t *testing.T) {
 }
 
 func TestTraceErrorsNameTheLine(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ format, body, want string }{
 		{traceMooncake, "{\"timestamp\": 1, \"input_length\": 5, \"output_length\": 1}\n{\"timestamp\": 2, \"input_length\": 5", "line 2"},
 		{traceMooncake, "{\"timestamp\": 1, \"input_length\": 5, \"output_length\": 1}\n\n{\"timestamp\": 2}", "line 3: want timestamp, input_length and output_length"},
@@ -182,6 +184,7 @@ func timerLags(n int, interval time.Duration) []float64 {
 }
 
 func TestTraceWindow(t *testing.T) {
+	t.Parallel()
 	tok, _ := tokens.New()
 	s := &WorkloadSpec{Endpoint: "chat", Model: "m", Trace: filepath.Join("testdata", "traces", "mooncake.jsonl"), TraceWindow: "1s:3s", Speedup: 2}
 	w, err := newWorkload(s, tok)

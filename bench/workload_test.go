@@ -59,6 +59,7 @@ func userContent(t *testing.T, body []byte) string {
 }
 
 func TestSyntheticPromptsHaveExactLengths(t *testing.T) {
+	t.Parallel()
 	tk := tokenizer(t)
 	for _, tc := range []struct {
 		name, in string
@@ -98,6 +99,7 @@ func TestSyntheticPromptsHaveExactLengths(t *testing.T) {
 }
 
 func TestSharedPrefix(t *testing.T) {
+	t.Parallel()
 	tk := tokenizer(t)
 	spec := &WorkloadSpec{Endpoint: "chat", Model: "m", InputTokens: "100", SharedPrefix: 60, Seed: 3}
 	w, err := newWorkload(spec, tk)
@@ -115,6 +117,7 @@ func TestSharedPrefix(t *testing.T) {
 }
 
 func TestDatasetAndShareGPT(t *testing.T) {
+	t.Parallel()
 	tk := tokenizer(t)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "d.jsonl")
@@ -203,6 +206,7 @@ func TestReplayKeepsTiming(t *testing.T) {
 }
 
 func TestArrivals(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(1, 1))
 	for _, tc := range []struct {
 		arrival string
@@ -226,6 +230,7 @@ func TestArrivals(t *testing.T) {
 }
 
 func TestParseLengths(t *testing.T) {
+	t.Parallel()
 	for _, bad := range []string{"0", "-5", "x", "uniform:9-3", "normal:5", "poisson:3", "1e9"} {
 		if _, err := parseLengths(bad); err == nil {
 			t.Errorf("parseLengths(%q) accepted", bad)

@@ -82,6 +82,7 @@ func ranking(rec *Record) string {
 // requests, and slow. In the default order fast ranks first alone, and
 // the failing one below it, said to be for its error rate.
 func TestRankCountsFailures(t *testing.T) {
+	t.Parallel()
 	f := endpointsFile(t, 16, 3,
 		[2]string{"fast", simAt(t, 40*time.Millisecond, 0)},
 		[2]string{"failing", simAt(t, 40*time.Millisecond, 1.0/3)},
@@ -119,6 +120,7 @@ func TestRankCountsFailures(t *testing.T) {
 // the requests that would, before anything reaches them; the 2.5× TTFT gap
 // then ties, and the tie and the table say why.
 func TestRankTooSmallSaysSoBeforeSending(t *testing.T) {
+	t.Parallel()
 	var sent atomic.Int64
 	f := endpointsFile(t, 4, 2,
 		[2]string{"fast", counted(t, simAt(t, 40*time.Millisecond, 0), &sent)},
@@ -162,6 +164,7 @@ func TestRankTooSmallSaysSoBeforeSending(t *testing.T) {
 // A/A: two identical simulators tie, and the tie names each figure with
 // its interval and p-value.
 func TestRankTwinsTie(t *testing.T) {
+	t.Parallel()
 	f := endpointsFile(t, 16, 3,
 		[2]string{"a", simAt(t, 40*time.Millisecond, 0)},
 		[2]string{"b", simAt(t, 40*time.Millisecond, 0)})
@@ -222,6 +225,7 @@ func failingEvery(t *testing.T, backend string, nth int64) string {
 // for its error rate (llama.cpp closes the connection after each stream
 // and counts the end-of-sequence token: the ranking does not care).
 func TestRankCountsFailuresOnLlamaCpp(t *testing.T) {
+	t.Parallel()
 	s := llamatest.Start(t, llamatest.Options{Parallel: 2, Predict: 16})
 	f := endpointsFile(t, 10, 2, [2]string{"llama", s.URL}, [2]string{"llama-failing", failingEvery(t, s.URL, 3)})
 	f.Workload.Concurrency, f.Workload.OutputTokens = 2, "8"

@@ -34,6 +34,7 @@ func decode(t *testing.T, src string) (*File, error) {
 const one = "endpoints:\n  - name: a\n    url: https://api.example.com/v1\n    model: m\n"
 
 func TestValidate(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ src, want string }{
 		{one, ""},
 		{"endpoints: []\n", "endpoints: none listed"},
@@ -75,6 +76,7 @@ func TestValidate(t *testing.T) {
 }
 
 func TestKeys(t *testing.T) {
+	t.Parallel()
 	f, err := decode(t, "endpoints:\n  - {name: a, url: https://a/v1, model: m, api_key_env: KA}\n  - {name: b, url: https://b/v1, model: m, api_key_file: /keys/b, api_key_header: api-key}\n  - {name: c, url: https://c/v1, model: m}\n")
 	if err != nil {
 		t.Fatal(err)
@@ -110,6 +112,7 @@ func TestKeys(t *testing.T) {
 }
 
 func TestCost(t *testing.T) {
+	t.Parallel()
 	cached := 0.1
 	p := Price{Input: 1, CachedInput: &cached, Output: 4}
 	if got := cost(p, 1000, 400, 100); got != (600*1+400*0.1+100*4)/1e6 {
@@ -169,6 +172,7 @@ func rankedWhy(rs []*Result, order, slo string) (string, string) {
 }
 
 func TestOrder(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name, order, slo string
 		rs               []*Result
@@ -300,6 +304,7 @@ func run(start time.Time, rs ...*Result) *Record {
 }
 
 func TestDrift(t *testing.T) {
+	t.Parallel()
 	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	runs := []*Record{
 		run(t0, result("a", 60, 0, 50, 1, 1), result("b", 60, 0, 50, 1, 2)),
@@ -355,6 +360,7 @@ func TestDrift(t *testing.T) {
 // The page draws its charts in a real browser, and an endpoint named
 // like markup shows as text.
 func TestPageInChromium(t *testing.T) {
+	t.Parallel()
 	hostile := `<script>document.title="ran"</script>`
 	r := run(time.Now(), result(hostile, 40, 2, 50, 1, 1), result("b", 40, 0, 60, 2, 2))
 	for _, e := range r.Endpoints {
@@ -394,6 +400,7 @@ func FuzzFile(f *testing.F) {
 }
 
 func TestExampleFileIsValid(t *testing.T) {
+	t.Parallel()
 	f, err := Load("../../rank.example.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -407,6 +414,7 @@ func TestExampleFileIsValid(t *testing.T) {
 // two content events give no speed; the report warns of both, and of
 // answers of unequal length.
 func TestNoUsage(t *testing.T) {
+	t.Parallel()
 	p := Price{Input: 1, Output: 10}
 	r := &bench.Result{Status: 200, TTFT: 40 * time.Millisecond, LastToken: 41 * time.Millisecond, UsageTokens: -1, PromptTokens: -1, CachedTokens: -1,
 		InputTokens: 32, OutputTokens: 2, ContentEvents: 2}
@@ -483,6 +491,7 @@ func TestHoldBudget(t *testing.T) {
 // A record edited by hand (a place without its endpoint, figures gone)
 // reports without a panic.
 func TestEditedRecord(t *testing.T) {
+	t.Parallel()
 	r := &Record{Schema: schema, Ranking: []Place{{Rank: 1, Name: "ghost"}}, Endpoints: []*Result{{Name: "real"}}}
 	var b bytes.Buffer
 	r.Write(&b)
@@ -497,6 +506,7 @@ func TestEditedRecord(t *testing.T) {
 
 // An endpoint that answered nothing still makes a record that saves.
 func TestNoAnswerSaves(t *testing.T) {
+	t.Parallel()
 	r := run(time.Now(), result("dead", 10, 10, 0, 0, 1))
 	if err := r.Save(filepath.Join(t.TempDir(), r.FileName())); err != nil {
 		t.Fatal(err)
