@@ -8,6 +8,7 @@ import (
 // TestSampleIsAShareOfAnyIDs: the sample takes its share of ids that
 // differ only in their last characters, and the same ids every time.
 func TestSampleIsAShareOfAnyIDs(t *testing.T) {
+	t.Parallel()
 	m := Live(Rule{Name: "s", Sample: 0.1, MaxInFlight: 1})
 	n := 0
 	for i := range 10000 {
@@ -25,6 +26,7 @@ func TestSampleIsAShareOfAnyIDs(t *testing.T) {
 }
 
 func TestCopyLeavesThePrimaryAlone(t *testing.T) {
+	t.Parallel()
 	m := Live(Rule{Name: "c", MaxInFlight: 1, Overrides: Overrides{Model: "cand", Fields: map[string]any{"temperature": 0}}})
 	body := []byte(`{"model":"m","messages":[]}`)
 	orig := string(body)

@@ -277,6 +277,7 @@ func TestTuneInterruptedRestoresTheStart(t *testing.T) {
 
 // A dry run changes nothing and measures nothing.
 func TestTuneDryRun(t *testing.T) {
+	t.Parallel()
 	s := serveStack(t, "balanced")
 	cfg := s.config(t, 2, time.Second, "ttft=2s")
 	cfg.DryRun = true
@@ -299,6 +300,7 @@ func TestTuneDryRun(t *testing.T) {
 // The walk's page opens in a real browser and its charts draw; model
 // names and reasons are escaped.
 func TestTuneHTML(t *testing.T) {
+	t.Parallel()
 	res := &Result{Objective: "ttft p90 ≤ 2s", Bottleneck: "memory", Diagnosis: "<script>alert(1)</script>",
 		Start: adminapi.Version{Version: 1, Hash: "aaa"}, Final: adminapi.Version{Version: 4, Hash: "bbb"},
 		Steps: []Entry{{Event: "baseline", Goodput: 4.8, Attainment: 0.36},

@@ -207,6 +207,7 @@ func TestSweepSaturatedCompute(t *testing.T) {
 }
 
 func TestSampleFailsWithNothingToRead(t *testing.T) {
+	t.Parallel()
 	nothing := httptest.NewServer(http.NotFoundHandler()) // no metrics on any path
 	defer nothing.Close()
 	_, err := collect.Sample(context.Background(), collect.Config{Backends: []string{nothing.URL}, Interval: 50 * time.Millisecond, Window: 100 * time.Millisecond})

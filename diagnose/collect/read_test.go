@@ -30,6 +30,7 @@ func scrapeFile(t *testing.T, path string) *promtext.Scrape {
 }
 
 func TestGPUUtilAveragesGPUs(t *testing.T) {
+	t.Parallel()
 	if u := GPUUtil(scrapeFile(t, "testdata/dcgm.txt")); u != 95 {
 		t.Fatalf("GPU util %v, want the mean of 97 and 93", u)
 	}

@@ -12,6 +12,7 @@ import (
 )
 
 func TestABFindsThePlantedTradeOff(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(8, 9))
 	var pairs []mirror.Pair
 	for range 300 {
@@ -43,6 +44,7 @@ func TestABFindsThePlantedTradeOff(t *testing.T) {
 // TestABNoiseFloor: a latency rise that the A/A arm (the same build
 // asked again) shows as well is not a regression of the candidate.
 func TestABNoiseFloor(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(10, 11))
 	var pairs []mirror.Pair
 	for range 200 {
@@ -72,6 +74,7 @@ func TestABNoiseFloor(t *testing.T) {
 }
 
 func TestSplitFindsARegression(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(12, 13))
 	var a, b []mirror.Pair
 	for range 300 {

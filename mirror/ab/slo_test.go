@@ -37,6 +37,7 @@ func sloOpts(t *testing.T, s string) verdict.Options {
 // TTFT p90 ≤ 2 s and TPOT p90 ≤ 50 ms, ROLL BACK under the strict rule
 // with the hint; past the TPOT SLO, ROLL BACK either way.
 func TestABJudgedAtTheSLOs(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(1, 9))
 	trade := pairsOf(rng, 300, 2500, 30, 600, 42)
 	if r := Paired(trade, sloOpts(t, "ttft=2s,tpot=50ms")); r.Verdict != verdict.Keep || r.Mode != verdict.BySLO {
@@ -56,6 +57,7 @@ func TestABJudgedAtTheSLOs(t *testing.T) {
 // Two identical arms, judged at SLOs they meet about half the time: at
 // most 5% of 200 reports roll back.
 func TestABIdenticalArmsAtTheSLOs(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(3, 9))
 	o := sloOpts(t, "ttft=1s,tpot=40ms")
 	rolled := 0
