@@ -185,7 +185,8 @@ func TestURLWithoutScheme(t *testing.T) {
 }
 
 // TestConfigErrorsSpeakYAML: a typo'd key names the key it meant, at its
-// path in the file; a bare number where a duration goes says to write 120s.
+// path in the file; a key in the wrong section names its place; a bare
+// number where a duration goes says to write 120s.
 func TestConfigErrorsSpeakYAML(t *testing.T) {
 	conf := filepath.Join(t.TempDir(), "gw.yaml")
 	os.WriteFile(conf, []byte(`server:
@@ -200,6 +201,7 @@ pools:
       - url: http://127.0.0.1:8000
 models:
   - {name: m, pool: default}
+listen: 127.0.0.1:0
 `), 0o600)
 	for _, args := range [][]string{{"serve", "--config", conf}, {"config", "check", conf}} {
 		code, _, stderr := infergate(args...)
@@ -208,7 +210,8 @@ models:
 		}
 		wants(t, "infergate "+strings.Join(args, " "), stderr,
 			"line 6, shaping.global.max_request: unknown key; did you mean max_requests?",
-			"line 3, server.read_timeout: 120 is not a duration: write 120s")
+			"line 3, server.read_timeout: 120 is not a duration: write 120s",
+			"line 13, listen: unknown key; it belongs at server.listen")
 		if strings.Contains(stderr, "not found in type") || strings.Contains(stderr, "!!int") {
 			t.Errorf("Go's words reach the user:\n%s", stderr)
 		}

@@ -29,7 +29,10 @@ func speakYAML(msg string, v any) string {
 		g := unknownRe.FindStringSubmatch(m)
 		line, path, key := g[1], keyPath(g[2], g[3]), g[3]
 		s := fmt.Sprintf("line %s, %s: unknown key", line, path)
-		if near := suggest.Nearest(key, keysOf(reflect.TypeOf(v), g[4])); near != "" {
+		// A key known exactly elsewhere says more than a near miss here.
+		if at := placeOf(reflect.TypeOf(v), key); at != "" && at != path {
+			s += "; it belongs at " + at
+		} else if near := suggest.Nearest(key, keysOf(reflect.TypeOf(v), g[4])); near != "" {
 			s += "; did you mean " + near + "?"
 		}
 		return s
@@ -106,6 +109,58 @@ func keysOf(t reflect.Type, name string) []string {
 		return nil
 	}
 	return find(t)
+}
+
+// placeOf is the path of key in the file's layout when it is a known key
+// somewhere else, found through nested sections only (not lists or maps,
+// whose entries have no single path): "listen" at the top is server.listen.
+func placeOf(t reflect.Type, key string) string {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil || t.Kind() != reflect.Struct {
+		return ""
+	}
+	var found []string
+	var walk func(t reflect.Type, at string, depth int)
+	walk = func(t reflect.Type, at string, depth int) {
+		if depth > 4 {
+			return
+		}
+		for i := range t.NumField() {
+			f := t.Field(i)
+			name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			if !f.IsExported() || name == "-" {
+				continue
+			}
+			ft := f.Type
+			for ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			if strings.Contains(","+opts+",", ",inline,") && ft.Kind() == reflect.Struct {
+				walk(ft, at, depth)
+				continue
+			}
+			if name == "" {
+				name = strings.ToLower(f.Name)
+			}
+			p := name
+			if at != "" {
+				p = at + "." + name
+			}
+			if name == key {
+				found = append(found, p)
+			}
+			if ft.Kind() == reflect.Struct && ft.PkgPath() != "time" {
+				walk(ft, p, depth+1)
+			}
+		}
+	}
+	walk(t, "", 0)
+	if len(found) != 1 {
+		return "" // nowhere, or in several places: no one answer
+	}
+	return found[0]
 }
 
 func structKeys(t reflect.Type) []string {

@@ -11,7 +11,12 @@ type inner struct {
 	Weight int    `yaml:"weight"`
 }
 
+type section struct {
+	Listen string `yaml:"listen"`
+}
+
 type outer struct {
+	Server  section          `yaml:"server"`
 	Name    string           `yaml:"name"`
 	Pools   map[string]inner `yaml:"pools"`
 	List    []inner          `yaml:"list"`
@@ -29,6 +34,7 @@ func TestDecode(t *testing.T) {
 		{"unknown key is refused", "name: a\nnmae: b\n", "line 2, nmae: unknown key; did you mean name?"},
 		{"unknown key deep, its nearest known one at its path", "pools:\n  p:\n    wieght: 2\n", "line 3, pools.p.wieght: unknown key; did you mean weight?"},
 		{"unknown key holding a flow mapping: the path ends at the key", "pools:\n  p: {wieght: {a: 1}}\n", "line 2, pools.p.wieght: unknown key; did you mean weight?"},
+		{"a known key in the wrong section", "listen: x\n", "line 1, listen: unknown key; it belongs at server.listen"},
 		{"unknown key far from any", "list:\n  - colour: red\n", "line 2, list[0].colour: unknown key"},
 		{"a bare number for a duration", "timeout: 120\n", "line 1, timeout: 120 is not a duration: write 120s"},
 		{"a duration without a unit word", "timeout: soon\n", `line 1, timeout: "soon" is not a duration: write it with a unit`},
