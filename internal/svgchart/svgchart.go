@@ -15,37 +15,74 @@ import (
 	"strings"
 )
 
-// Series is one line: points (X[i], Y[i]).
+// Series is one line: points (X[i], Y[i]). Steps draws it as a
+// staircase with a dot at each point: a value that holds from one
+// discrete step to the next (a tuning walk), not one that varies between.
 type Series struct {
-	Name string
-	X, Y []float64
+	Name  string
+	X, Y  []float64
+	Steps bool
 }
 
 // Chart is a line chart.
 type Chart struct {
 	Title, XLabel, YLabel string
 	Series                []Series
-	// Width and Height in pixels; default 720 × 320.
+	// Width and Height in pixels; default 1240 × 360 (the page's width:
+	// the page scales it down on a narrower window).
 	Width, Height int
 }
 
-// palette is colour-blind safe (Okabe and Ito).
-var palette = []string{"#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"}
+// palette: Okabe and Ito's colour-blind-safe eight (less the yellow, too
+// pale on white) then five more as distinct from them, enough for a
+// sweep of 12 levels before a colour repeats; a repeat is dashed.
+var palette = []string{"#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000",
+	"#8C564B", "#7F7F7F", "#BCBD22", "#17BECF", "#9467BD"}
 
 const (
 	left, right, top, bottom = 64, 16, 36, 56
+	legendRow                = 16 // px between the legend's rows
 )
+
+// legendEntry is where one series' legend goes, and its colour.
+type legendEntry struct {
+	x, row int
+	colour string
+	dash   bool
+}
+
+// legend lays the series' names out along the bottom, wrapping to a new
+// row rather than past the right edge: every series gets an entry.
+func legend(series []Series, width int) []legendEntry {
+	out := make([]legendEntry, len(series))
+	x, row := left, 0
+	for i, s := range series {
+		w := 30 + 7*len([]rune(s.Name)) // swatch, gap, about 7 px a character at 11 px
+		if x > left && x+w > width-right {
+			x, row = left, row+1
+		}
+		out[i] = legendEntry{x: x, row: row, colour: palette[i%len(palette)], dash: i >= len(palette)}
+		x += w + 12
+	}
+	return out
+}
 
 // Write writes the chart as an <svg> element. A chart without points
 // writes a note instead.
 func (c *Chart) Write(w io.Writer) error {
 	width, height := c.Width, c.Height
 	if width == 0 {
-		width = 720
+		width = 1240
 	}
 	if height == 0 {
-		height = 320
+		height = 360
 	}
+	// base is the height without the legend's extra rows, which go below.
+	base, keys := height, legend(c.Series, width)
+	if len(keys) > 0 {
+		height += keys[len(keys)-1].row * legendRow
+	}
+
 	xmin, xmax, ymin, ymax := math.Inf(1), math.Inf(-1), 0.0, math.Inf(-1)
 	n := 0
 	for _, s := range c.Series {
@@ -65,7 +102,7 @@ func (c *Chart) Write(w io.Writer) error {
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="#ffffff"/>`, width, height)
 	fmt.Fprintf(&b, `<text x="%d" y="20" font-size="14" font-weight="bold" font-family="sans-serif">%s</text>`, left, html.EscapeString(c.Title))
 	if n == 0 {
-		fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="12" font-family="sans-serif" fill="#666">no data</text></svg>`, left, height/2)
+		fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="12" font-family="sans-serif" fill="#666">no data</text></svg>`, left, base/2)
 		_, err := io.WriteString(w, b.String())
 		return err
 	}
@@ -76,9 +113,12 @@ func (c *Chart) Write(w io.Writer) error {
 		ymax = ymin + 1
 	}
 	xt, yt := ticks(xmin, xmax, 6), ticks(ymin, ymax, 5)
+	if c.steps() {
+		xt = whole(xt) // there is no step 1.5
+	}
 	xmin, xmax = math.Min(xmin, xt[0]), math.Max(xmax, xt[len(xt)-1])
 	ymin, ymax = math.Min(ymin, yt[0]), math.Max(ymax, yt[len(yt)-1])
-	pw, ph := float64(width-left-right), float64(height-top-bottom)
+	pw, ph := float64(width-left-right), float64(base-top-bottom)
 	px := func(x float64) float64 { return float64(left) + (x-xmin)/(xmax-xmin)*pw }
 	py := func(y float64) float64 { return float64(top) + ph - (y-ymin)/(ymax-ymin)*ph }
 	// Grid and ticks.
@@ -91,29 +131,67 @@ func (c *Chart) Write(w io.Writer) error {
 		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" font-size="11" text-anchor="middle" font-family="sans-serif" fill="#444">%s</text>`, px(x), float64(top)+ph+16, label(x))
 	}
 	fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%.0f" height="%.0f" fill="none" stroke="#999"/>`, left, top, pw, ph)
-	fmt.Fprintf(&b, `<text x="%.1f" y="%d" font-size="12" text-anchor="middle" font-family="sans-serif">%s</text>`, float64(left)+pw/2, height-22, html.EscapeString(c.XLabel))
+	fmt.Fprintf(&b, `<text x="%.1f" y="%d" font-size="12" text-anchor="middle" font-family="sans-serif">%s</text>`, float64(left)+pw/2, base-22, html.EscapeString(c.XLabel))
 	fmt.Fprintf(&b, `<text x="14" y="%.1f" font-size="12" text-anchor="middle" font-family="sans-serif" transform="rotate(-90 14 %.1f)">%s</text>`, float64(top)+ph/2, float64(top)+ph/2, html.EscapeString(c.YLabel))
 	// Lines.
 	for i, s := range c.Series {
-		colour := palette[i%len(palette)]
+		k := keys[i]
+		dash := ""
+		if k.dash {
+			dash = ` stroke-dasharray="6 3"`
+		}
 		var pts strings.Builder
+		var dots []string
+		prevY := math.NaN()
 		for j := range min(len(s.X), len(s.Y)) {
 			x, y := s.X[j], s.Y[j]
 			if math.IsNaN(x) || math.IsNaN(y) || math.IsInf(x, 0) || math.IsInf(y, 0) {
 				continue
 			}
+			if s.Steps && !math.IsNaN(prevY) {
+				fmt.Fprintf(&pts, "%.1f,%.1f ", px(x), py(prevY)) // hold the last value to this step
+			}
 			fmt.Fprintf(&pts, "%.1f,%.1f ", px(x), py(y))
+			if s.Steps {
+				dots = append(dots, fmt.Sprintf(`<circle cx="%.1f" cy="%.1f" r="4" fill="%s"/>`, px(x), py(y), k.colour))
+			}
+			prevY = y
 		}
-		fmt.Fprintf(&b, `<polyline class="series" fill="none" stroke="%s" stroke-width="2" points="%s"><title>%s</title></polyline>`,
-			colour, strings.TrimSpace(pts.String()), html.EscapeString(s.Name))
-		// Legend, along the bottom.
-		lx := left + i*150
-		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s" stroke-width="3"/>`, lx, lx+18, height-6, height-6, colour)
-		fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="11" font-family="sans-serif">%s</text>`, lx+22, height-2, html.EscapeString(s.Name))
+		fmt.Fprintf(&b, `<polyline class="series" fill="none" stroke="%s" stroke-width="2"%s points="%s"><title>%s</title></polyline>`,
+			k.colour, dash, strings.TrimSpace(pts.String()), html.EscapeString(s.Name))
+		b.WriteString(strings.Join(dots, ""))
+		// Legend, along the bottom, wrapped into rows.
+		ly := base - 6 + k.row*legendRow
+		fmt.Fprintf(&b, `<g class="legend"><line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s" stroke-width="3"%s/>`, k.x, k.x+18, ly, ly, k.colour, dash)
+		fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="11" font-family="sans-serif">%s</text></g>`, k.x+22, ly+4, html.EscapeString(s.Name))
 	}
 	b.WriteString(`</svg>`)
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// steps reports whether every series is drawn as steps.
+func (c *Chart) steps() bool {
+	for _, s := range c.Series {
+		if !s.Steps {
+			return false
+		}
+	}
+	return len(c.Series) > 0
+}
+
+// whole keeps the whole-number ticks, when at least two are.
+func whole(ts []float64) []float64 {
+	var out []float64
+	for _, t := range ts {
+		if t == math.Trunc(t) {
+			out = append(out, t)
+		}
+	}
+	if len(out) < 2 {
+		return ts
+	}
+	return out
 }
 
 // ticks returns about n round values spanning [lo, hi].

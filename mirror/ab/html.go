@@ -30,7 +30,7 @@ type htmlPage struct {
 	Examples           []Example
 }
 
-var pageHTML = svgchart.Page(`{{define "body"}}<p class="verdict">verdict: {{.Verdict}}</p>
+var pageHTML = svgchart.Page(`{{define "body"}}<p class="verdict {{tone .Verdict}}">verdict: {{.Verdict}}</p>
 <ul>
 {{range .Reasons}}<li>{{.}}</li>
 {{end}}</ul>
