@@ -96,6 +96,28 @@ func TestKnee(t *testing.T) {
 	if k := knee(stages); k != 2 {
 		t.Errorf("knee at %d, want 2 (350 ≥ 90%% of 385)", k)
 	}
+	// Throughput doubling with every level to the last: it never
+	// flattened, so there is no knee within these levels, and the record
+	// says so rather than marking the last level.
+	rising := []*Summary{{Level: 1, OutputTokenThroughput: 40}, {Level: 2, OutputTokenThroughput: 80}, {Level: 4, OutputTokenThroughput: 160}, {Level: 8, OutputTokenThroughput: 300}}
+	r := &Record{Stages: rising, Knee: knee(rising)}
+	if r.Knee != -1 || !strings.Contains(r.NoKnee(), "no knee within these levels") || !strings.Contains(r.NoKnee(), "+88% over level 4") {
+		t.Errorf("rising sweep: knee %d, %q", r.Knee, r.NoKnee())
+	}
+	var out strings.Builder
+	r.writeSweep(&out)
+	if strings.Contains(out.String(), "← knee") || !strings.Contains(out.String(), "no knee within these levels") {
+		t.Errorf("rising sweep's table:\n%s", out.String())
+	}
+	// Flattened just: the last level added 10% (< 1/0.9): the knee is
+	// the level before it.
+	flat := []*Summary{{OutputTokenThroughput: 40}, {OutputTokenThroughput: 80}, {OutputTokenThroughput: 300}, {OutputTokenThroughput: 330}}
+	if k := knee(flat); k != 2 {
+		t.Errorf("flattened sweep: knee %d, want 2 (300 ≥ 90%% of 330, a level beyond it)", k)
+	}
+	if r := (&Record{Stages: flat, Knee: 2}); r.NoKnee() != "" {
+		t.Errorf("a sweep with a knee: %q", r.NoKnee())
+	}
 }
 
 func TestJournal(t *testing.T) {

@@ -16,6 +16,7 @@ type htmlPage struct {
 	Conditions [][2]string
 	Stages     [][]string // the results table, one row a stage
 	Knee       string
+	NoKnee     string
 	Stopped    string
 	Turns      []htmlTurns
 	Charts     []template.HTML
@@ -36,7 +37,8 @@ var pageHTML = svgchart.Page(`{{define "body"}}<h2>Conditions</h2>
 <table class="num">
 <tr><th>stage</th><th>level</th><th>requests</th><th>failed</th><th>output tok/s</th><th>TTFT p50 ms</th><th>TTFT p99 ms</th><th>TPOT p50 ms</th><th>e2e p50 ms</th><th>cached prompt tokens</th><th>input tokens asked / by the server</th></tr>
 {{template "rows" .Stages}}</table>
-{{with .Knee}}<p>knee: {{.}} (the first stage at 90% of the sweep's peak throughput)</p>
+{{with .Knee}}<p>knee: {{.}} (the first stage at 90% of the sweep's peak throughput, with more load beyond it adding less than 11%)</p>
+{{end}}{{with .NoKnee}}<p>{{.}}</p>
 {{end}}{{with .Stopped}}<p>sweep stopped: {{.}}</p>
 {{end}}{{range .Turns}}{{with .Reasoning}}<p>{{.}}</p>
 {{end}}{{if .Rows}}<h3>Stage {{.Stage}} by turn</h3>
@@ -61,6 +63,7 @@ func (r *Record) WriteHTML(w io.Writer) error {
 	if r.Knee >= 0 && r.Knee < len(r.Stages) {
 		pg.Knee = fmt.Sprintf("stage %d, level %g", r.Knee, r.Stages[r.Knee].Level)
 	}
+	pg.NoKnee = r.NoKnee()
 	pg.Stopped = r.StopReason
 	for _, s := range r.Stages {
 		t := htmlTurns{Stage: s.Stage}
@@ -89,20 +92,7 @@ func (r *Record) htmlConditions() [][2]string {
 	rows := [][2]string{{"URL", c.URL}, {"model", c.Workload.Model},
 		{"endpoint", fmt.Sprintf("%s, stream %v", c.Workload.Endpoint, c.Workload.Stream)},
 		{"input / output tokens", fmt.Sprintf("%s / %s", c.Workload.InputTokens, c.Workload.OutputTokens)}}
-	load := fmt.Sprintf("%s, concurrency %d", c.Load.Mode, c.Load.Concurrency)
-	if c.Load.Mode == "open" {
-		load = fmt.Sprintf("open, %g requests/s (%s)", c.Load.Rate, c.Load.Arrival)
-	}
-	switch c.Load.Mode {
-	case "sessions":
-		load = fmt.Sprintf("sessions: %d users at once, %d turns, think time %v", c.Load.Concurrency, c.Workload.Turns, c.Load.ThinkTime)
-	case "replay":
-		load = fmt.Sprintf("replay ×%g", c.Workload.Speedup)
-		if c.Workload.Trace != "" {
-			load = fmt.Sprintf("%s trace %s ×%g %s", c.Workload.TraceFormat, c.Workload.Trace, c.Workload.Speedup, c.Workload.TraceWindow)
-		}
-	}
-	rows = append(rows, [2]string{"load", load})
+	rows = append(rows, [2]string{"load", c.LoadText()})
 	if cache := c.CacheText(); cache != "" {
 		rows = append(rows, [2]string{"cache", cache})
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -38,38 +39,13 @@ func (r *Record) WriteText(w io.Writer) {
 		}
 	}
 	fmt.Fprintf(w, "workload: %s, seed %d\n", what, wl.Seed)
-	l := c.Load
-	load := l.Mode
-	switch l.Mode {
-	case "closed":
-		load += fmt.Sprintf(", concurrency %d", l.Concurrency)
-	case "sessions":
-		load += fmt.Sprintf(", %d users in session at once, %d turns each, think time %v", l.Concurrency, c.Workload.Turns, l.ThinkTime)
-	case "open":
-		load += fmt.Sprintf(", %g req/s %s", l.Rate, l.Arrival)
-		if l.MaxConcurrency > 0 {
-			load += fmt.Sprintf(", max %d in flight", l.MaxConcurrency)
-		}
-	}
-	if len(c.Sweep) > 0 {
-		load += fmt.Sprintf(", sweep %v", c.Sweep)
-	}
-	if l.Duration > 0 {
-		load += fmt.Sprintf(", %v per stage", l.Duration)
-	}
-	if l.Requests > 0 {
-		load += fmt.Sprintf(", %d requests per stage", l.Requests)
-	}
-	if l.WarmupRequests > 0 || l.WarmupTime > 0 {
-		load += fmt.Sprintf(", warm-up %d requests / %v", l.WarmupRequests, l.WarmupTime)
-	}
-	fmt.Fprintf(w, "load: %s\n", load)
+	fmt.Fprintf(w, "load: %s\n", c.LoadText())
 	if cache := c.CacheText(); cache != "" {
 		fmt.Fprintf(w, "cache: %s\n", cache)
 	}
 	for _, s := range r.Stages {
 		fmt.Fprintln(w)
-		s.writeText(w, l.Mode, len(r.Stages) > 1)
+		s.writeText(w, c.Load.Mode, len(r.Stages) > 1)
 	}
 	if len(r.Stages) > 1 {
 		r.writeSweep(w)
@@ -206,6 +182,9 @@ func (c *Conditions) CacheText() string {
 }
 
 func (r *Record) writeSweep(w io.Writer) {
+	if nk := r.NoKnee(); nk != "" {
+		defer fmt.Fprintln(w, nk)
+	}
 	if r.StopReason != "" {
 		defer fmt.Fprintf(w, "sweep stopped: %s\n", r.StopReason)
 	}
@@ -255,4 +234,56 @@ func (s *Summary) writeAttribution(w io.Writer) {
 		}
 		fmt.Fprintf(w, "  %-34s %10s %10s\n", row.label, fmt.Sprintf("%.3f ms", p.P50), p90)
 	}
+}
+
+// LoadText says how the load was offered, in one line: the mode, its
+// level or, for a sweep, every level it swept (a sweep's first level is
+// in Load too, but no stage ran only that), and how long each stage ran.
+func (c *Conditions) LoadText() string {
+	l, sweep := c.Load, levelsText(c.Sweep)
+	load := l.Mode
+	switch {
+	case l.Mode == "closed" && sweep != "":
+		load += ", concurrency swept over " + sweep
+	case l.Mode == "closed":
+		load += fmt.Sprintf(", concurrency %d", l.Concurrency)
+	case l.Mode == "sessions":
+		load += fmt.Sprintf(", %d users in session at once, %d turns each, think time %v", l.Concurrency, c.Workload.Turns, l.ThinkTime)
+	case l.Mode == "open" && sweep != "":
+		load += fmt.Sprintf(", rate swept over %s req/s %s", sweep, l.Arrival)
+	case l.Mode == "open":
+		load += fmt.Sprintf(", %g req/s %s", l.Rate, l.Arrival)
+	case l.Mode == "replay" && c.Workload.Trace != "":
+		load += fmt.Sprintf(", %s trace %s ×%g %s", c.Workload.TraceFormat, c.Workload.Trace, c.Workload.Speedup, c.Workload.TraceWindow)
+	case l.Mode == "replay":
+		load += fmt.Sprintf(" ×%g", c.Workload.Speedup)
+	}
+	if l.Mode == "open" && l.MaxConcurrency > 0 {
+		load += fmt.Sprintf(", max %d in flight", l.MaxConcurrency)
+	}
+	if sweep != "" && l.Mode != "closed" && l.Mode != "open" {
+		load += ", sweep " + sweep
+	}
+	if l.Duration > 0 {
+		load += fmt.Sprintf(", %v per stage", l.Duration)
+	}
+	if l.Requests > 0 {
+		load += fmt.Sprintf(", %d requests per stage", l.Requests)
+	}
+	if l.WarmupRequests > 0 || l.WarmupTime > 0 {
+		load += fmt.Sprintf(", warm-up %d requests / %v", l.WarmupRequests, l.WarmupTime)
+	}
+	return load
+}
+
+// levelsText is a sweep's levels as "1, 2, 4 … 64 (7 levels)", "" for none.
+func levelsText(levels []float64) string {
+	if len(levels) == 0 {
+		return ""
+	}
+	s := make([]string, len(levels))
+	for i, v := range levels {
+		s[i] = strconv.FormatFloat(v, 'g', -1, 64)
+	}
+	return fmt.Sprintf("%s (%d levels)", strings.Join(s, ", "), len(levels))
 }

@@ -8,8 +8,14 @@ import (
 )
 
 // knee finds where a sweep stops paying: the first stage whose output
-// token throughput reaches 90% of the sweep's peak. Beyond it more load
-// mostly adds latency. It returns -1 for fewer than 3 stages.
+// token throughput reaches 90% of the sweep's peak, when throughput
+// flattened there. Flattened means the sweep measured more load beyond
+// that stage and it added at most 1/0.9 (about 11%) throughput: every
+// later stage lies between 90% and 100% of the peak. When the first
+// stage at 90% of the peak is the last one, throughput was still rising
+// at the highest level: the knee, if any, lies beyond the levels swept,
+// and knee returns -1 (NoKnee says so). It returns -1 for fewer than 3
+// stages too.
 func knee(stages []*Summary) int {
 	if len(stages) < 3 {
 		return -1
@@ -20,10 +26,29 @@ func knee(stages []*Summary) int {
 	}
 	for i, s := range stages {
 		if s.OutputTokenThroughput >= 0.9*peak {
+			if i == len(stages)-1 {
+				return -1 // still rising at the last level
+			}
 			return i
 		}
 	}
 	return -1
+}
+
+// NoKnee says why a sweep of 3 or more stages has no knee: throughput
+// never flattened within its levels. "" when it has one or is no sweep.
+func (r *Record) NoKnee() string {
+	n := len(r.Stages)
+	if n < 3 || r.Knee >= 0 {
+		return ""
+	}
+	last, prev := r.Stages[n-1], r.Stages[n-2]
+	gain := ""
+	if prev.OutputTokenThroughput > 0 {
+		gain = fmt.Sprintf(", %+.0f%% over level %g", (last.OutputTokenThroughput/prev.OutputTokenThroughput-1)*100, prev.Level)
+	}
+	return fmt.Sprintf("no knee within these levels: throughput still rose at the last level (%g: %.1f output tokens/s%s); sweep higher to find it",
+		last.Level, last.OutputTokenThroughput, gain)
 }
 
 // Over-saturation: when a sweep stops raising the load. Past the knee a
