@@ -64,6 +64,41 @@ func clip(s string, n int) string {
 	return s
 }
 
+// Headline is the walk's outcome in one line, and its tone (see
+// svgchart.Tone): the steps kept of those judged, and goodput from the
+// baseline to where the gateway ends.
+func (r *Result) Headline() (line, tone string) {
+	d := r.decided()
+	if len(d) == 0 {
+		if r.Stopped != "" {
+			return "stopped before a baseline: " + r.Stopped, "bad"
+		}
+		return "no measurement", ""
+	}
+	kept, judged := 0, 0
+	for _, e := range d[1:] {
+		judged++
+		if e.Event == "keep" {
+			kept++
+		}
+	}
+	end := d[0]
+	for _, e := range d {
+		if e.Event != "roll back" {
+			end = e // the last step in force: the baseline or a kept one
+		}
+	}
+	line = fmt.Sprintf("kept %d of %d steps: goodput %.2f → %.2f req/s, attainment %.1f%% → %.1f%%", kept, judged, d[0].Goodput, end.Goodput,
+		d[0].Attainment*100, end.Attainment*100)
+	switch {
+	case judged == 0:
+		return "baseline only: goodput " + fmt.Sprintf("%.2f req/s, attainment %.1f%%", d[0].Goodput, d[0].Attainment*100), ""
+	case kept > 0:
+		return line, "good"
+	}
+	return line + " (the gateway keeps the configuration it started with)", "unsure"
+}
+
 // htmlPage is what the walk's page shows, every value as text the
 // template escapes; only the charts go in as markup.
 type htmlPage struct {
@@ -74,9 +109,11 @@ type htmlPage struct {
 	Steps, Next                      [][]string
 	Version                          int
 	Hash, Stopped, Shadow            string
+	Headline, Tone                   string
 }
 
-var pageHTML = svgchart.Page(`{{define "body"}}<p>objective: {{.Objective}}; bottleneck: {{.Bottleneck}}: {{.Diagnosis}}</p>
+var pageHTML = svgchart.Page(`{{define "body"}}<p class="verdict {{.Tone}}">{{.Headline}}</p>
+<p>objective: {{.Objective}}; bottleneck: {{.Bottleneck}}: {{.Diagnosis}}</p>
 {{if .Rule}}<p>size: {{.Size}}</p>
 <p>rule: {{.Rule}}</p>
 {{end}}{{range .Charts}}{{.}}{{end}}<table>
@@ -97,6 +134,7 @@ var pageHTML = svgchart.Page(`{{define "body"}}<p>objective: {{.Objective}}; bot
 func (r *Result) WriteHTML(w io.Writer) error {
 	pg := htmlPage{Title: "infergate tune", Objective: r.Objective, Bottleneck: r.Bottleneck, Diagnosis: r.Diagnosis, Rule: r.Rule,
 		Version: r.Final.Version, Hash: r.Final.Hash, Stopped: r.Stopped}
+	pg.Headline, pg.Tone = r.Headline()
 	if r.Rule != "" {
 		pg.Size = r.Size.String()
 	}
@@ -108,8 +146,8 @@ func (r *Result) WriteHTML(w io.Writer) error {
 			fmt.Sprintf("%.1f%%", e.Attainment*100), e.Event, strings.Join(e.Reasons, "; ")})
 	}
 	for _, c := range []svgchart.Chart{
-		{Title: "Goodput per step (0 = baseline)", XLabel: "step", YLabel: "requests/s meeting every SLO", Series: []svgchart.Series{{Name: "goodput", X: x, Y: good}}},
-		{Title: "SLO attainment per step", XLabel: "step", YLabel: "% of requests", Series: []svgchart.Series{{Name: "attainment", X: x, Y: att}}},
+		{Title: "Goodput per step (0 = baseline)", XLabel: "step", YLabel: "requests/s meeting every SLO", Series: []svgchart.Series{{Name: "goodput", X: x, Y: good, Steps: true}}},
+		{Title: "SLO attainment per step", XLabel: "step", YLabel: "% of requests", Series: []svgchart.Series{{Name: "attainment", X: x, Y: att, Steps: true}}},
 	} {
 		pg.Charts = append(pg.Charts, c.SVG())
 	}

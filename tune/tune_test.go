@@ -320,5 +320,17 @@ func TestTuneHTML(t *testing.T) {
 	if strings.Contains(string(b), "<script>alert") || strings.Contains(string(b), "<img src=x") {
 		t.Errorf("unescaped content in the page")
 	}
+	// The outcome in one coloured line, each decision coloured, and the
+	// steps drawn as steps (a dot per step in each chart, no diagonal).
+	page := string(b)
+	for _, want := range []string{`<p class="verdict good">kept 1 of 2 steps: goodput 4.80 → 10.30 req/s, attainment 36.0% → 60.0%</p>`,
+		`<td class="bad">roll back</td>`, `<td class="good">keep</td>`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the page lacks %s", want)
+		}
+	}
+	if n := strings.Count(page, "<circle"); n != 6 {
+		t.Errorf("%d step dots, want 3 in each of 2 charts", n)
+	}
 	htmlcheck.Check(t, path, "#0072B2")
 }
