@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/infergate/infergate/bench"
+	"github.com/infergate/infergate/internal/svgchart"
 	"github.com/infergate/infergate/verdict"
 )
 
@@ -124,6 +125,18 @@ func TestDemoRunsOnItsOwn(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			t.Errorf("%s: %v", f, err)
 		}
+	}
+	// The folder opens on its index: a link to each page with its
+	// verdict, the shadow tests' coloured.
+	index, err := os.ReadFile(filepath.Join(dir, "index.html"))
+	for _, want := range []string{`<a href="1-tune.html">`, `<a href="2-diagnose.html">`, `<a href="2-shadow-int4.html">`, `<a href="3-shadow-kv-share.html">`,
+		"kept ", "bottleneck: memory", svgchart.CSP} {
+		if err != nil || !strings.Contains(string(index), want) {
+			t.Errorf("index.html lacks %q (%v)\n%s", want, err, index)
+		}
+	}
+	if n := strings.Count(string(index), `class="good"`) + strings.Count(string(index), `class="bad"`) + strings.Count(string(index), `class="unsure"`); n < 3 {
+		t.Errorf("%d coloured verdicts in the index, want tune's and both shadow tests'\n%s", n, index)
 	}
 	rec, err := bench.LoadRecord(filepath.Join(dir, "01-baseline.json"))
 	if err != nil || rec.Conditions.GatewayConfigHash == "" || rec.Conditions.GatewaySettings["pools.default.backends[0].url"] == "" || len(rec.Conditions.SLOs) != 2 {

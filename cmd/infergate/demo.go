@@ -17,6 +17,7 @@ import (
 
 	"github.com/infergate/infergate/bench"
 	"github.com/infergate/infergate/diagnose"
+	"github.com/infergate/infergate/internal/svgchart"
 	"github.com/infergate/infergate/mirror"
 	"github.com/infergate/infergate/mirror/ab"
 	"github.com/infergate/infergate/proxy"
@@ -175,12 +176,13 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	step(stdout, 1, "tune: baseline, diagnosis and the gateway's own knob, judged at %s", obj.String())
 	// The budget is generous: the plan is bounded by its two steps, and a
 	// busy machine must not cut the second one short.
+	pages := &pageSet{dir: out, title: "infergate demo (" + *preset + " preset)"}
 	res, err := tune.Run(ctx, tune.Config{Admin: adminURL, Bench: cfg, Options: verdict.Options{Objective: obj, QualityTolerance: qt},
 		Knobs: []string{tune.KnobCap}, Budget: 4 * time.Minute, MaxSteps: 2, Backends: []string{simURL + "/metrics"},
 		Dir: out, Journal: filepath.Join(out, "tune-journal.jsonl"), Out: stdout})
 	if res != nil {
 		res.WriteSummary(stdout)
-		if err := writeFileWith(filepath.Join(out, "1-tune.html"), res.WriteHTML); err != nil {
+		if err := pages.tune(res, "1-tune.html", "1. tune: baseline, diagnosis and the gateway's cap", "2-diagnose.html"); err != nil {
 			return err
 		}
 		if res.Report != nil {
@@ -196,7 +198,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if !*noMirror {
 		// 2. The server's knobs, shadow-tested on live traffic, behind
 		// whatever tune left in force.
-		sh := shadow{g: g, log: log, f: f, set: set, stdout: stdout, stderr: stderr, dir: out, obj: obj, tol: opts.QualityTolerance, inForce: inForce(res)}
+		sh := shadow{g: g, log: log, f: f, set: set, stdout: stdout, stderr: stderr, pages: pages, obj: obj, tol: opts.QualityTolerance, inForce: inForce(res)}
 		int4 := scfg
 		if err := int4.ApplyVariant("int4"); err != nil {
 			return err
@@ -220,7 +222,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	for _, d := range decisions {
 		fmt.Fprintf(stdout, "%s\n", d)
 	}
-	fmt.Fprintf(stdout, "\nrecords and reports: %s\n", out)
+	fmt.Fprintf(stdout, "\nrecords and reports: %s\nstart at %s\n", out, filepath.Join(out, "index.html"))
 	return nil
 }
 
@@ -299,15 +301,13 @@ func startSim(cfg sim.Config, log *slog.Logger) (string, func(), error) {
 	return "http://" + ln.Addr().String(), func() { shutdownWithin(s.Shutdown, 2*time.Second) }, nil
 }
 
+// saveDiagnosis writes the baseline's diagnosis as JSON beside its page.
 func saveDiagnosis(dir string, rep *diagnose.Report) error {
 	b, err := json.MarshalIndent(rep, "", " ")
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "2-diagnose.json"), b, 0o600); err != nil {
-		return err
-	}
-	return writeFileWith(filepath.Join(dir, "2-diagnose.html"), func(w io.Writer) error { return rep.WriteHTML(w, "infergate diagnose: "+rep.Bottleneck) })
+	return os.WriteFile(filepath.Join(dir, "2-diagnose.json"), b, 0o600)
 }
 
 // shadow is what the demo's shadow tests share.
@@ -317,7 +317,7 @@ type shadow struct {
 	f              *benchFlags
 	set            map[string]bool
 	stdout, stderr io.Writer
-	dir            string
+	pages          *pageSet
 	obj            verdict.Objective
 	// tol is the quality tolerance the pairs are sized for.
 	tol float64
@@ -393,9 +393,10 @@ func (sh shadow) run(ctx context.Context, ccfg sim.Config, name string, n int, w
 	r := ab.Compare(pairs, verdict.Options{Objective: sh.obj, QualityTolerance: sh.tol})
 	r.Write(stdout)
 	fmt.Fprintf(stdout, "in short: %s\n", brief(r.Changes, r.Verdict))
-	return r.Verdict, writeFileWith(filepath.Join(sh.dir, fmt.Sprintf("%d-shadow-%s.html", n, name)), func(w io.Writer) error {
-		return r.WriteHTML(w, "infergate ab report: "+name, ab.Examples(pairs, 5))
-	})
+	return r.Verdict, sh.pages.write(fmt.Sprintf("%d-shadow-%s.html", n, name), fmt.Sprintf("%d. shadow test: %s", n, what),
+		r.Verdict+": "+brief(r.Changes, r.Verdict), svgchart.Tone(r.Verdict), func(w io.Writer) error {
+			return r.WriteHTML(w, "infergate ab report: "+name, ab.Examples(pairs, 5))
+		})
 }
 
 // shutdownWithin calls shutdown with a deadline d from now.

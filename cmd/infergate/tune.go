@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -52,7 +53,7 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	budget := fs.Duration("budget", 10*time.Minute, "the longest the whole walk may take")
 	maxSteps := fs.Int("max-steps", 8, "the most knob changes to try")
 	journal := fs.String("journal", "", "append one JSON line per step to this file")
-	dir := fs.String("dir", "", "save every measurement's record here")
+	dir := fs.String("dir", "", "save every measurement's record here, and the walk's pages (tune.html, diagnose.html, index.html)")
 	dryRun := fs.Bool("dry-run", false, "print the plan; measure nothing, change nothing")
 	resultOut := fs.String("result", "", "also write the result (every step, the final configuration) as JSON to this file; - prints it")
 	var backends stringList
@@ -122,6 +123,15 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			err = errors.Join(err, encode(stdout))
 		default:
 			err = errors.Join(err, writeFileWith(*resultOut, encode))
+		}
+		if *dir != "" && !*dryRun {
+			// The folder of records opens on its pages' index.
+			pages := &pageSet{dir: *dir, title: "infergate tune: " + cfg.URL}
+			if herr := pages.tune(res, "tune.html", "tune: the walk", "diagnose.html"); herr != nil {
+				err = errors.Join(err, herr)
+			} else {
+				fmt.Fprintf(stdout, "pages: %s\n", filepath.Join(*dir, "index.html"))
+			}
 		}
 		if *f.html != "" {
 			// bench's --html names the walk's page here.
