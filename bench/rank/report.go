@@ -29,6 +29,25 @@ func rankText(p Place) string {
 	return strconv.Itoa(p.Rank)
 }
 
+// Headline is the run's outcome in one line: who ranked first (every
+// endpoint tied for it), out of how many, by which order.
+func (r *Record) Headline() string {
+	var first []string
+	for _, p := range r.Ranking {
+		if p.Rank == 1 {
+			first = append(first, p.Name)
+		}
+	}
+	if len(first) == 0 {
+		return fmt.Sprintf("no ranking (%d endpoints)", len(r.Endpoints))
+	}
+	tied := ""
+	if len(first) > 1 {
+		tied = " (tied)"
+	}
+	return fmt.Sprintf("first: %s%s of %d endpoints, by %s", strings.Join(first, ", "), tied, len(r.Ranking), r.Workload.Order)
+}
+
 // Write prints the ranking and each endpoint's figures as a table.
 func (r *Record) Write(w io.Writer) {
 	wl := r.Workload

@@ -9,9 +9,11 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/infergate/infergate/bench/rank"
+	"github.com/infergate/infergate/internal/svgchart"
 )
 
 const rankSynopsis = `rank ENDPOINTS.yaml [workload flags] [--rounds N] [--dir DIR] [--history DIR] [--html FILE] [--csv FILE] [--json]
@@ -71,8 +73,8 @@ func runRank(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.StringVar(&w.SLOPercentile, "slo-percentile", "", "with --slo: the share that must meet it (default p90)")
 	fs.StringVar(&w.Order, "order", "", "ranking keys, first decides first: slo, errors, cost, ttft, ttft_p90, speed (default slo,errors,cost,ttft)")
 	fs.Float64Var(&w.Rate, "rate", 0, "the load the cost per hour is of, requests/s (default: the rate measured at --concurrency)")
-	out := fs.String("dir", "", "save the run's record (rank-TIME.json) in this folder")
-	history := fs.String("history", "", "folder of earlier records: save this run there too, show each endpoint's figures over the runs and flag changes beyond noise")
+	out := fs.String("dir", "", "save the run's record (rank-TIME.json) and page (rank-TIME.html) in this folder, with an index.html of its runs")
+	history := fs.String("history", "", "folder of earlier records: save this run there too (its record, its page and the folder's index.html), show each endpoint's figures over the runs and flag changes beyond noise")
 	htmlOut := fs.String("html", "", "write a self-contained HTML page with a chart per figure here")
 	csvOut := fs.String("csv", "", "write one CSV row per endpoint here")
 	asJSON := fs.Bool("json", false, "print the record (and, with --history, the flags) as JSON instead of the table")
@@ -172,7 +174,39 @@ func runRank(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return fmt.Errorf("--html: %w", err)
 		}
 	}
+	if *out != "" && *out != *history {
+		if err := rankPages(*out, rec, nil, nil); err != nil {
+			return err
+		}
+	}
+	if *history != "" {
+		if err := rankPages(*history, rec, runs, flags); err != nil {
+			return err
+		}
+	}
 	return runErr
+}
+
+// rankPages writes the run's page beside its record in dir and rewrites
+// dir's index.html: a link to every run's page there, newest first, with
+// who ranked first.
+func rankPages(dir string, rec *rank.Record, runs []*rank.Record, flags []rank.Flag) error {
+	page := func(r *rank.Record) string { return strings.TrimSuffix(r.FileName(), ".json") + ".html" }
+	if err := writeFileWith(filepath.Join(dir, page(rec)), func(w io.Writer) error { return rec.WriteHTML(w, runs, flags) }); err != nil {
+		return fmt.Errorf("rank: %w", err)
+	}
+	all, err := rank.LoadHistory(dir)
+	if err != nil {
+		return err
+	}
+	var entries []svgchart.IndexEntry
+	for _, r := range slices.Backward(all) {
+		if _, err := os.Stat(filepath.Join(dir, page(r))); err != nil {
+			continue // a record saved before its runs had pages
+		}
+		entries = append(entries, svgchart.IndexEntry{File: page(r), Title: "run of " + r.Start.UTC().Format("2006-01-02 15:04:05 UTC"), Verdict: r.Headline()})
+	}
+	return writeFileWith(filepath.Join(dir, "index.html"), func(w io.Writer) error { return svgchart.WriteIndex(w, "infergate rank: "+dir, entries) })
 }
 
 // overrideWorkload copies the flag name's value from flags to w.

@@ -160,6 +160,13 @@ func TestRankOrdersEndpointsAsTheirSettingsImply(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The folder opens on its index: the run's page, who ranked first.
+	page := strings.TrimSuffix(filepath.Base(paths[0]), ".json") + ".html"
+	index, err := os.ReadFile(filepath.Join(hist, "index.html"))
+	if _, perr := os.Stat(filepath.Join(hist, page)); err != nil || perr != nil || !strings.Contains(string(index), `<a href="`+page+`">`) ||
+		!strings.Contains(string(index), "first: fast, fast-twin (tied) of 6 endpoints, by slo,errors,cost,ttft") {
+		t.Errorf("index.html (%v, page %s):\n%s", err, page, index)
+	}
 	var order []string
 	for _, p := range rec.Ranking {
 		order = append(order, fmt.Sprintf("%d%s", p.Rank, p.Name))
@@ -293,6 +300,9 @@ func TestRankHistoryFlagsOnlyTheEndpointThatChanged(t *testing.T) {
 	runs, err := rank.LoadHistory(hist)
 	if err != nil || len(runs) != 3 {
 		t.Fatalf("history: %d runs, %v", len(runs), err)
+	}
+	if index, err := os.ReadFile(filepath.Join(hist, "index.html")); err != nil || strings.Count(string(index), `<a href="rank-`) != 3 {
+		t.Errorf("the history's index links %d runs' pages, want 3 (%v)", strings.Count(string(index), `<a href="rank-`), err)
 	}
 	flags := rank.Drift(runs, rank.DriftOptions{})
 	if len(flags) == 0 {
