@@ -56,7 +56,7 @@ func TestSessions(t *testing.T) {
 		t.Errorf("report has no per-turn table:\n%s", buf.String())
 	}
 	var page strings.Builder
-	if err := rec.WriteHTML(&page); err != nil || !strings.Contains(page.String(), "Stage 0 by turn") || !strings.Contains(page.String(), "sessions: 4 users at once") {
+	if err := rec.WriteHTML(&page); err != nil || !strings.Contains(page.String(), "Stage 0 by turn") || !strings.Contains(page.String(), "sessions, 4 users in session at once") {
 		t.Errorf("the HTML page has no per-turn table (%v)", err)
 	}
 }
