@@ -46,9 +46,9 @@ type proc struct {
 	logs    strings.Builder
 	dropped int      // lines past logCap
 	tail    []string // the last tailLines of them
-	addr  chan string
-	admin chan string // the admin listener's address, for serve
-	done  chan error
+	addr    chan string
+	admin   chan string // the admin listener's address, for serve
+	done    chan error
 }
 
 // adminURL waits for the admin listener's address.
