@@ -52,6 +52,8 @@ func (g *Gateway) handleAdmin(rc *fasthttp.RequestCtx) {
 		g.handleRollback(rc)
 	case adminapi.PathSet:
 		g.handleSet(rc)
+	case adminapi.PathReload:
+		g.handleReload(rc)
 	case "/healthz", "/readyz":
 		g.handle(rc)
 	default:
@@ -195,6 +197,40 @@ func (g *Gateway) handleSet(rc *fasthttp.RequestCtx) {
 	}
 	g.log.Info("config set", append(who, "version", cv.Version, "hash", cv.Hash, "source", cv.Source, "settings", slices.Sorted(maps.Keys(req.Settings)))...)
 	writeJSON(rc, http.StatusOK, cv)
+}
+
+// handleReload serves POST /admin/config/reload: the file the gateway
+// was started with read again, as SIGHUP does (SetFileReload), so a
+// person reloads this gateway without finding its process. It answers
+// the new version.
+func (g *Gateway) handleReload(rc *fasthttp.RequestCtx) {
+	if !rc.IsPost() {
+		rc.Response.Header.Set("Allow", "POST")
+		writeError(rc, http.StatusMethodNotAllowed, openai.TypeInvalidRequest, "method_not_allowed", "POST, no body: re-read the configuration file")
+		return
+	}
+	reload := g.fileReload.Load()
+	if reload == nil {
+		writeError(rc, http.StatusConflict, openai.TypeInvalidRequest, "no_config_file", "this gateway was started without a configuration file (serve --config): there is nothing to re-read")
+		return
+	}
+	who := g.adminCaller(rc)
+	if err := (*reload)("admin"); err != nil {
+		g.log.Error("reload refused; the running configuration stays", append(who, "err", err)...)
+		writeError(rc, http.StatusConflict, openai.TypeInvalidRequest, "reload_refused", "reload refused, the running configuration stays: "+err.Error())
+		return
+	}
+	cv := g.ConfigVersions()[0]
+	g.log.Info("configuration reloaded", append(who, "version", cv.Version, "hash", cv.Hash, "source", cv.Source)...)
+	writeJSON(rc, http.StatusOK, cv)
+}
+
+// SetFileReload gives the admin route POST /admin/config/reload what
+// re-reads the configuration file (serve's SIGHUP handler; by names the
+// caller, "admin"). Without it the route answers 409: the gateway knows
+// its configuration, not where it came from.
+func (g *Gateway) SetFileReload(reload func(by string) error) {
+	g.fileReload.Store(&reload)
 }
 
 func writeJSON(rc *fasthttp.RequestCtx, status int, v any) {

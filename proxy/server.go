@@ -52,6 +52,7 @@ type Gateway struct {
 	reqs       reqctx.Group
 	inflight   sync.WaitGroup
 	reloadMu   sync.Mutex
+	fileReload atomic.Pointer[func(by string) error] // SetFileReload
 	// versions keeps the applied configurations for rollback.
 	versions   versions
 	draining   atomic.Bool // BeginDrain or Shutdown was called

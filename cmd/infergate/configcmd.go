@@ -14,7 +14,7 @@ import (
 	"github.com/infergate/infergate/proxy"
 )
 
-const configSynopsis = `config versions|rollback|check [flags]
+const configSynopsis = `config versions|rollback|reload|check [flags]
 
   config versions --admin ADMIN_URL
       the configurations a running gateway keeps (the last 32 applied),
@@ -24,6 +24,9 @@ const configSynopsis = `config versions|rollback|check [flags]
       applies a kept configuration again (default: the one before the
       current). It is validated like a reload; a refused one changes
       nothing. The file on disk is not touched: a later SIGHUP reads it.
+  config reload --admin ADMIN_URL
+      makes the gateway re-read its --config file, as SIGHUP does; a file
+      that does not validate is refused and the running one stays.
   config check FILE
       validates a configuration file as serve would, without serving.`
 
@@ -34,7 +37,7 @@ func runConfig(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return err
 		}
 		fs.Usage()
-		return errors.New("config: name a subcommand: versions, rollback or check")
+		return errors.New("config: name a subcommand: versions, rollback, reload or check")
 	}
 	sub, args := args[0], args[1:]
 	fs := newFlagSet("config "+sub, configSynopsis, stderr)
@@ -77,6 +80,13 @@ func runConfig(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		fmt.Fprintf(stdout, "rolled back: now version %d (%s), %s\n", v.Version, v.Hash, v.Source)
 		return nil
+	case "reload":
+		v, err := admin.Reload(ctx)
+		if err != nil {
+			return fmt.Errorf("config reload: %w", err)
+		}
+		fmt.Fprintf(stdout, "reloaded: now version %d (%s), %s\n", v.Version, v.Hash, v.Source)
+		return nil
 	case "check":
 		if fs.NArg() != 1 {
 			return errors.New("config check: name one file")
@@ -88,5 +98,5 @@ func runConfig(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintf(stdout, "%s: valid (%d pools, %d settings)\n", fs.Arg(0), len(cfg.Pools), len(proxy.Settings(cfg)))
 		return nil
 	}
-	return fmt.Errorf("config: unknown subcommand %q (versions, rollback, check)", sub)
+	return fmt.Errorf("config: unknown subcommand %q (versions, rollback, reload, check)", sub)
 }

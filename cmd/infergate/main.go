@@ -36,7 +36,7 @@ func commands() []command {
 		{"tune", "walk the tuning loop on a running gateway: baseline, diagnose, each knob re-measured and kept or rolled back at the SLOs", runTune},
 		{"size", "size GPU memory: weights, KV cache per token and request, requests that fit, GPUs needed", runSize},
 		{"rank", "rank endpoints (providers, relays, servers) on your workload by SLO, cost and TTFT, with intervals, costs and a history that flags drift", runRank},
-		{"config", "a running gateway's kept configurations: versions, rollback; or check a file", runConfig},
+		{"config", "a running gateway's kept configurations: versions, rollback, reload; or check a file", runConfig},
 		{"top", "a running gateway's live view: rates, TTFT, TPOT, where the time went, per model and backend", runTop},
 		{"probe", "one request at a time: DNS, connect, TLS, first byte, first token, total", runProbe},
 		{"overhead", "measure what the gateway adds: direct vs gateway vs nginx, interleaved", runOverhead},

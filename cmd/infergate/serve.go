@@ -24,9 +24,11 @@ import (
 const serveSynopsis = `serve [--config FILE | --upstream URL [--upstream URL ...] [--selection POLICY]] [--listen ADDR] [--max-concurrency N [--max-queue M --queue-timeout D] [--redis ADDR]] [flags]
 
 Runs the gateway. With --config it reads one YAML file (see
-infergate.example.yaml); SIGHUP re-reads it (and so does a change of its
-contents, checked every --watch-config), and a file that does not
-validate is refused while the running configuration stays. With --upstream
+infergate.example.yaml); SIGHUP re-reads it, and so do infergate config
+reload (through the admin listener) and a change of its contents, checked
+every --watch-config; a file that does not validate is refused while the
+running configuration stays. --pid-file FILE names this process for kill:
+kill -HUP "$(cat FILE)". With --upstream
 every model goes to that backend; repeated, to one pool of them, picked by
 --selection: least_outstanding (the default), load (each backend's own
 queue and KV usage, scraped from its /metrics) or prefix (the backend
@@ -96,6 +98,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	mirrorAA := fs.Bool("mirror-aa", false, "with --mirror: also send each copied request once more to the primary (the A/A noise floor ab report shows)")
 	mirrorRecord := fs.String("mirror-record", "", "with --mirror: write the pairs to this JSONL file (mirror.record.path); infergate ab report reads it")
 	watchEvery := fs.Duration("watch-config", 0, "with --config: also reload when the file's (or --auth-keys file's) contents change, checked this often, e.g. 10s (a Kubernetes ConfigMap or Secret update); 0: on SIGHUP only")
+	pidFile := fs.String("pid-file", "", "write the process id to this file once the listeners are bound (kill -HUP \"$(cat FILE)\"); removed at exit; serve refuses to start while it names a running infergate")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile (pprof) to this file until exit")
 	memprofile := fs.String("memprofile", "", "write an allocation profile (pprof) to this file at exit")
 	if err := fs.Parse(args); err != nil {
@@ -148,7 +151,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		defer stopSim()
 		cfg = quickConfig(*listen, url, "/health")
 		cfg.Server.ForwardSimFault = true // the built-in sim's faults are for trying the gateway out
-		log.Info("no --config or --upstream: serving the built-in simulator", "sim", url)
+		log.Info("built-in simulator listening (no --config or --upstream)", "addr", url)
 	}
 	if *listen != "" {
 		cfg.Server.Listen = *listen
@@ -214,9 +217,33 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := overrides(&cfg); err != nil {
 		return err
 	}
+	if *pidFile != "" {
+		if err := pidFileFree(*pidFile); err != nil {
+			return err
+		}
+	}
 	g, err := proxy.New(cfg, log)
 	if err != nil {
 		return err
+	}
+	// reloadFile re-reads the file: on SIGHUP, a --watch-config change or
+	// POST /admin/config/reload (which runs on the admin listener's own
+	// goroutine; ReloadFrom serialises them).
+	reloadFile := func(source string) error {
+		next, err := loadConfig(*file)
+		if err != nil {
+			return err
+		}
+		if *listen != "" {
+			next.Server.Listen = *listen
+		}
+		if err := overrides(&next); err != nil {
+			return err
+		}
+		return g.ReloadFrom(source+" "+*file, next)
+	}
+	if *file != "" {
+		g.SetFileReload(reloadFile)
 	}
 	ln, err := net.Listen("tcp", g.Config().Server.Listen)
 	if err != nil {
@@ -234,19 +261,16 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	log.Info("infergate listening", "addr", ln.Addr().String(), "tls", g.Config().Server.TLS.CertFile != "")
 	go func() { errc <- g.Serve(ln) }()
+	if *pidFile != "" {
+		remove, err := writePIDFile(*pidFile)
+		if err != nil {
+			return err
+		}
+		defer remove()
+	}
 
 	reload := func(source string) {
-		next, err := loadConfig(*file)
-		if err == nil && *listen != "" {
-			next.Server.Listen = *listen
-		}
-		if err == nil {
-			err = overrides(&next)
-		}
-		if err == nil {
-			err = g.ReloadFrom(source+" "+*file, next)
-		}
-		if err != nil {
+		if err := reloadFile(source); err != nil {
 			log.Error("reload refused; the running configuration stays", "err", err, "by", source)
 			return
 		}

@@ -19,6 +19,7 @@ const (
 	PathVersions = "/admin/config/versions"
 	PathSet      = "/admin/config/set"
 	PathRollback = "/admin/config/rollback"
+	PathReload   = "/admin/config/reload"
 )
 
 // Bounds of an answer read: a hostile or broken listener cannot make a
@@ -74,6 +75,14 @@ func (c *Client) Set(ctx context.Context, req SetRequest) (Version, error) {
 func (c *Client) Rollback(ctx context.Context, req RollbackRequest) (Version, error) {
 	var v Version
 	return v, c.do(ctx, http.MethodPost, PathRollback, req, &v, MaxAnswer)
+}
+
+// Reload makes the gateway re-read its --config file, as SIGHUP does,
+// and returns the new version; a file that does not validate is refused
+// (the running configuration stays) and is an error carrying the reason.
+func (c *Client) Reload(ctx context.Context) (Version, error) {
+	var v Version
+	return v, c.do(ctx, http.MethodPost, PathReload, nil, &v, MaxAnswer)
 }
 
 // do sends body (JSON, none when nil) to path and decodes a 200's answer
