@@ -343,10 +343,52 @@ func TestBadConfigRefusedAtStart(t *testing.T) {
 	}
 }
 
+// The example starts on a laptop with nothing set (its backend is the
+// local simulator), and its commented remote backend is valid once
+// uncommented with its key set.
 func TestExampleConfigIsValid(t *testing.T) {
-	os.Setenv("VLLM_API_KEY", "example")
-	if _, err := loadConfig("../../infergate.example.yaml"); err != nil {
-		t.Fatalf("infergate.example.yaml: %v", err)
+	t.Setenv("VLLM_API_KEY", "")
+	const example = "../../infergate.example.yaml"
+	cfg, err := loadConfig(example)
+	if err != nil {
+		t.Fatalf("infergate.example.yaml with no environment: %v", err)
+	}
+	if bs := cfg.Pools["vllm"].Backends; len(bs) != 1 || bs[0].URL != "http://127.0.0.1:8000" {
+		t.Errorf("the example's backends are %+v, want the local simulator alone", bs)
+	}
+
+	b, err := os.ReadFile(example)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	remote := false
+	for _, l := range strings.Split(string(b), "\n") {
+		switch {
+		case strings.Contains(l, "# A remote backend"):
+			remote = true
+			continue
+		case remote && strings.HasPrefix(l, "      # "):
+			l = strings.Replace(l, "# ", "", 1)
+		default:
+			remote = false
+		}
+		lines = append(lines, l)
+	}
+	full := filepath.Join(t.TempDir(), "full.yaml")
+	if err := os.WriteFile(full, []byte(strings.Join(lines, "\n")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loadConfig(full); err == nil || !strings.Contains(err.Error(), "VLLM_API_KEY is empty") {
+		t.Errorf("the remote backend without its key: %v", err)
+	}
+	t.Setenv("VLLM_API_KEY", "example")
+	cfg, err = loadConfig(full)
+	if err != nil {
+		t.Fatalf("infergate.example.yaml with its remote backend uncommented: %v", err)
+	}
+	if bs := cfg.Pools["vllm"].Backends; len(bs) != 2 || bs[1].URL != "https://gpu-2.internal:8000" || bs[1].APIKeyEnv != "VLLM_API_KEY" {
+		t.Errorf("uncommented, the example's backends are %+v", bs)
 	}
 }
 

@@ -36,7 +36,7 @@ until curl -sf 127.0.0.1:8080/readyz >/dev/null; do sleep 0.1; done
 
 // The addresses the docs use: without a network namespace of its own a
 // page runs only when all are free.
-var docAddrs = []string{"127.0.0.1:8000", "127.0.0.1:8080", "127.0.0.1:9464", "127.0.0.1:9001", "127.0.0.1:8081", "127.0.0.1:9465"}
+var docAddrs = []string{"127.0.0.1:8000", "127.0.0.1:8080", "127.0.0.1:9464", "127.0.0.1:9001", "127.0.0.1:8081", "127.0.0.1:9465", "127.0.0.1:8082", "127.0.0.1:9466"}
 
 var (
 	buildOnce sync.Once
