@@ -249,25 +249,30 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", g.Config().Server.Listen, err)
 	}
-	errc := make(chan error, 2)
+	var aln net.Listener
 	if a := g.Config().Server.AdminListen; a != "off" {
-		aln, err := net.Listen("tcp", a)
-		if err != nil {
+		if aln, err = net.Listen("tcp", a); err != nil {
 			ln.Close()
 			return fmt.Errorf("admin listen %s (server.admin_listen, --admin-listen; off turns it off): %w", a, err)
 		}
+	}
+	// The pid file exists before anything answers: whoever saw /readyz
+	// answer can read it.
+	if *pidFile != "" {
+		remove, err := writePIDFile(*pidFile)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		defer remove()
+	}
+	errc := make(chan error, 2)
+	if aln != nil {
 		log.Info("admin listening", "addr", aln.Addr().String(), "paths", "/metrics /admin/stats")
 		go func() { errc <- g.ServeAdmin(aln) }()
 	}
 	log.Info("infergate listening", "addr", ln.Addr().String(), "tls", g.Config().Server.TLS.CertFile != "")
 	go func() { errc <- g.Serve(ln) }()
-	if *pidFile != "" {
-		remove, err := writePIDFile(*pidFile)
-		if err != nil {
-			return err
-		}
-		defer remove()
-	}
 
 	reload := func(source string) {
 		if err := reloadFile(source); err != nil {
