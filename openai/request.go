@@ -42,6 +42,11 @@ type Envelope struct {
 	// items), its system text, its output cap, and the stored response it
 	// continues.
 	Input, Instructions, MaxOutputTokens, PreviousResponseID Field
+	// PromptCacheKey (chat completions and Responses), Conversation
+	// (Responses: a string id or an object with an id) and User name the
+	// conversation a request belongs to, read for session affinity
+	// (SessionKeys); the last copy of a duplicate wins.
+	PromptCacheKey, Conversation, User Field
 	// Duplicate names the first of those members that the body has more
 	// than once, "" when none: parsers disagree on which copy counts, so
 	// a policy acting on it must not guess.
@@ -133,6 +138,12 @@ func ScanRequest(body []byte) (Envelope, error) {
 			env.set(&env.MaxOutputTokens, f, "max_output_tokens")
 		case keyIs(key, "previous_response_id"):
 			env.set(&env.PreviousResponseID, f, "previous_response_id")
+		case keyIs(key, "prompt_cache_key"):
+			env.PromptCacheKey = f
+		case keyIs(key, "conversation"):
+			env.Conversation = f
+		case keyIs(key, "user"):
+			env.User = f
 		case keyIs(key, "stream"):
 			switch string(val) {
 			case "true":

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/cespare/xxhash/v2"
 )
 
 // The Responses API (POST /v1/responses), OpenAI's main API and served
@@ -75,6 +77,7 @@ const (
 	respCompleted
 	respIncomplete
 	respFailed
+	respCreated
 )
 
 func kindOfResponseEvent(typ []byte) responseKind {
@@ -91,6 +94,8 @@ func kindOfResponseEvent(typ []byte) responseKind {
 		return respIncomplete
 	case "response.failed", "error":
 		return respFailed
+	case "response.created":
+		return respCreated
 	}
 	return respOther
 }
@@ -140,8 +145,48 @@ func (t *Tally) addResponse(data []byte, at time.Time) (Kind, bool) {
 	case respFailed:
 		t.ErrorEvent = true
 		return KindError, t.usage(data)
+	case respCreated:
+		if id := ResponseID(data); id != nil {
+			t.ResponseID = xxhash.Sum64(id)
+		}
 	}
 	return KindOther, false
+}
+
+// ResponseID returns the id of a Responses API response, as its JSON
+// holds it (unquoted): a response body's own id, or that of the
+// "response" a stream's lifecycle event (response.created) carries; nil
+// when there is none, it is not a string or data is not valid JSON.
+// Nothing is allocated.
+func ResponseID(data []byte) []byte {
+	if !validJSON(data) {
+		return nil
+	}
+	return responseID(data)
+}
+
+func responseID(data []byte) []byte {
+	var id []byte
+	EachMember(data, func(key []byte, f Field) bool {
+		v := f.Of(data)
+		switch {
+		case keyIs(key, "id"):
+			id = stringContent(v)
+		case keyIs(key, "response") && len(v) > 0 && v[0] == '{':
+			id = responseID(v)
+		}
+		return id == nil
+	})
+	return id
+}
+
+// stringContent is the inside of a JSON string value, nil for another
+// value or an empty string.
+func stringContent(v []byte) []byte {
+	if len(v) < 3 || v[0] != '"' || v[len(v)-1] != '"' {
+		return nil
+	}
+	return v[1 : len(v)-1]
 }
 
 // Response is a Responses API response object: the body of a
@@ -292,6 +337,9 @@ func (t *Tally) addResponseBody(body []byte, at time.Time) {
 	}
 	t.Finish = r.Finish()
 	t.usage(body)
+	if r.ID != "" {
+		t.ResponseID = xxhash.Sum64String(r.ID)
+	}
 }
 
 // AppendResponsesSSEError appends the Responses API's error event, the

@@ -1,10 +1,13 @@
 package openai
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cespare/xxhash/v2"
 )
 
 // responsesStream is a reasoning model's Responses stream as OpenAI's
@@ -174,6 +177,62 @@ func FuzzResponsesEvent(f *testing.F) {
 		}
 		if !strings.HasSuffix(v.Type, ".delta") {
 			t.Fatalf("%q counted as content; its type is %q", data, v.Type)
+		}
+	})
+}
+
+// A Responses answer's id is read from a body and from a stream's
+// response.created event, as its xxhash: what the gateway's session
+// table learns where a stored response lives by.
+func TestTallyReadsTheResponseID(t *testing.T) {
+	ta := Tally{Responses: true}
+	for _, ev := range responsesStream {
+		ta.Add(EventData([]byte(ev)), time.Unix(1, 0))
+	}
+	if ta.ResponseID == 0 || ta.ResponseID != xxhash.Sum64String("resp_1") {
+		t.Errorf("stream: response id hash %x, want that of resp_1", ta.ResponseID)
+	}
+	tb := Tally{Responses: true}
+	tb.AddBody([]byte(`{"id":"resp_9","object":"response","status":"completed","output":[]}`), time.Unix(1, 0))
+	if tb.ResponseID != xxhash.Sum64String("resp_9") {
+		t.Errorf("body: response id hash %x, want that of resp_9", tb.ResponseID)
+	}
+	for _, tc := range []struct{ data, want string }{
+		{`{"id":"resp_2","output":[{"id":"msg_1"}]}`, "resp_2"},
+		{`{"type":"response.created","response":{"object":"response","id":"resp_3"}}`, "resp_3"},
+		{`{"type":"response.created","response":{"id":5}}`, ""},
+		{`{"id":""}`, ""},
+		{`[1]`, ""},
+	} {
+		if got := string(ResponseID([]byte(tc.data))); got != tc.want {
+			t.Errorf("ResponseID(%s) = %q, want %q", tc.data, got, tc.want)
+		}
+	}
+}
+
+// FuzzResponseID holds ResponseID to encoding/json's reading of a valid
+// object's id (or its response's) where the id needs no unescaping.
+func FuzzResponseID(f *testing.F) {
+	f.Add([]byte(`{"id":"resp_1"}`))
+	f.Add([]byte(`{"type":"response.created","response":{"id":"resp_1","output":[]}}`))
+	f.Add([]byte(`{"response":{"id":{}},"id":"x"}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		id := ResponseID(data)
+		var v struct {
+			ID       any `json:"id"`
+			Response struct {
+				ID any `json:"id"`
+			} `json:"response"`
+		}
+		if !json.Valid(data) || json.Unmarshal(data, &v) != nil || bytes.ContainsAny(data, "\\") || bytes.Count(data, []byte(`"id"`)) != 1 {
+			return
+		}
+		want, _ := v.ID.(string)
+		if want == "" {
+			want, _ = v.Response.ID.(string)
+		}
+		if string(id) != want {
+			t.Fatalf("ResponseID(%s) = %q, encoding/json says %q", data, id, want)
 		}
 	})
 }

@@ -50,6 +50,10 @@ type Tally struct {
 	// Responses reads the events as the Responses API's (responses.go)
 	// rather than chat or completion chunks; Reset keeps it.
 	Responses bool
+	// ResponseID is the xxhash (64-bit) of a Responses answer's id
+	// (ResponseID), 0 until its response.created event or body: what a
+	// later request's previous_response_id names, kept as a hash only.
+	ResponseID uint64
 
 	// contentAt is where the content string's text began in the last
 	// chunk that carried one: a server writes every chunk of a stream with
