@@ -1,6 +1,9 @@
 // Package affinity is the gateway's approximate knowledge of which backend
 // holds which prompt prefix in its KV cache, learnt from where it sent
-// earlier requests rather than from the engines' events.
+// earlier requests rather than from the engines' events: the prefix
+// index (Index), and the session table (Sessions) of which backend
+// served each conversation a request names by a key (SessionOf), kept
+// as hashes only.
 //
 // A prompt is read as the chat template reads it (the tools, then each
 // message's role and content, in order) and cut into blocks of a fixed
@@ -48,9 +51,12 @@ type Key struct {
 	// Blocks is the prompt's full blocks (at most MaxBlocks); a partial
 	// last block is not a block.
 	Blocks int
-	n      int
-	hash   [maxCheckpoints]uint64
-	at     [maxCheckpoints]uint16 // the block count each hash covers
+	// Session is the conversation the request names (SessionOf), set
+	// after the prompt is hashed (Hasher.Reset clears it).
+	Session Session
+	n       int
+	hash    [maxCheckpoints]uint64
+	at      [maxCheckpoints]uint16 // the block count each hash covers
 }
 
 // Len is the number of checkpoints.
