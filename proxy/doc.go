@@ -25,7 +25,8 @@
 //     handed to its pair, and the copy's round trip.
 //   - forward.go: a backend picked (pool.go; selector.go the selector
 //     every policy is, select_load.go and select_prefix.go the two that
-//     score the backends' load, load.go where they read it; backend.go;
+//     score the backends' load, select_place.go where prefix sends what
+//     no backend holds yet, load.go where they read it; backend.go;
 //     budget.go the retry budget) and tried, with failover; upstream.go
 //     the round trip to it; rtt_linux.go (rtt_other.go elsewhere) the
 //     kernel's round-trip time.

@@ -238,7 +238,7 @@ func (g *Gateway) serveAPI(rc *fasthttp.RequestCtx, kind apiRoute) {
 			// What the backend caches is what it is sent: the body after
 			// the policy (the model's name is not part of the prefix).
 			x.key = new(affinity.Key)
-			prefix.key(body, &env, x.key)
+			prefix.key(&rc.Request.Header, body, &env, x.key)
 		}
 		if x.route.upstreamModel != "" {
 			body = openai.RewriteModel(body, env, x.route.upstreamModel)
@@ -361,6 +361,9 @@ func (x *exchange) finishWith(status int, outcome string) {
 			errors.Is(x.err, errTotalTimeout)
 		x.backend.settle(x.done, ok)
 		x.backend.outstanding.Add(-1)
+		if x.tally.ResponseID != 0 && x.key != nil && outcome == outcomeOK {
+			x.route.pool.prefix.learnResponse(x.tally.ResponseID, x.backend)
+		}
 	}
 	if x.held != nil {
 		x.held.release() // the copy may still be reading its body

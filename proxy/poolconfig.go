@@ -128,7 +128,35 @@ type PrefixConfig struct {
 	// that works without backend metrics. Default 32 (SGLang's router's
 	// balance threshold).
 	SpillImbalance int `yaml:"spill_imbalance"`
+	// Sessions sizes the session table, allocated once: a request that
+	// names its conversation (prompt_cache_key, previous_response_id,
+	// conversation, a SessionHeaders header, or user with SessionUser)
+	// goes to the backend that served it last, until the spill guard
+	// trips. 22 bytes a session. Default 100000 (2.1 MiB); -1 turns
+	// sessions off.
+	Sessions int `yaml:"sessions"`
+	// SessionHeaders are the request headers read as a session key, in
+	// order, after the body's own keys. Default [x-session-id]; an empty
+	// list reads none.
+	SessionHeaders []string `yaml:"session_headers"`
+	// SessionUser reads the body's user field as a session key, the
+	// weakest. Default false: many clients send one user for all their
+	// conversations, which would pin them all to one backend.
+	SessionUser bool `yaml:"session_user"`
+	// ColdLoadFactor (ε) and ColdLoadSlack (c, in requests per unit of
+	// weight) bound cold placement: a prefix or session no backend is
+	// known to hold goes to the backend a rendezvous hash of it ranks
+	// first among those whose expected wait is at most (1+ε) times the
+	// candidates' mean plus c (consistent hashing with bounded loads),
+	// so gateway replicas that never talk place it alike. Defaults 0.25
+	// and 2.
+	ColdLoadFactor float64 `yaml:"cold_load_factor"`
+	ColdLoadSlack  float64 `yaml:"cold_load_slack"`
 }
+
+// DefaultSessionHeader is the header read as a session key unless
+// prefix.session_headers says otherwise.
+const DefaultSessionHeader = "x-session-id"
 
 // EjectionConfig is passive outlier ejection: a backend that fails
 // ConsecutiveFailures requests in a row (connect errors, 5xx, timeouts)
@@ -171,6 +199,12 @@ func (p *PoolConfig) defaults() {
 	setDefault(&p.Prefix.SpillWaiting, 2)
 	setDefault(&p.Prefix.SpillKVUsage, 0.9)
 	setDefault(&p.Prefix.SpillImbalance, 32)
+	setDefault(&p.Prefix.Sessions, 100000)
+	if p.Prefix.SessionHeaders == nil {
+		p.Prefix.SessionHeaders = []string{DefaultSessionHeader}
+	}
+	setDefault(&p.Prefix.ColdLoadFactor, 0.25)
+	setDefault(&p.Prefix.ColdLoadSlack, 2)
 	setDefault(&p.Health.Interval, 5*time.Second)
 	setDefault(&p.Health.Timeout, 2*time.Second)
 	setDefault(&p.Health.HealthyThreshold, 2)
@@ -207,6 +241,17 @@ func (p PoolConfig) validate(at string) error {
 		return fmt.Errorf("%s.prefix.index_entries: %d is not between 64 and 67108864", at, x.IndexEntries)
 	case x.SpillWaiting < 0 || x.SpillKVUsage <= 0 || x.SpillKVUsage > 1 || x.SpillImbalance < 0:
 		return fmt.Errorf("%s.prefix: spill_waiting and spill_imbalance must not be negative, spill_kv_usage in (0,1]", at)
+	case x.Sessions != -1 && (x.Sessions < 64 || x.Sessions > 1<<26):
+		return fmt.Errorf("%s.prefix.sessions: %d is not -1 (off) or between 64 and 67108864", at, x.Sessions)
+	case len(x.SessionHeaders) > 8:
+		return fmt.Errorf("%s.prefix.session_headers: %d headers; at most 8", at, len(x.SessionHeaders))
+	case x.ColdLoadFactor < 0 || x.ColdLoadSlack < 0:
+		return fmt.Errorf("%s.prefix: cold_load_factor and cold_load_slack must not be negative", at)
+	}
+	for i, h := range x.SessionHeaders {
+		if !headerToken(h) {
+			return fmt.Errorf("%s.prefix.session_headers[%d]: %q is not a header name", at, i, h)
+		}
 	}
 	if len(p.Backends) == 0 {
 		return fmt.Errorf("%s.backends: at least one backend is needed", at)
@@ -241,4 +286,18 @@ func (p PoolConfig) validate(at string) error {
 		return fmt.Errorf("%s.max_conns_per_backend: must be positive", at)
 	}
 	return nil
+}
+
+// headerToken reports whether s is a header name (RFC 9110's token).
+func headerToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return true
 }

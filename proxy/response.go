@@ -140,6 +140,9 @@ func (x *exchange) readWhole(buf []byte) ([]byte, error) {
 				}
 				if x.tally.Responses {
 					x.tl.FinishReason = openai.ResponseFinish(buf)
+					if x.key != nil { // selection prefix: its sessions learn the stored response
+						x.tally.ResponseID = responseIDSum(buf)
+					}
 				} else if f := openai.FinishReason(buf); f != nil {
 					x.tl.FinishReason = openai.FinishString(f)
 				}

@@ -40,26 +40,15 @@ func (l *loadSelector) estimate(s *pick) {
 func (s *pick) loadOf(c int) float64 { return s.est[c].total / float64(s.cands[c].weight) }
 
 // cheapest returns the candidate where a new request can expect the
-// shortest wait: its requests, the new one included, times how much slower
-// than the fastest it decodes (clamped to 8; a backend without a stream
-// yet counts as the fastest), per unit of weight. Among equals: with
-// byPrefix, the one holding more of the prefix; then a rendezvous hash of
-// seed and the backend, so that gateways that do not share their index
-// send a new prefix (seed: the prompt's start) to the same backend.
+// shortest wait (pick.cost). Among equals: with byPrefix, the one
+// holding more of the prefix; then a rendezvous hash of seed and the
+// backend, so that gateways that do not share their index send a spilled
+// prefix (seed: the prompt's start) to the same backend.
 func cheapest(s *pick, seed uint64, byPrefix bool) int {
-	fastest := math.Inf(1)
-	for _, b := range s.cands {
-		if t := b.tpotAverage(); t > 0 {
-			fastest = min(fastest, t)
-		}
-	}
+	fastest := s.fastestTPOT()
 	best, bestCost, bestM, bestTie := -1, 0.0, 0, uint64(0)
 	for c, b := range s.cands {
-		f := 1.0
-		if t := b.tpotAverage(); t > 0 && !math.IsInf(fastest, 1) {
-			f = min(t/fastest, 8)
-		}
-		cost := (s.est[c].total + 1) * f / float64(b.weight)
+		cost := s.cost(c, fastest)
 		m := 0
 		if byPrefix {
 			m = s.matched[s.pos[c]%affinity.MaxBackends]
@@ -123,7 +112,7 @@ func finite(v float64) *float64 {
 // backend's picks by reason, its estimated load and its failed scrapes.
 func (g *Gateway) observeLoad(meter metric.Meter) error {
 	in := instruments{meter: meter}
-	routed := in.counter("infergate.route.decisions", "{request}", "Picks of each backend by selection load and prefix, by reason (load, prefix_warm, prefix_cold, prefix_spill_queue, prefix_spill_kv, prefix_spill_imbalance).")
+	routed := in.counter("infergate.route.decisions", "{request}", "Picks of each backend by selection load and prefix, by reason (load, prefix_warm, prefix_cold, prefix_spill_queue, prefix_spill_kv, prefix_spill_imbalance, session_sticky, session_moved).")
 	estimate := in.gauge("infergate.backend.load", "{request}", "Requests in each backend's batch and queue as selection load and prefix count them; source metrics (its own reading, corrected by the gateway's since) or gateway (its scrape failed or is stale).")
 	scrapeFail := in.counter("infergate.backend.load_scrape_failures", "{scrape}", "Failed scrapes of each backend's metrics by selection load and prefix.")
 	return in.register(func(_ context.Context, o metric.Observer) error {

@@ -4,50 +4,93 @@ import (
 	"context"
 	"math"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/infergate/infergate/affinity"
 	"github.com/infergate/infergate/internal/adminapi"
 	"github.com/infergate/infergate/openai"
+	"github.com/valyala/fasthttp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
 
-// prefixSelector is selection prefix: a prompt goes to the backend
-// expected to hold the longest part of it in its prefix cache (by the
-// index of where earlier prompts went), unless that backend is saturated
-// (the spill guard); otherwise, and for a request without a prompt, as
+// prefixSelector is selection prefix: a request that names its
+// conversation goes to the backend that served it last (the session
+// table), a prompt to the backend expected to hold the longest part of
+// it in its prefix cache (by the index of where earlier prompts went),
+// either unless that backend is saturated (the spill guard); a prompt
+// no backend holds goes where a rendezvous hash of it says among the
+// backends not overloaded (place), and a request without a prompt as
 // selection load.
 type prefixSelector struct {
 	loadSelector
-	cfg   PrefixConfig
-	index *affinity.Index
+	cfg      PrefixConfig
+	index    *affinity.Index
+	sessions *affinity.Sessions // nil: prefix.sessions -1
 }
 
 func newPrefixSelector(pc PoolConfig) *prefixSelector {
-	return &prefixSelector{loadSelector: loadSelector{cfg: pc.Load}, cfg: pc.Prefix, index: affinity.NewIndex(pc.Prefix.IndexEntries)}
+	x := &prefixSelector{loadSelector: loadSelector{cfg: pc.Load}, cfg: pc.Prefix, index: affinity.NewIndex(pc.Prefix.IndexEntries)}
+	if pc.Prefix.Sessions > 0 {
+		x.sessions = affinity.NewSessions(pc.Prefix.Sessions)
+	}
+	return x
 }
 
-// key writes the prefix key of a request body into k.
-func (x *prefixSelector) key(body []byte, env *openai.Envelope, k *affinity.Key) {
+// Sessions is the pool's session table, nil when sessions are off: what
+// another gateway replica's records are learnt into.
+func (x *prefixSelector) Sessions() *affinity.Sessions { return x.sessions }
+
+// key writes the prefix key of a request into k: its prompt's blocks
+// and the session it names (by its body, or a header of hdr).
+func (x *prefixSelector) key(hdr *fasthttp.RequestHeader, body []byte, env *openai.Envelope, k *affinity.Key) {
 	var h affinity.Hasher
 	h.Reset(k, x.cfg.BlockBytes, x.cfg.MaxPrefixBytes/x.cfg.BlockBytes)
 	h.Request(body, env)
+	if x.sessions == nil {
+		return
+	}
+	var vals [8][]byte // prefix.session_headers has at most 8
+	opt := affinity.SessionOptions{Headers: vals[:0], User: x.cfg.SessionUser}
+	if hdr != nil {
+		for _, name := range x.cfg.SessionHeaders {
+			opt.Headers = append(opt.Headers, hdr.Peek(name))
+		}
+	}
+	k.Session = affinity.SessionOf(body, env, opt)
 }
 
 // Select implements selector.
 func (x *prefixSelector) Select(s *pick) (int, reason) {
 	x.estimate(s)
 	s.blocks = 0
+	s.matched = [affinity.MaxBackends]int{}
 	k := s.key
-	if k == nil || k.Len() == 0 {
+	if k == nil {
 		return cheapest(s, x.rr.Add(1), false), reasonLoad
 	}
-	var set uint64
-	for _, i := range s.pos {
-		set |= 1 << (uint(i) % affinity.MaxBackends)
+	ses := k.Session
+	if x.sessions == nil {
+		ses = affinity.Session{}
 	}
-	s.matched = [affinity.MaxBackends]int{}
+	moved := false
+	if ses.Key != 0 {
+		c, why, known := x.session(s, ses)
+		if why == reasonSessionSticky {
+			return c, why
+		}
+		moved = known
+	}
+	if k.Len() == 0 && ses.Key == 0 {
+		return cheapest(s, x.rr.Add(1), false), reasonLoad
+	}
+	// A session's key names it better than its prompt's first block: its
+	// history grows, its key does not.
+	seed := k.First()
+	if ses.Key != 0 {
+		seed = ses.Key
+	}
 	why := reasonCold
-	if x.index.Match(k, set, &s.matched) != 0 {
+	if k.Len() > 0 && x.index.Match(k, s.candidateSet(), &s.matched) != 0 {
 		warm, m := -1, 0
 		for c, i := range s.pos {
 			n := s.matched[i%affinity.MaxBackends]
@@ -57,12 +100,101 @@ func (x *prefixSelector) Select(s *pick) (int, reason) {
 		}
 		if why = x.spill(s, warm); why == reasonWarm {
 			s.blocks = m
-			return warm, why
+			return warm, x.movedOr(moved, why)
 		}
 	}
-	c := cheapest(s, k.First(), true)
+	var c int
+	if why == reasonCold {
+		c = x.place(s, seed)
+	} else {
+		c = cheapest(s, seed, true)
+	}
 	s.blocks = s.matched[s.pos[c]%affinity.MaxBackends]
-	return c, why
+	return c, x.movedOr(moved, why)
+}
+
+// movedOr is why, or reasonSessionMoved for a session the table placed
+// elsewhere.
+func (x *prefixSelector) movedOr(moved bool, why reason) reason {
+	if moved {
+		return reasonSessionMoved
+	}
+	return why
+}
+
+// candidateSet is the pick's candidates as the index's bit set.
+func (s *pick) candidateSet() uint64 {
+	var set uint64
+	for _, i := range s.pos {
+		set |= 1 << (uint(i) % affinity.MaxBackends)
+	}
+	return set
+}
+
+// find returns the candidate whose id (its URL's hash) is id, -1 when
+// none is: the backend is out of selection or already tried.
+func (s *pick) find(id uint64) int {
+	for c, b := range s.cands {
+		if b.nameHash == id {
+			return c
+		}
+	}
+	return -1
+}
+
+// session picks for a session the table knows: reasonSessionSticky and
+// its backend, unless that backend is out of the candidates or the spill
+// guard trips (known, and the caller places it anew). A continued stored
+// response (previous_response_id) stays with the backend that wrote it
+// whatever its load: no other backend has it.
+func (x *prefixSelector) session(s *pick, ses affinity.Session) (c int, why reason, known bool) {
+	if ses.Response != 0 && ses.Response != ses.Key {
+		if id, ok := x.sessions.Lookup(ses.Response); ok {
+			if c = s.find(id); c >= 0 {
+				x.blocksOf(s, c)
+				return c, reasonSessionSticky, true
+			}
+		}
+	}
+	id, ok := x.sessions.Lookup(ses.Key)
+	if !ok {
+		return -1, 0, false
+	}
+	if c = s.find(id); c < 0 {
+		return -1, 0, true
+	}
+	if ses.Source != affinity.SessionPreviousResponse && x.spill(s, c) != reasonWarm {
+		return -1, 0, true
+	}
+	x.blocksOf(s, c)
+	return c, reasonSessionSticky, true
+}
+
+// learnResponse records that backend b stored the Responses answer
+// whose id's xxhash is sum: a request continuing it
+// (previous_response_id) goes there.
+func (x *prefixSelector) learnResponse(sum uint64, b *backend) {
+	if x.sessions != nil {
+		x.sessions.Learn(affinity.ResponseSession(sum), b.nameHash)
+	}
+}
+
+// responseIDSum is the xxhash of a Responses body's id, 0 for none.
+func responseIDSum(body []byte) uint64 {
+	if id := openai.ResponseID(body); id != nil {
+		return xxhash.Sum64(id)
+	}
+	return 0
+}
+
+// blocksOf sets s.blocks to the prompt's blocks the index expects
+// candidate c to hold.
+func (x *prefixSelector) blocksOf(s *pick, c int) {
+	if k := s.key; k.Len() > 0 {
+		i := s.pos[c]
+		x.index.Match(k, 1<<(uint(i)%affinity.MaxBackends), &s.matched)
+		s.blocks = s.matched[i%affinity.MaxBackends]
+	}
 }
 
 // spill is the guard on the warm candidate: reasonWarm to take it, else
@@ -93,14 +225,22 @@ func (x *prefixSelector) spill(s *pick, warm int) reason {
 }
 
 // placed implements placer: the index learns that the prompt went to
-// candidate c, and c's counts the blocks routed to it and those it was
-// expected to hold.
+// candidate c, the session table that its session did (so a session
+// that moved stays), and c's counts the blocks routed to it and those it
+// was expected to hold.
 func (x *prefixSelector) placed(s *pick, c int) {
-	if k := s.key; k != nil && k.Blocks > 0 {
+	k := s.key
+	if k == nil {
+		return
+	}
+	b := s.cands[c]
+	if k.Blocks > 0 {
 		x.index.Add(k, s.pos[c])
-		b := s.cands[c]
 		b.promptBlocks.Add(int64(k.Blocks))
 		b.expectedBlocks.Add(int64(s.blocks))
+	}
+	if x.sessions != nil && k.Session.Key != 0 {
+		x.sessions.Learn(k.Session.Key, b.nameHash)
 	}
 }
 

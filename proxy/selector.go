@@ -173,11 +173,14 @@ const (
 	reasonSpillQueue     // the warm backend queues requests
 	reasonSpillKV        // the warm backend's KV cache is near full
 	reasonSpillImbalance // the warm backend carries far more than the least loaded
+	reasonSessionSticky  // the backend that served the request's session last
+	reasonSessionMoved   // the session's backend is saturated or out of selection: moved, and stays
 	numReasons
 )
 
 var reasonNames = [numReasons]string{LeastOutstandingPolicy, WeightedRoundRobinPolicy, PowerOfTwoPolicy,
-	"load", "prefix_warm", "prefix_cold", "prefix_spill_queue", "prefix_spill_kv", "prefix_spill_imbalance"}
+	"load", "prefix_warm", "prefix_cold", "prefix_spill_queue", "prefix_spill_kv", "prefix_spill_imbalance",
+	"session_sticky", "session_moved"}
 
 func (r reason) String() string { return reasonNames[r] }
 

@@ -1,0 +1,71 @@
+package proxy
+
+import "math"
+
+// place is cold placement: the candidate for a prefix or session no
+// backend is known to hold, named by seed (the prompt's first block's
+// hash, or the session's). Among the candidates whose expected wait is
+// at most (1+ε) times the candidates' mean plus c (prefix.cold_load_factor
+// and cold_load_slack), the one a rendezvous (highest random weight) hash
+// of seed and the backend's URL ranks first: consistent hashing with
+// bounded loads (Mirrokni, Thorup and Zadimoghaddam, 2018).
+//
+// The hash is what gateway replicas that never talk agree on: with the
+// same backends, a cold prefix goes to the same one from every replica
+// while that backend is within the bound on each replica's own estimate;
+// the bound is what keeps a hot spot of new prefixes from piling on one
+// backend. Rendezvous rather than a ring: every candidate is scored
+// anyway, a backend leaving moves only the prefixes it held, and there is
+// no ring to rebuild on a reload. The cheapest candidate is always within
+// the bound, so there is always one.
+func (x *prefixSelector) place(s *pick, seed uint64) int {
+	fastest := s.fastestTPOT()
+	var sum float64
+	for c := range s.cands {
+		sum += s.cost(c, fastest)
+	}
+	bound := (1+x.cfg.ColdLoadFactor)*sum/float64(len(s.cands)) + x.cfg.ColdLoadSlack
+	best, bestScore := -1, 0.0
+	for c, b := range s.cands {
+		cost := s.cost(c, fastest)
+		if cost > bound {
+			continue
+		}
+		// Weighted rendezvous: -w/ln(u) with u uniform in (0,1) from
+		// the hash; with equal weights, the order of the hashes.
+		u := (float64(mix64(seed^b.nameHash)>>11) + 0.5) / (1 << 53)
+		score := -float64(b.weight) / math.Log(u)
+		if best < 0 || score > bestScore {
+			best, bestScore = c, score
+		}
+	}
+	if best < 0 { // NaN costs: no bound holds
+		return cheapest(s, seed, false)
+	}
+	return best
+}
+
+// fastestTPOT is the shortest time per output token among the
+// candidates' streams, +Inf when none has one yet.
+func (s *pick) fastestTPOT() float64 {
+	fastest := math.Inf(1)
+	for _, b := range s.cands {
+		if t := b.tpotAverage(); t > 0 {
+			fastest = min(fastest, t)
+		}
+	}
+	return fastest
+}
+
+// cost is how long a new request can expect to wait on candidate c: its
+// requests, the new one included, times how much slower than the
+// fastest it decodes (clamped to 8; a backend without a stream yet
+// counts as the fastest), per unit of weight.
+func (s *pick) cost(c int, fastest float64) float64 {
+	b := s.cands[c]
+	f := 1.0
+	if t := b.tpotAverage(); t > 0 && !math.IsInf(fastest, 1) {
+		f = min(t/fastest, 8)
+	}
+	return (s.est[c].total + 1) * f / float64(b.weight)
+}
