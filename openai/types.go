@@ -37,6 +37,9 @@ type Request struct {
 	N                   *int            `json:"n,omitempty"`
 	Stop                json.RawMessage `json:"stop,omitempty"`
 	ResponseFormat      *ResponseFormat `json:"response_format,omitempty"`
+	// Tools is the request's tools array as sent (nil without one): a
+	// server renders it into the prompt, so it counts as prompt tokens.
+	Tools json.RawMessage `json:"tools,omitempty"`
 }
 
 // OutputLimit returns max_completion_tokens, else max_tokens, else nil.

@@ -17,8 +17,8 @@ import (
 
 // promptBlocks returns the chained hashes of the full blocks of the
 // request's chat-templated prompt, in order: hash i covers every token up
-// to the end of block i. Messages are framed as promptText counts them
-// (4 tokens before each content); a block that ends inside a word closes
+// to the end of block i. Messages (and the tools before them) are framed
+// as promptText counts them (4 tokens before each content); a block that ends inside a word closes
 // with it (tokens.Blocks). Completion prompts given as token ids are
 // hashed 16 ids... block size ids at a time.
 func promptBlocks(t *tokens.Tokenizer, seed maphash.Seed, r *openai.Request, bs int) []uint64 {
@@ -35,22 +35,28 @@ func promptBlocks(t *tokens.Tokenizer, seed maphash.Seed, r *openai.Request, bs 
 		})
 		h.WriteString(s[done:])
 	}
+	frame := func(role string) {
+		// A separator no text holds, the role, and its 4 tokens.
+		h.WriteString("\x00<|")
+		h.WriteString(role)
+		h.WriteString("|>\x00")
+		for range 4 {
+			if n++; n%bs == 0 {
+				out = append(out, h.Sum64())
+			}
+		}
+	}
 	if len(r.Messages) > 0 {
+		if len(r.Tools) > 0 {
+			frame("tools") // first, as promptText counts them
+			text(string(r.Tools))
+		}
 		for _, m := range r.Messages {
 			s, err := contentText(m.Content)
 			if err != nil {
 				return nil
 			}
-			// The framing: a separator no text holds, the role, and its 4
-			// tokens.
-			h.WriteString("\x00<|")
-			h.WriteString(m.Role)
-			h.WriteString("|>\x00")
-			for range 4 {
-				if n++; n%bs == 0 {
-					out = append(out, h.Sum64())
-				}
-			}
+			frame(m.Role)
 			text(s)
 		}
 		return out

@@ -144,3 +144,39 @@ func TestPrefixCacheYieldsToRunningSequences(t *testing.T) {
 		t.Fatalf("the first prompt again found %d tokens cached, want part of it", got)
 	}
 }
+
+// A chat request's tools array is part of its prompt, at its start, as
+// a chat template renders it: its tokens count in usage, and two
+// requests with the same tools and different questions share them in
+// the cache; other tools share at most the JSON's opening.
+func TestPrefixCacheHoldsTools(t *testing.T) {
+	url, _ := startSim(t, DefaultConfig())
+	tok, err := tokens.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools := func(desc string) json.RawMessage {
+		b, _ := json.Marshal([]map[string]any{{"type": "function", "function": map[string]any{"name": "look_up", "description": desc,
+			"parameters": map[string]any{"type": "object", "properties": map[string]any{"q": map[string]string{"type": "string"}}}}}})
+		return b
+	}
+	body := func(tl json.RawMessage, question string) string {
+		b, _ := json.Marshal(map[string]any{"model": "sim-model", "max_tokens": 4, "tools": tl,
+			"messages": []map[string]string{{"role": "user", "content": question}}})
+		return string(b)
+	}
+	a, b := tools(words(t, 0, 200)), tools(words(t, 300, 200))
+	_, first, raw := chatWhole(t, url, body(a, words(t, 600, 20)))
+	if want := 3 + 4 + tok.Count(string(a)) + 4 + 20; first.Usage == nil || first.Usage.PromptTokens != want {
+		t.Fatalf("usage %s: want %d prompt tokens (the tools' JSON counted)", raw, want)
+	}
+	_, second, raw := chatWhole(t, url, body(a, words(t, 900, 20)))
+	if got, least := second.Usage.PromptTokensDetails.CachedTokens, tok.Count(string(a))-16; got < least {
+		t.Errorf("the same tools, another question: %d tokens cached, want at least %d: %s", got, least, raw)
+	}
+	_, third, raw := chatWhole(t, url, body(b, words(t, 600, 20)))
+	// At most the JSON's opening block, before the descriptions differ.
+	if got := third.Usage.PromptTokensDetails.CachedTokens; got > 16 {
+		t.Errorf("other tools: %d tokens cached, want at most one block (the tools come first): %s", got, raw)
+	}
+}

@@ -43,12 +43,19 @@ const (
 
 // promptText returns the prompt's text and its token count: chat messages
 // are counted as OpenAI does (content tokens, plus 4 per message and 3 for
-// the reply's priming); a completion prompt is a string, a list of strings,
+// the reply's priming), a chat request's tools array first, as its JSON
+// text framed like a message (chat templates render the tools at the
+// prompt's start); a completion prompt is a string, a list of strings,
 // or token ids.
 func promptText(t *tokens.Tokenizer, r *openai.Request) (string, int, error) {
 	if len(r.Messages) > 0 {
 		var sb strings.Builder
 		n := 3
+		if len(r.Tools) > 0 {
+			sb.WriteString("tools")
+			sb.Write(r.Tools)
+			n += 4 + t.Count(string(r.Tools))
+		}
 		for i, m := range r.Messages {
 			s, err := contentText(m.Content)
 			if err != nil {
