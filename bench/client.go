@@ -162,10 +162,11 @@ func socketConn(c net.Conn) net.Conn {
 // Close closes the client's idle connections.
 func (c *Client) Close() { c.hc.CloseIdleConnections() }
 
-// do sends body and reads the answer into r, whose Sent it sets; the
-// reader p is the client's per-goroutine state. It returns when the
+// do sends body (and header, when its name is not empty) and reads the
+// answer into r, whose Sent it sets; the reader p is the client's
+// per-goroutine state. It returns when the
 // response is complete, failed, or ctx ended.
-func (c *Client) do(ctx context.Context, body []byte, stream bool, p *parser, r *Result) {
+func (c *Client) do(ctx context.Context, body []byte, header [2]string, stream bool, p *parser, r *Result) {
 	req := fasthttp.AcquireRequest()
 	released := false
 	release := func() {
@@ -185,6 +186,9 @@ func (c *Client) do(ctx context.Context, body []byte, stream bool, p *parser, r 
 	}
 	for _, h := range c.headers {
 		req.Header.Set(h[0], h[1])
+	}
+	if header[0] != "" {
+		req.Header.Set(header[0], header[1])
 	}
 	if len(c.overrides) > 0 {
 		body = override(body, c.overrides)

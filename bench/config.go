@@ -136,6 +136,9 @@ func (c *Config) Defaults() {
 	} else if !w.Replays() {
 		w.Speedup = 0
 	}
+	if w.SessionKey == SessionKeyNone {
+		w.SessionKey = ""
+	}
 	if c.Load.Mode == "sessions" {
 		w.Sessions = true
 		if w.Turns == 0 && w.Dataset == "" {
@@ -182,6 +185,12 @@ func (c *Config) Validate() error {
 	}
 	if _, _, err := parseTraceWindow(c.Workload.TraceWindow); err != nil {
 		return fmt.Errorf("bench: workload.trace_window (--trace-window) %w", err)
+	}
+	if _, err := parseSessionKey(c.Workload.SessionKey); err != nil {
+		return fmt.Errorf("bench: workload.session_key (--session-key) %w", err)
+	}
+	if c.Workload.SessionKey != "" && c.Load.Mode != "sessions" {
+		return fmt.Errorf("bench: workload.session_key (--session-key) %s: only sessions (--sessions) have a key", c.Workload.SessionKey)
 	}
 	if c.Workload.Speedup < 0 {
 		return errors.New("bench: workload.speedup (--speedup): must not be negative")

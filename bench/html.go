@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"html/template"
 	"io"
+	"slices"
 	"strconv"
 
 	"github.com/infergate/infergate/internal/svgchart"
@@ -27,6 +28,8 @@ type htmlTurns struct {
 	Stage     int
 	Reasoning string
 	Rows      [][]string
+	// FollowUps says the last row pools turns 2 and later.
+	FollowUps bool
 }
 
 var pageHTML = svgchart.Page(`{{define "body"}}<h2>Conditions</h2>
@@ -45,7 +48,8 @@ var pageHTML = svgchart.Page(`{{define "body"}}<h2>Conditions</h2>
 <table class="num">
 <tr><th>turn</th><th>n</th><th>failed</th><th>TTFT p50 ms</th><th>TTFT p90 ms</th><th>e2e p50 ms</th><th>prompt tokens p50</th><th>cached</th></tr>
 {{template "rows" .Rows}}</table>
-{{end}}{{end}}<h2>Charts</h2>
+{{if .FollowUps}}<p>2+: turns 2 and later pooled.</p>
+{{end}}{{end}}{{end}}<h2>Charts</h2>
 {{range .Charts}}{{.}}
 {{end}}{{end}}`)
 
@@ -70,9 +74,13 @@ func (r *Record) WriteHTML(w io.Writer) error {
 		if m, rs := s.Metrics["ttfo"], s.Metrics["reasoning"]; m != nil && rs != nil {
 			t.Reasoning = fmt.Sprintf("stage %d, a reasoning model: time to first output token p50 %.1f ms, of it thinking p50 %.1f ms (TTFT counts the first token of any kind)", s.Stage, m.P50, rs.P50)
 		}
-		for _, u := range s.Turns {
+		turns := s.Turns
+		if s.FollowUps != nil {
+			turns, t.FollowUps = append(slices.Clip(turns), *s.FollowUps), true
+		}
+		for _, u := range turns {
 			p90, cached := u.optional("%.1f")
-			t.Rows = append(t.Rows, []string{strconv.Itoa(u.Turn), strconv.Itoa(u.N), strconv.Itoa(u.Failed), fmt.Sprintf("%.1f", u.TTFTP50), p90,
+			t.Rows = append(t.Rows, []string{u.label(), strconv.Itoa(u.N), strconv.Itoa(u.Failed), fmt.Sprintf("%.1f", u.TTFTP50), p90,
 				fmt.Sprintf("%.1f", u.E2EP50), fmt.Sprintf("%.0f", u.PromptTokensP50), cached})
 		}
 		if t.Reasoning != "" || len(t.Rows) > 0 {

@@ -130,11 +130,11 @@ func (b *Bench) runPaired(ctx context.Context, gw, direct *Client, first, n, tok
 		gb, db := tagBody(body, fmt.Sprintf("[pair %d a] ", i)), tagBody(body, fmt.Sprintf("[pair %d b] ", i))
 		var g, d Result
 		if i%2 == 0 {
-			gw.do(ctx, gb, stream, pg, &g)
-			direct.do(ctx, db, stream, pd, &d)
+			gw.do(ctx, gb, [2]string{}, stream, pg, &g)
+			direct.do(ctx, db, [2]string{}, stream, pd, &d)
 		} else {
-			direct.do(ctx, db, stream, pd, &d)
-			gw.do(ctx, gb, stream, pg, &g)
+			direct.do(ctx, db, [2]string{}, stream, pd, &d)
+			gw.do(ctx, gb, [2]string{}, stream, pg, &g)
 		}
 		switch {
 		case !g.OK() || !d.OK() || g.Status != 200 || d.Status != 200:

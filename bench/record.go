@@ -146,6 +146,10 @@ func Differences(a, b *Conditions) []string {
 	diff("workload.replay_sha256", wa.ReplaySHA256, wb.ReplaySHA256)
 	diff("workload.trace_sha256", wa.TraceSHA256, wb.TraceSHA256)
 	diff("workload.turns", wa.Turns, wb.Turns)
+	diff("workload.tools", wa.Tools, wb.Tools)
+	// The session key is not a condition: a keyed run against an unkeyed
+	// one is the question "does pinning sessions help", with the same
+	// prompts.
 	diff("workload.trace_window", wa.TraceWindow, wb.TraceWindow)
 	diff("workload.speedup", wa.Speedup, wb.Speedup)
 	la, lb := a.Load, b.Load

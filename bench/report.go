@@ -122,9 +122,16 @@ func (s *Summary) writeText(w io.Writer, mode string, sweep bool) {
 	}
 	if len(s.Turns) > 0 {
 		fmt.Fprintf(w, "\nby turn (the context grows by each answer):\n%-6s %6s %8s %12s %12s %12s %14s %8s\n", "turn", "n", "failed", "ttft p50 ms", "ttft p90 ms", "e2e p50 ms", "prompt tokens", "cached")
-		for _, t := range s.Turns {
+		turns := s.Turns
+		if s.FollowUps != nil {
+			turns = append(slices.Clip(turns), *s.FollowUps)
+		}
+		for _, t := range turns {
 			p90, cached := t.optional("%.2f")
-			fmt.Fprintf(w, "%-6d %6d %8d %12.2f %12s %12.2f %14.0f %8s\n", t.Turn, t.N, t.Failed, t.TTFTP50, p90, t.E2EP50, t.PromptTokensP50, cached)
+			fmt.Fprintf(w, "%-6s %6d %8d %12.2f %12s %12.2f %14.0f %8s\n", t.label(), t.N, t.Failed, t.TTFTP50, p90, t.E2EP50, t.PromptTokensP50, cached)
+		}
+		if s.FollowUps != nil {
+			fmt.Fprintln(w, "(2+: turns 2 and later pooled)")
 		}
 	}
 	if len(s.Errors) > 0 {

@@ -343,7 +343,7 @@ func (s *stage) doWith(ctx context.Context, p *parser, i int, warm bool, intende
 			rn.Gaps(s.n, warm, g)
 		}
 	}
-	rn.Client.do(rctx, req.Body, rn.Stream, p, r)
+	rn.Client.do(rctx, req.Body, req.Header, rn.Stream, p, r)
 	cancel()
 	if rn.HonorRetryAfter && r.RetryAfter > 0 {
 		rn.hold(r.RetryAfter)

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -36,8 +38,9 @@ type turn struct {
 type sessionWorkload interface {
 	Workload
 	Session(u int) []turn
-	// Body is the request of turn t after the conversation history.
-	Body(history []message, t turn) []byte
+	// Turn is session u's request of turn t after the conversation
+	// history (its key, when sessions send one, in it).
+	Turn(u int, history []message, t turn) Request
 	// Count is how many distinct sessions there are (0: unbounded).
 	Count() int
 }
@@ -49,15 +52,13 @@ type sessionSet struct {
 	// synthetic sessions draw their turns; a dataset's are listed.
 	syn   *synthetic
 	convs [][]turn
+	keys  sessionKeys
 }
 
 func (w *sessionSet) Len() int { return 0 }
 
 // Request is a session's first turn, for what reads a workload by index.
-func (w *sessionSet) Request(i int) Request {
-	t := w.Session(i)[0]
-	return Request{Body: w.Body(nil, t), InputTokens: t.InputTokens, MaxTokens: t.MaxTokens, At: -1}
-}
+func (w *sessionSet) Request(i int) Request { return w.Turn(i, nil, w.Session(i)[0]) }
 
 func (w *sessionSet) Count() int { return len(w.convs) }
 
@@ -80,14 +81,26 @@ type message struct {
 	Content string `json:"content"`
 }
 
-// Body is the request of a turn after the conversation history: the
-// messages (the Responses API's input) and the spec's options.
-func (w *sessionSet) Body(history []message, t turn) []byte {
-	msgs, _ := json.Marshal(append(slices.Clip(history), message{Role: "user", Content: t.Text}))
+// Turn is the request of a turn after the conversation history: the
+// session's group's system prompt (with --prefix-groups), the messages
+// (the Responses API's input), the tools, the spec's options and the
+// session's key. Its InputTokens is the new message's and the system
+// prompt's, without the history (which the server's count shows).
+func (w *sessionSet) Turn(u int, history []message, t turn) Request {
+	r := Request{InputTokens: t.InputTokens, MaxTokens: t.MaxTokens, At: -1, Header: w.keys.header(u)}
+	msgs := make([]message, 0, len(history)+2)
+	if g := w.spec.PrefixGroups; g > 0 {
+		msgs = append(msgs, message{Role: "system", Content: string(w.syn.groupPrefix(u % g))})
+		r.InputTokens += w.spec.PrefixTokens
+	}
+	msgs = append(append(msgs, history...), message{Role: "user", Content: t.Text})
+	raw, _ := json.Marshal(msgs)
 	b := append([]byte(`{"model":`), w.model...)
 	b = append(b, w.spec.messagesKey()[:len(w.spec.messagesKey())-1]...)
-	b = append(b, msgs...)
-	return w.spec.appendOptions(b, t.MaxTokens)
+	b = append(b, raw...)
+	b = w.syn.appendTools(w.spec.appendOptions(b, t.MaxTokens))
+	r.Body = w.keys.appendBodyKey(b, u)
+	return r
 }
 
 // newSessions builds the session workload of s: synthetic turns
@@ -96,12 +109,20 @@ func (w *sessionSet) Body(history []message, t turn) []byte {
 // max_tokens unless --output-tokens says).
 func newSessions(s *WorkloadSpec, in, out lengths, tok *tokens.Tokenizer) (Workload, error) {
 	model, _ := json.Marshal(s.Model)
-	w := &sessionSet{spec: s, model: model}
+	mode, err := parseSessionKey(s.SessionKey)
+	if err != nil {
+		return nil, fmt.Errorf("bench: session key: %w", err)
+	}
+	if err := s.checkPrefixGroups(); err != nil {
+		return nil, err
+	}
+	// The words draw a dataset's system prompts and tools too.
+	w := &sessionSet{spec: s, model: model, keys: newSessionKeys(mode),
+		syn: newSynthetic(s, in, out, tok.Words(), model)}
 	if s.Dataset == "" {
 		if in.zero() {
 			return nil, fmt.Errorf("bench: sessions need --input-tokens (per turn) or a --dataset of conversations")
 		}
-		w.syn = &synthetic{spec: s, in: in, out: out, words: tok.Words(), model: model}
 		return w, nil
 	}
 	items, err := s.datasetItems()
@@ -195,7 +216,7 @@ func (s *stage) session(ctx context.Context, p *parser, sw sessionWorkload, u in
 		if !ok {
 			return false
 		}
-		req := Request{Body: sw.Body(history, t), InputTokens: t.InputTokens, MaxTokens: t.MaxTokens, At: -1}
+		req := sw.Turn(u, history, t)
 		i := int(s.rn.next.Add(1) - 1)
 		r := s.doTurn(ctx, p, i, warm, now, req, u, k+1)
 		if !r {
@@ -227,7 +248,8 @@ func (s *stage) doTurn(ctx context.Context, p *parser, i int, warm bool, intende
 	return ok
 }
 
-// TurnSummary is one turn index's figures over a stage's sessions.
+// TurnSummary is one turn index's figures over a stage's sessions, or
+// (Turn 0) the follow-up turns' pooled.
 type TurnSummary struct {
 	Turn int `json:"turn"`
 	// N counts the turns that succeeded, Failed those that did not.
@@ -257,50 +279,72 @@ func (t TurnSummary) optional(format string) (p90, cached string) {
 	return p90, cached
 }
 
-// turnSummaries groups a stage's rows by turn index.
-func turnSummaries(rows []row) []TurnSummary {
+// turnSummaries groups a stage's rows by turn index; the second result
+// pools the follow-up turns (2 and later: those whose context a cache
+// may hold from the turn before), nil with none.
+func turnSummaries(rows []row) ([]TurnSummary, *TurnSummary) {
 	by := map[int][]*row{}
+	var later []*row
 	for i := range rows {
 		if w := &rows[i]; w.turn > 0 {
 			by[int(w.turn)] = append(by[int(w.turn)], w)
+			if w.turn > 1 {
+				later = append(later, w)
+			}
 		}
 	}
 	if len(by) == 0 {
-		return nil
+		return nil, nil
 	}
-	var out []TurnSummary
-	for turn := 1; turn <= len(by)+64 && len(out) < len(by); turn++ {
-		ws := by[turn]
-		if ws == nil {
+	turns := slices.Sorted(maps.Keys(by))
+	out := make([]TurnSummary, 0, len(turns))
+	for _, turn := range turns {
+		out = append(out, turnSummary(turn, by[turn]))
+	}
+	var follow *TurnSummary
+	if len(later) > 0 {
+		f := turnSummary(0, later)
+		follow = &f
+	}
+	return out, follow
+}
+
+// turnSummary is the figures of the rows ws of one turn index (0: pooled).
+func turnSummary(turn int, ws []*row) TurnSummary {
+	ts := TurnSummary{Turn: turn}
+	var ttft, e2e, prompt []float64
+	var cache verdict.CacheTally
+	for _, w := range ws {
+		if !w.ok {
+			ts.Failed++
 			continue
 		}
-		ts := TurnSummary{Turn: turn}
-		var ttft, e2e, prompt []float64
-		var cache verdict.CacheTally
-		for _, w := range ws {
-			if !w.ok {
-				ts.Failed++
-				continue
-			}
-			ts.N++
-			ttft = append(ttft, float64(w.ttft)/1e6)
-			e2e = append(e2e, float64(w.e2e())/1e6)
-			if w.prompt > 0 {
-				prompt = append(prompt, float64(w.prompt))
-			}
-			cache.Add(int(w.prompt), int(w.cached))
+		ts.N++
+		ttft = append(ttft, float64(w.ttft)/1e6)
+		e2e = append(e2e, float64(w.e2e())/1e6)
+		if w.prompt > 0 {
+			prompt = append(prompt, float64(w.prompt))
 		}
-		for _, v := range [][]float64{ttft, e2e, prompt} {
-			slices.Sort(v)
-		}
-		if len(ttft) > 0 {
-			ts.TTFTP50, ts.TTFTP90, ts.E2EP50 = quantile.Rank(ttft, 0.5), quantile.Maybe(ttft, 0.9), quantile.Rank(e2e, 0.5)
-		}
-		if len(prompt) > 0 {
-			ts.PromptTokensP50 = quantile.Rank(prompt, 0.5)
-		}
-		ts.CachedShare = cache.Share()
-		out = append(out, ts)
+		cache.Add(int(w.prompt), int(w.cached))
 	}
-	return out
+	for _, v := range [][]float64{ttft, e2e, prompt} {
+		slices.Sort(v)
+	}
+	if len(ttft) > 0 {
+		ts.TTFTP50, ts.TTFTP90, ts.E2EP50 = quantile.Rank(ttft, 0.5), quantile.Maybe(ttft, 0.9), quantile.Rank(e2e, 0.5)
+	}
+	if len(prompt) > 0 {
+		ts.PromptTokensP50 = quantile.Rank(prompt, 0.5)
+	}
+	ts.CachedShare = cache.Share()
+	return ts
+}
+
+// label is the turn's name in a table: its number, or "2+" for the
+// follow-up turns pooled.
+func (t TurnSummary) label() string {
+	if t.Turn == 0 {
+		return "2+"
+	}
+	return strconv.Itoa(t.Turn)
 }

@@ -106,6 +106,10 @@ type Summary struct {
 	// Turns is the figures by turn index of a session run (TTFT by turn,
 	// the context each turn sent), nil outside sessions.
 	Turns []TurnSummary `json:"turns,omitempty"`
+	// FollowUps pools turns 2 and later (Turn 0): the turns a prefix
+	// cache, or a router that keeps a session where its cache is, should
+	// find mostly cached, beside turn 1 in Turns. Nil without them.
+	FollowUps *TurnSummary `json:"follow_ups,omitempty"`
 	// Timeline is one bucket per second of the stage.
 	Timeline []Bucket `json:"timeline,omitempty"`
 	// Samples are per-request values for comparisons (at most maxSamples
@@ -355,7 +359,7 @@ func (c *Collector) Summarize(n int, l LoadSpec, win Window, slos []verdict.SLO)
 		}
 	}
 	s.Timeline = timeline(rows, scale)
-	s.Turns = turnSummaries(rows)
+	s.Turns, s.FollowUps = turnSummaries(rows)
 	s.Samples = map[string][]float64{}
 	for _, k := range []string{"ttft", "ttft_sched", "tpot", "e2e", "speed"} {
 		s.Samples[k] = verdict.Thin(vals[k], maxSamples)

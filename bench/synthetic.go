@@ -14,6 +14,16 @@ type synthetic struct {
 	in, out lengths
 	words   []string
 	model   []byte // spec.Model, quoted
+	// tools is the tools member every request carries (`,"tools":[...]`),
+	// nil without --tools.
+	tools []byte
+}
+
+// newSynthetic makes the synthetic workload of s, its tools drawn once.
+func newSynthetic(s *WorkloadSpec, in, out lengths, words []string, model []byte) *synthetic {
+	w := &synthetic{spec: s, in: in, out: out, words: words, model: model}
+	w.tools = w.toolsMember()
+	return w
 }
 
 func (w *synthetic) Len() int { return 0 }
@@ -23,11 +33,11 @@ func (w *synthetic) Request(i int) Request {
 	r := Request{InputTokens: w.in.Sample(rng), MaxTokens: w.out.Sample(rng), At: -1, Ask: quality.Ask{JSON: w.spec.JSON}}
 	if g := w.spec.PrefixGroups; g > 0 {
 		question := w.prompt(rng, r.InputTokens)
-		r.Body = w.spec.appendGroupBody(nil, w.model, w.groupPrefix(i%g), question, r.MaxTokens)
+		r.Body = w.appendTools(w.spec.appendGroupBody(nil, w.model, w.groupPrefix(i%g), question, r.MaxTokens))
 		r.InputTokens += w.spec.PrefixTokens
 		return r
 	}
-	r.Body = w.spec.appendBody(nil, w.model, w.prompt(rng, r.InputTokens), r.MaxTokens)
+	r.Body = w.appendTools(w.spec.appendBody(nil, w.model, w.prompt(rng, r.InputTokens), r.MaxTokens))
 	return r
 }
 

@@ -25,6 +25,9 @@ type Request struct {
 	// Ask is what the request asks of its answer's form (response_format):
 	// the answer is judged against it.
 	Ask quality.Ask
+	// Header is a header this request alone sends (a session's key),
+	// zero for none.
+	Header [2]string
 }
 
 // Workload makes the requests of a run. Request(i) is deterministic for
@@ -83,6 +86,16 @@ type WorkloadSpec struct {
 	// them when Turns is 0).
 	Sessions bool `json:"sessions,omitempty"`
 	Turns    int  `json:"turns,omitempty"`
+	// SessionKey is how a session names itself to a router, the same key
+	// on every turn of a session and fresh keys each run (sessionkey.go):
+	// "" (none), "prompt_cache_key" (the body's field) or "header:NAME"
+	// (a header, e.g. header:x-session-id).
+	SessionKey string `json:"session_key,omitempty"`
+	// Tools is the number of function definitions every request carries
+	// in its tools array, the same for every request of the seed (an
+	// agent's tool list, which a server renders into the prompt's start);
+	// 0 sends none. Chat and Responses synthetic workloads and sessions.
+	Tools int `json:"tools,omitempty"`
 	// Trace is a public trace replayed on its own timestamps (trace.go):
 	// TraceFormat mooncake, azure or burstgpt (sniffed when empty),
 	// TraceWindow the FROM:TO of it sent; TraceSkipped counts the rows its
@@ -142,6 +155,9 @@ func newWorkload(s *WorkloadSpec, tok *tokens.Tokenizer) (Workload, error) {
 		return newSessions(s, in, out, tok)
 	}
 	sources := 0
+	if s.Tools > 0 && (s.Dataset != "" || s.Replays()) {
+		return nil, errors.New("bench: --tools goes with synthetic prompts or --sessions, not --dataset, --replay or --trace (their requests carry their own)")
+	}
 	for _, f := range []string{s.Dataset, s.Replay, s.Trace} {
 		if f != "" {
 			sources++
@@ -173,18 +189,31 @@ func newWorkload(s *WorkloadSpec, tok *tokens.Tokenizer) (Workload, error) {
 	if in.zero() {
 		return nil, errors.New("bench: a synthetic workload needs --input-tokens")
 	}
-	switch {
-	case s.PrefixGroups < 0 || s.PrefixTokens < 0:
-		return nil, errors.New("bench: --prefix-groups and --prefix-tokens must not be negative")
-	case (s.PrefixGroups > 0) != (s.PrefixTokens > 0):
-		return nil, errors.New("bench: --prefix-groups and --prefix-tokens go together")
-	case s.PrefixGroups > 0 && s.SharedPrefix > 0:
-		return nil, errors.New("bench: --shared-prefix and --prefix-groups are exclusive")
-	case s.PrefixGroups > 0 && s.Endpoint == "completions":
-		return nil, errors.New("bench: --prefix-groups puts each group's prefix in a system message: it needs the chat or responses endpoint")
+	if err := s.checkPrefixGroups(); err != nil {
+		return nil, err
 	}
 	model, _ := json.Marshal(s.Model)
-	return &synthetic{spec: s, in: in, out: out, words: tok.Words(), model: model}, nil
+	return newSynthetic(s, in, out, tok.Words(), model), nil
+}
+
+// checkPrefixGroups checks the system prompts and tools a synthetic or
+// session workload adds.
+func (s *WorkloadSpec) checkPrefixGroups() error {
+	switch {
+	case s.PrefixGroups < 0 || s.PrefixTokens < 0:
+		return errors.New("bench: --prefix-groups and --prefix-tokens must not be negative")
+	case (s.PrefixGroups > 0) != (s.PrefixTokens > 0):
+		return errors.New("bench: --prefix-groups and --prefix-tokens go together")
+	case s.PrefixGroups > 0 && s.SharedPrefix > 0:
+		return errors.New("bench: --shared-prefix and --prefix-groups are exclusive")
+	case s.PrefixGroups > 0 && s.Endpoint == "completions":
+		return errors.New("bench: --prefix-groups puts each group's prefix in a system message: it needs the chat or responses endpoint")
+	case s.Tools < 0 || s.Tools > maxTools:
+		return fmt.Errorf("bench: --tools %d: want 0 to %d", s.Tools, maxTools)
+	case s.Tools > 0 && s.Endpoint == "completions":
+		return errors.New("bench: --tools sends a tools array: it needs the chat or responses endpoint")
+	}
+	return nil
 }
 
 // lengths is a distribution of token counts: fixed "512", uniform

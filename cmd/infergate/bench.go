@@ -35,7 +35,9 @@ Load: closed loop with --concurrency N users (default), or open loop with
 --rate R requests/s (--arrival poisson|constant|gamma, --burstiness,
 --max-concurrency), or --sessions N users in multi-turn conversations
 (--turns T, --think-time D: each turn carries the conversation so far;
-figures by turn). --sweep 1,2,4,8 runs one stage per level and marks the
+figures by turn and for turns 2+ pooled; --session-key prompt_cache_key
+or header:x-session-id names each session to a router; --prefix-groups
+gives sessions system prompts, --tools a tool list: an agent's shape). --sweep 1,2,4,8 runs one stage per level and marks the
 knee. Every stage is bounded by --duration and/or --requests; --warmup
 (a count, or a duration such as 5s) is left out of every figure.
 
@@ -66,7 +68,8 @@ type benchFlags struct {
 	cache                              *string
 	dataset, replay                    *string
 	trace, traceFormat, traceWindow    *string
-	sessions, turns                    *int
+	sessions, turns, tools             *int
+	sessionKey                         *string
 	noSweepStop                        *bool
 	thinkTime                          *time.Duration
 	speedup                            *float64
@@ -119,6 +122,8 @@ func registerBenchFlags(fs *flag.FlagSet) *benchFlags {
 	f.sessions = fs.Int("sessions", 0, "multi-turn sessions: this many users in conversation at once (each keeps its history, appends the answers)")
 	f.turns = fs.Int("turns", 0, "user turns per session (default 3; with a ShareGPT --dataset, its conversations' turns)")
 	f.thinkTime = fs.Duration("think-time", 0, "a session user's pause between an answer and its next turn")
+	f.sessionKey = fs.String("session-key", "", "how each session names itself to a router, the same key every turn, fresh keys each run: none, prompt_cache_key (in the body) or header:NAME (e.g. header:x-session-id) (default none)")
+	f.tools = fs.Int("tools", 0, "send this many function definitions in every request's tools array, the same for the whole run (an agent's tool list, ~100 tokens each)")
 	f.concurrency = fs.Int("concurrency", 0, "closed loop: virtual users (default 1)")
 	f.rate = fs.Float64("rate", 0, "open loop: requests per second")
 	f.arrival = fs.String("arrival", "", "open loop arrivals: poisson, constant or gamma (default poisson)")
@@ -158,7 +163,8 @@ func (f *benchFlags) config(set map[string]bool, stderr io.Writer) (bench.Config
 	cfg := bench.Config{URL: *f.url, Refusals: f.refusals, InsecureSkipVerify: *f.insecure, Cache: *f.cache, Log: stderr}
 	cfg.Workload = bench.WorkloadSpec{Endpoint: *f.endpoint, Model: *f.model, Stream: !*f.noStream, InputTokens: *f.input, OutputTokens: *f.output,
 		SharedPrefix: *f.shared, PrefixGroups: *f.prefixGroups, PrefixTokens: *f.prefixTokens, ForceOutputLength: *f.force, JSON: *f.json, Seed: *f.seed, Dataset: *f.dataset, Replay: *f.replay, Speedup: *f.speedup,
-		Trace: *f.trace, TraceFormat: *f.traceFormat, TraceWindow: *f.traceWindow, Turns: *f.turns}
+		Trace: *f.trace, TraceFormat: *f.traceFormat, TraceWindow: *f.traceWindow, Turns: *f.turns,
+		SessionKey: *f.sessionKey, Tools: *f.tools}
 	if set["output-tokens"] && *f.output == "" {
 		cfg.Workload.OutputTokens = "none" // --output-tokens "": leave max_tokens unset, as before "none"
 	}

@@ -168,6 +168,10 @@ func TestBenchRefusesBadInput(t *testing.T) {
 		{"bench", "--url", "http://127.0.0.1:1", "--model", "m", "--rate", "-1"},
 		{"bench", "--url", "http://127.0.0.1:1", "--model", "m", "--slo", "ttft"},
 		{"bench", "--url", "http://127.0.0.1:1", "--model", "m", "--sweep", "4,2"},
+		{"bench", "--url", "http://127.0.0.1:1", "--model", "m", "--sessions", "2", "--session-key", "cookie"},
+		{"bench", "--url", "http://127.0.0.1:1", "--model", "m", "--sessions", "2", "--session-key", "header:a b"},
+		{"bench", "--url", "http://127.0.0.1:1", "--model", "m", "--session-key", "prompt_cache_key"},
+		{"bench", "--url", "http://127.0.0.1:1", "--model", "m", "--tools", "-1"},
 		{"compare", "one.json"},
 	} {
 		code, out := exitCode(t, args...)
@@ -288,5 +292,34 @@ func TestBenchResponsesSessionsAndTrace(t *testing.T) {
 	}
 	if code, out := exitCode(t, "bench", "--url", url, "--trace", trace, "--trace-format", "sharegpt"); code == 0 || !strings.Contains(out, "--trace-format") {
 		t.Errorf("a bad --trace-format: exit %d\n%s", code, out)
+	}
+}
+
+// An agent's sessions from the command line: a session key, a shared
+// system prompt and tools; the record says how sessions named
+// themselves, and the report pools the follow-up turns.
+func TestBenchAgentSessions(t *testing.T) {
+	t.Parallel()
+	url := start(t, "sim", "--listen", "127.0.0.1:0").url(t)
+	out := filepath.Join(t.TempDir(), "run.json")
+	code, text := exitCode(t, "bench", "--url", url, "--sessions", "2", "--turns", "3", "--session-key", "header:x-session-id",
+		"--prefix-groups", "1", "--prefix-tokens", "200", "--tools", "3", "--input-tokens", "16", "--output-tokens", "8", "--force-output-length", "--out", out)
+	if code != 0 || !strings.Contains(text, "requests 6: 6 ok") || !strings.Contains(text, "\n2+ ") {
+		t.Fatalf("exit %d\n%s", code, text)
+	}
+	raw, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec bench.Record
+	if err := json.Unmarshal(raw, &rec); err != nil {
+		t.Fatal(err)
+	}
+	w := rec.Conditions.Workload
+	if w.SessionKey != "header:x-session-id" || w.Tools != 3 || w.PrefixTokens != 200 || rec.Stages[0].FollowUps == nil || rec.Stages[0].FollowUps.N != 4 {
+		t.Errorf("the record's workload %+v, follow-ups %+v", w, rec.Stages[0].FollowUps)
+	}
+	if strings.Contains(string(raw), `"bench-`) {
+		t.Errorf("the record holds a session's key")
 	}
 }
