@@ -33,7 +33,15 @@ over OTLP against all off); routing-prefix, routing-unique and
 routing-slow (four sims with prefix caching behind gateways of each
 selection policy, a fresh fleet per run, loaded by infergate bench in
 open loop: grouped system prompts, unique prompts with an A/A pair, and
-one slow replica; --round-time is each run's measured time).
+one slow replica; --round-time is each run's measured time); sessions
+(agent-like conversations: a shared system prompt and tool list, a
+growing history, on four sims whose caches hold a third of all the
+sessions' contexts, through least_outstanding, prefix, and prefix with
+session keys: TTFT and cached share of the follow-up turns, spread of
+requests over the sims) and replicas (the keyed sessions through one
+gateway against --replicas gateways behind a round-robin HTTP front, with
+the --redis Redis and without); both sized by --sessions and --turns, each
+run ending when its sessions do (--round-time does not apply).
 --gateway-bin runs another binary in the gateway's place, started as
 infergate serve is: another build, or the floor, the least a fasthttp
 proxy does (go build -o floorproxy ./internal/overhead/floorproxy; its
@@ -49,7 +57,10 @@ func runOverhead(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	idle := fs.Int("idle-streams", 5000, "open streams in the idle (memory) and bench-capacity scenarios")
 	gwEnv := fs.String("gateway-env", "", "comma-separated VAR=value added to the gateway's environment, e.g. GOMAXPROCS=1")
 	gwBin := fs.String("gateway-bin", "", "run this binary's serve in the gateway's place (another build, or floorproxy)")
-	redisAddr := fs.String("redis", "127.0.0.1:6379", "Redis for the shaping-redis scenario (\"\" skips it)")
+	redisAddr := fs.String("redis", "127.0.0.1:6379", "Redis for the shaping-redis scenario and the replicas scenario's shared arm (\"\" skips them)")
+	sessions := fs.Int("sessions", 32, "sessions and replicas scenarios: sessions at once")
+	turns := fs.Int("turns", 8, "sessions and replicas scenarios: turns per session")
+	replicas := fs.Int("replicas", 4, "replicas scenario: gateway processes behind the round-robin front")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -70,7 +81,8 @@ func runOverhead(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			fmt.Fprintln(stderr, "nginx not found: measuring direct and infergate only")
 		}
 	}
-	o := &overhead.Overhead{Binary: self, Nginx: ng, Rounds: *rounds, RoundTime: *roundTime, IdleStreams: *idle, GatewayBinary: *gwBin, Report: stdout, Progress: stderr, Redis: *redisAddr}
+	o := &overhead.Overhead{Binary: self, Nginx: ng, Rounds: *rounds, RoundTime: *roundTime, IdleStreams: *idle, GatewayBinary: *gwBin, Report: stdout, Progress: stderr, Redis: *redisAddr,
+		Sessions: *sessions, Turns: *turns, Replicas: *replicas}
 	if *gwEnv != "" {
 		o.GatewayEnv = strings.Split(*gwEnv, ",")
 	}

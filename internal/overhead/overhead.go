@@ -36,8 +36,13 @@ type Overhead struct {
 	// of infergate, or floorproxy (internal/overhead/floorproxy), the
 	// least a fasthttp proxy does. The report still calls it infergate.
 	GatewayBinary string
-	// Redis is the host:port of the shaping-redis scenario's Redis.
+	// Redis is the host:port of the shaping-redis scenario's Redis, and
+	// the one the replicas scenario gives its shared arm.
 	Redis string
+	// Sessions and Turns size the sessions and replicas scenarios (0: 32
+	// sessions of 8 turns); Replicas is the replicas scenario's gateway
+	// processes (0: 4).
+	Sessions, Turns, Replicas int
 	// Report receives the results as Markdown; Progress a line per round.
 	Report, Progress io.Writer
 }
@@ -120,6 +125,10 @@ func (o *Overhead) runOne(ctx context.Context, dir, name string) error {
 		return o.shapingKnee(ctx)
 	case "tracing-cost":
 		return o.tracingCost(ctx, dir)
+	case "sessions":
+		return o.sessionsScenario(ctx, dir)
+	case "replicas":
+		return o.replicasScenario(ctx, dir)
 	}
 	if rc, ok := routingCases()[name]; ok {
 		return o.routing(ctx, dir, rc)
