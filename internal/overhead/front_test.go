@@ -4,12 +4,15 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/infergate/infergate/bench"
 )
 
 // The front sends each request to the next replica in turn, relays a
@@ -121,5 +124,36 @@ func TestSessionCaseSizing(t *testing.T) {
 	small := (&Overhead{Sessions: 2, Turns: 2}).sessionCase()
 	if need := small.shared() + small.context() + small.output; small.kv() < 2*need {
 		t.Errorf("small run: kv %d, longest request %d", small.kv(), need)
+	}
+}
+
+// A run's figures come from its stage's turns: turn 1's p50, the pooled
+// follow-ups' p50, p90 and cached share; what the stage lacks is NaN
+// and shows as "–", not as 0.
+func TestSessionFigures(t *testing.T) {
+	t.Parallel()
+	p90, share := 80.0, 0.9
+	s := &bench.Summary{Requests: 24, Failed: 1, Turns: []bench.TurnSummary{{Turn: 1, TTFTP50: 300}, {Turn: 2, TTFTP50: 50}},
+		FollowUps: &bench.TurnSummary{TTFTP50: 40, TTFTP90: &p90, CachedShare: &share}}
+	r := sessionFigures(s)
+	if r.firstP50 != 300 || r.followP50 != 40 || r.followP90 != 80 || r.cached != 0.9 || r.requests != 24 || r.failed != 1 {
+		t.Errorf("figures %+v", r)
+	}
+	short := sessionFigures(&bench.Summary{Turns: []bench.TurnSummary{{Turn: 1, TTFTP50: 300}}, FollowUps: &bench.TurnSummary{TTFTP50: 40}})
+	if !math.IsNaN(short.followP90) || !math.IsNaN(short.cached) {
+		t.Errorf("a stage without p90 or cached share: %+v", short)
+	}
+	runs := []sessionRun{short, r}
+	if got := medRange(runs, func(r sessionRun) float64 { return r.followP90 }, "%.0f"); got != "80 (80–80)" {
+		t.Errorf("median over rounds, one without the figure: %q", got)
+	}
+	if got := medRange(runs[:1], func(r sessionRun) float64 { return r.cached }, "%.3f"); got != "–" {
+		t.Errorf("no round with the figure: %q", got)
+	}
+	if got := ratioText(math.NaN(), 100, 1.0/3, false); !strings.Contains(got, "no figure") {
+		t.Errorf("ratio without a figure: %q", got)
+	}
+	if got := ratioText(30, 100, 1.0/3, false); got != "0.30×, met" {
+		t.Errorf("ratio 30/100 against ≤ 1/3: %q", got)
 	}
 }

@@ -86,10 +86,11 @@ type sessionArm struct {
 	redis            bool
 }
 
-// sessionRun is what one run measured.
+// sessionRun is what one run measured; a figure that could not be had
+// (too few requests for a p90, no cached share reported) is NaN.
 type sessionRun struct {
 	firstP50, followP50, followP90 float64 // TTFT, ms
-	cached                         float64 // follow-up turns' cached share (-1: not reported)
+	cached                         float64 // follow-up turns' cached share
 	cov                            float64 // requests per sim
 	perSim                         []float64
 	requests, failed               int
@@ -111,7 +112,7 @@ func (o *Overhead) sessionsScenario(ctx context.Context, dir string) error {
 	cached := medianOf(keyed, func(r sessionRun) float64 { return r.cached })
 	fmt.Fprintf(o.Report, "Against the issue's targets (medians):\n\n| target | reached |\n|---|---|\n")
 	fmt.Fprintf(o.Report, "| with session keys, p90 TTFT of turns 2–%d ≤ 1/3 of least_outstanding's | %.0f ms against %.0f ms: %s |\n", sc.turns, p90k, p90lo, ratioText(p90k, p90lo, 1.0/3, false))
-	fmt.Fprintf(o.Report, "| with session keys, cached share of follow-up turns ≥ 0.85 | %.3f: %s |\n\n", cached, met(cached >= 0.85))
+	fmt.Fprintf(o.Report, "| with session keys, cached share of follow-up turns ≥ 0.85 | %.3f: %s |\n\n", cached, met(cached >= 0.85)) // NaN: not met
 	return nil
 }
 
@@ -278,7 +279,9 @@ func sharedRoutingArgs(redis string) []string { return []string{"--redis", redis
 
 // sessionFigures reads a session run's figures from its stage.
 func sessionFigures(s *bench.Summary) sessionRun {
-	run := sessionRun{cached: -1, requests: s.Requests, failed: s.Failed}
+	// NaN: a figure the run had too few requests for, or the backends
+	// did not report.
+	run := sessionRun{followP50: math.NaN(), followP90: math.NaN(), cached: math.NaN(), requests: s.Requests, failed: s.Failed}
 	if len(s.Turns) > 0 {
 		run.firstP50 = s.Turns[0].TTFTP50
 	}
@@ -355,22 +358,33 @@ func reachable(addr string) bool {
 	return true
 }
 
+// figures is f over the runs that have it (not NaN).
+func figures(rs []sessionRun, f func(sessionRun) float64) []float64 {
+	var xs []float64
+	for _, r := range rs {
+		if v := f(r); !math.IsNaN(v) {
+			xs = append(xs, v)
+		}
+	}
+	return xs
+}
+
+// medianOf is the median over the runs that have the figure, NaN when
+// none has.
 func medianOf(rs []sessionRun, f func(sessionRun) float64) float64 {
-	xs := make([]float64, len(rs))
-	for i, r := range rs {
-		xs[i] = f(r)
+	xs := figures(rs, f)
+	if len(xs) == 0 {
+		return math.NaN()
 	}
 	return verdict.Median(xs)
 }
 
-// medRange is the median over rounds and its range.
+// medRange is the median over rounds and its range, "–" when no round
+// had the figure.
 func medRange(rs []sessionRun, f func(sessionRun) float64, format string) string {
-	if len(rs) == 0 {
+	xs := figures(rs, f)
+	if len(xs) == 0 {
 		return "–"
-	}
-	xs := make([]float64, len(rs))
-	for i, r := range rs {
-		xs[i] = f(r)
 	}
 	return fmt.Sprintf(format+" ("+format+"–"+format+")", verdict.Median(xs), slices.Min(xs), slices.Max(xs))
 }
@@ -378,8 +392,8 @@ func medRange(rs []sessionRun, f func(sessionRun) float64, format string) string
 // ratioText says a/b and whether it meets the bound: at least bound
 // (atLeast) or at most.
 func ratioText(a, b, bound float64, atLeast bool) string {
-	if b == 0 {
-		return "no reference figure"
+	if b == 0 || math.IsNaN(a) || math.IsNaN(b) {
+		return "no figure (too few requests for it)"
 	}
 	r := a / b
 	return fmt.Sprintf("%.2f×, %s", r, met(atLeast && r >= bound || !atLeast && r <= bound))
