@@ -2,7 +2,8 @@
 // server it is (vLLM, SGLang, TGI, llama.cpp) and its running batch,
 // queue, KV-cache use, token and prefix-cache counters and latency
 // histograms, as one Reading in common terms; and llama.cpp's slot
-// count, which its /metrics leaves out (GET /props, else GET /slots).
+// count, which its /metrics leaves out (GET /props, else GET /slots), and
+// SGLang's uncached prompt tokens waiting to prefill (GET /v1/loads).
 // The gateway's load routing and diagnose both read servers through it.
 // It knows no HTTP library: the caller fetches (package promtext parses
 // the exposition; FetchSlots takes a get function).

@@ -65,3 +65,20 @@ func TestReadServers(t *testing.T) {
 		})
 	}
 }
+
+// TestWaitingUncachedTokens reads SGLang's /v1/loads?format=prometheus:
+// testdata/sglang_loads.txt is written as _format_loads_prometheus
+// (python/sglang/srt/entrypoints/v1_loads.py) writes the core fields of
+// LoadSnapshot.to_dict for two DP ranks: "# TYPE sglang_<field> gauge",
+// then sglang_<field>{dp_rank="N"} value, no HELP lines. The ranks' waiting
+// uncached tokens add up; /metrics (which lacks the gauge) reads NaN.
+func TestWaitingUncachedTokens(t *testing.T) {
+	if got := WaitingUncachedTokens(scrapeFile(t, "sglang_loads.txt")); got != 24576+425 {
+		t.Errorf("sglang_loads.txt: waiting uncached tokens %v, want %v", got, 24576+425)
+	}
+	for _, f := range []string{"sglang.txt", "vllm.txt", "llamacpp.txt"} {
+		if got := WaitingUncachedTokens(scrapeFile(t, f)); !math.IsNaN(got) {
+			t.Errorf("%s: waiting uncached tokens %v, want NaN (not in /metrics)", f, got)
+		}
+	}
+}

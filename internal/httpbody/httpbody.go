@@ -252,3 +252,21 @@ func Mode(req *fasthttp.Request, resp *fasthttp.Response) int {
 	}
 	return Fixed
 }
+
+// Peek returns the rest of a fixed-length body of at most limit bytes
+// (limit no more than the buffered reader's size) without consuming it,
+// waiting for it to arrive; ok is false for any other body (chunked,
+// until the close, longer, or an error so far), which Peek leaves alone.
+// The bytes are valid until the next read. The gateway reads a short
+// error body with it to decide whether to retry elsewhere, and can still
+// relay the body when it does not.
+func (b *Reader) Peek(limit int) (p []byte, ok bool) {
+	if b.mode != Fixed || b.err != nil || b.left <= 0 || b.left > int64(limit) || int(b.left) > b.br.Size() {
+		return nil, false
+	}
+	p, err := b.br.Peek(int(b.left))
+	if err != nil {
+		return nil, false
+	}
+	return p, true
+}

@@ -93,3 +93,39 @@ func FuzzChunkedBody(f *testing.F) {
 		}
 	})
 }
+
+// TestPeek reads a short fixed-length body without consuming it, and
+// refuses every other body.
+func TestPeek(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		raw    string
+		mode   int
+		length int64
+		limit  int
+		want   string // "" means not ok
+	}{
+		{name: "fixed", raw: `{"a":1}rest`, mode: Fixed, length: 7, limit: 64, want: `{"a":1}`},
+		{name: "over the limit", raw: `{"a":1}`, mode: Fixed, length: 7, limit: 6},
+		{name: "chunked", raw: "7\r\n{\"a\":1}\r\n0\r\n\r\n", mode: Chunked, limit: 64},
+		{name: "until close", raw: `{"a":1}`, mode: Close, limit: 64},
+		{name: "empty", raw: ``, mode: Fixed, length: 0, limit: 64},
+		// The backend said 7 bytes and sent 3 before closing: no peek.
+		{name: "short", raw: `{"a`, mode: Fixed, length: 7, limit: 64},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var r Reader
+			r.Reset(bufio.NewReaderSize(strings.NewReader(tc.raw), 16), tc.mode, tc.length)
+			p, ok := r.Peek(tc.limit)
+			if ok != (tc.want != "") || string(p) != tc.want {
+				t.Fatalf("Peek(%d) of %q = %q, %v; want %q", tc.limit, tc.raw, p, ok, tc.want)
+			}
+			if ok {
+				all, err := io.ReadAll(&r)
+				if err != nil || string(all) != tc.want || !r.Complete() {
+					t.Fatalf("after Peek, read %q, %v (complete %v); want %q", all, err, r.Complete(), tc.want)
+				}
+			}
+		})
+	}
+}
