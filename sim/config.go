@@ -42,10 +42,13 @@ type Config struct {
 	// --enable-per-request-metrics does.
 	PerRequestMetrics bool `yaml:"per_request_metrics"`
 
-	Engine  EngineConfig  `yaml:"engine"`
-	Output  OutputConfig  `yaml:"output"`
-	Quality QualityConfig `yaml:"quality"`
-	Faults  Faults        `yaml:"faults"`
+	Engine EngineConfig `yaml:"engine"`
+	// Admission refuses requests beyond vLLM's queue limits, with vLLM's
+	// 503 (admission.go); off by default.
+	Admission AdmissionConfig `yaml:"admission"`
+	Output    OutputConfig    `yaml:"output"`
+	Quality   QualityConfig   `yaml:"quality"`
+	Faults    Faults          `yaml:"faults"`
 }
 
 // EngineConfig shapes the continuous-batching engine.
@@ -300,6 +303,8 @@ func (c *Config) Validate() error {
 		return errors.New("sim: output.reasoning_tokens: must not be negative")
 	case c.Output.ReasoningField != "reasoning_content" && c.Output.ReasoningField != "reasoning":
 		return fmt.Errorf("sim: output.reasoning_field: %q is neither reasoning_content nor reasoning", c.Output.ReasoningField)
+	case c.Admission.MaxNumQueuedReqs < 0 || c.Admission.MaxNumQueuedTokens < 0:
+		return errors.New("sim: admission.max_num_queued_reqs, max_num_queued_tokens: must not be negative")
 	case c.Quality.DecodeSpeedup <= 0:
 		return errors.New("sim: quality.decode_speedup: must be positive")
 	}
@@ -376,6 +381,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		e.PrefixCaching = false
 		return nil
 	})
+	fs.IntVar(&c.Admission.MaxNumQueuedReqs, "max-num-queued-reqs", c.Admission.MaxNumQueuedReqs, "refuse with vLLM's 503 beyond this many unfinished requests, waiting or running (0 = no bound)")
+	fs.IntVar(&c.Admission.MaxNumQueuedTokens, "max-num-queued-tokens", c.Admission.MaxNumQueuedTokens, "refuse with vLLM's 503 while the prompts not yet answered hold this many tokens (0 = no bound)")
 	fs.IntVar(&c.Output.MeanTokens, "mean-output-tokens", c.Output.MeanTokens, "mean natural answer length (tokens)")
 	fs.IntVar(&c.Output.MaxModelLen, "max-model-len", c.Output.MaxModelLen, "context window, prompt plus output (tokens)")
 	fs.IntVar(&c.Output.ReasoningTokens, "reasoning-tokens", c.Output.ReasoningTokens, "pose as a reasoning model: this many tokens of thinking before each answer")

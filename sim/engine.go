@@ -28,6 +28,9 @@ type seq struct {
 	cached     atomic.Int32
 
 	arrival, scheduled, firstToken, lastToken time.Time
+	// charge is its place under the admission limits: its prompt stops
+	// counting as queued at its first token (nil in benchmarks).
+	charge *admitted
 
 	emitted atomic.Int32 // tokens the handler may send
 	// The engine's own split, for per-request metrics: scheduler queue,
@@ -446,6 +449,7 @@ func (e *engine) finishStep(p stepPlan, now time.Time, touched []*seq) []*seq {
 				e.metrics.generation.Inc()
 			}
 			if first {
+				s.charge.prefilled()
 				s.firstToken = now
 				s.queueNs.Store(int64(s.scheduled.Sub(s.arrival)))
 				s.prefillNs.Store(int64(now.Sub(s.scheduled)))

@@ -26,7 +26,7 @@ type metrics struct {
 	prefixQueries, prefixHits prometheus.Counter
 	prompt, generation        prometheus.Counter
 	ttft, itl, e2e, queue     prometheus.Observer
-	success                   *prometheus.CounterVec
+	success, rejected         *prometheus.CounterVec
 
 	util utilisation
 }
@@ -66,6 +66,10 @@ func newMetrics(model string, e EngineConfig) *metrics {
 		Name: "vllm:request_success_total", Help: "Count of successfully processed requests.", ConstLabels: l,
 	}, []string{"finished_reason"})
 	reg.MustRegister(m.success)
+	m.rejected = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "vllm:admission_rejections_total", Help: "Requests refused at admission (max_num_queued_reqs, max_num_queued_tokens), by reason.", ConstLabels: l,
+	}, []string{"reason"})
+	reg.MustRegister(m.rejected)
 	// vLLM's cache_config_info: a constant 1 whose labels carry the cache
 	// configuration (a subset of vLLM's labels, same names).
 	info := prometheus.NewGauge(prometheus.GaugeOpts{Name: "vllm:cache_config_info", Help: "Information of the LLMEngine CacheConfig",

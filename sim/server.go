@@ -28,6 +28,7 @@ type Server struct {
 	tok     *tokens.Tokenizer
 	eng     *engine // nil in fixed mode
 	metrics *metrics
+	admit   *admission
 	watch   *hangup.Watcher
 	srv     *fasthttp.Server
 	log     *slog.Logger
@@ -53,6 +54,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		log = slog.Default()
 	}
 	s := &Server{cfg: cfg, tok: tok, metrics: newMetrics(cfg.Model, cfg.Engine), watch: hangup.New(0), log: log, created: time.Now().Unix(), hashSeed: maphash.MakeSeed()}
+	s.admit = &admission{cfg: cfg.Admission, rejected: s.metrics.rejected}
 	if cfg.Mode == ModeEngine {
 		s.eng = newEngine(cfg.Engine, cfg.Quality.DecodeSpeedup, s.metrics)
 		eng := s.eng
@@ -172,9 +174,21 @@ func (s *Server) decode(rc *fasthttp.RequestCtx, req *openai.Request) bool {
 	return true
 }
 
-// vllmError writes an error the way vLLM's OpenAI server does.
+// errorInfo is vLLM's ErrorInfo, members in its order (pydantic writes
+// them as declared).
+type errorInfo struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    int     `json:"code"`
+}
+
+// vllmError writes an error the way vLLM's OpenAI server does:
+// {"error":{"message","type","param":null,"code"}}.
 func vllmError(rc *fasthttp.RequestCtx, status int, typ, msg string) {
-	b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": status}})
+	b, _ := json.Marshal(struct {
+		Error errorInfo `json:"error"`
+	}{errorInfo{Message: msg, Type: typ, Code: status}})
 	rc.SetStatusCode(status)
 	rc.SetContentType("application/json")
 	rc.SetBody(b)
@@ -269,6 +283,16 @@ func (s *Server) complete(rc *fasthttp.RequestCtx, chat, responses bool) {
 	if responses {
 		r.id = fmt.Sprintf("resp_%016x", mix(ans.seed, s.nonce.Load()))
 	}
+	charge, refused := s.admit.admit(promptTokens)
+	if refused != "" {
+		refuse(rc, refused)
+		return
+	}
+	defer func() {
+		if !streaming {
+			charge.finish()
+		}
+	}()
 	if s.eng != nil {
 		if !s.eng.fits(promptTokens, ans.tokens) {
 			vllmError(rc, fasthttp.StatusBadRequest, "BadRequestError", fmt.Sprintf(
@@ -276,6 +300,7 @@ func (s *Server) complete(rc *fasthttp.RequestCtx, chat, responses bool) {
 			return
 		}
 		sq := newSeq(promptTokens, ans.tokens)
+		sq.charge = charge
 		if s.cfg.Engine.PrefixCaching {
 			sq.hashes = promptBlocks(s.tok, s.hashSeed, &req, s.cfg.Engine.BlockSize)
 			r.prefixCaching = true
@@ -305,6 +330,7 @@ func (s *Server) complete(rc *fasthttp.RequestCtx, chat, responses bool) {
 	streaming = true // the stream writer ends the request
 	rc.SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer s.clock.active.Add(-1)
+		defer charge.finish()
 		defer r.watch.Stop()
 		s.stream(w, r)
 	})
