@@ -20,7 +20,8 @@ import (
 // tokenBudget is what a request may hold of a token cap: its prompt as
 // the policy counted it, else estimated at 4 bytes of body per token
 // (cl100k's average for English), plus the output it may ask for (the
-// limit the backend gets, else the configured default).
+// limit the backend gets, else the configured default). The prompt's
+// count is kept for the backend's load (x.promptTokens).
 func (x *exchange) tokenBudget(body []byte) int64 {
 	out := int64(x.pol.MaxTokens)
 	if out <= 0 {
@@ -33,6 +34,7 @@ func (x *exchange) tokenBudget(body []byte) int64 {
 	if in == 0 {
 		in = int64(len(body) / 4)
 	}
+	x.promptTokens = in
 	return in + out
 }
 

@@ -58,6 +58,14 @@ type backend struct {
 	// Not TTFT: that moves with cache hits and prompt lengths, and would
 	// herd new prefixes away from a backend just for being cold.
 	tpot atomic.Uint64
+	// prefilling is the gateway's estimate of the prompt tokens b still
+	// has to prefill: the uncached prompt tokens of the requests sent to
+	// it that have no first token yet (prefill.go). refusedUntil is when
+	// the hold after its last admission refusal ends (unix nanoseconds),
+	// and refusals counts them by reason.
+	prefilling   atomic.Int64
+	refusedUntil atomic.Int64
+	refusals     [numRefusals]atomic.Int64
 
 	outstanding  atomic.Int64
 	healthy      atomic.Bool  // active check verdict; true until checks say otherwise

@@ -42,6 +42,10 @@ var (
 // or 503 with Retry-After.
 var errShed = errors.New("proxy: admission refused")
 
+// errBackendsFull is a request every backend it was tried on refused at
+// admission (their queues full: refusal.go), with no other left to try.
+var errBackendsFull = errors.New("proxy: every backend tried refused the request: their queues are full")
+
 // ErrNoBackend means every backend of a pool is unavailable or was tried.
 var ErrNoBackend = errors.New("proxy: no available backend")
 
@@ -73,6 +77,9 @@ func errorResponse(err error) clientError {
 	case errors.Is(err, errShed):
 		return clientError{http.StatusServiceUnavailable, openai.TypeUnavailable, "capacity_exceeded",
 			"the gateway is at capacity and its queue is full or the wait too long; retry after the time in Retry-After", outcomeShed}
+	case errors.Is(err, errBackendsFull):
+		return clientError{http.StatusServiceUnavailable, openai.TypeUnavailable, "backends_full",
+			"every backend that could take this request is at its queue limit; retry after the time in Retry-After", outcomeShed}
 	case errors.Is(err, ErrNoBackend):
 		return clientError{http.StatusServiceUnavailable, openai.TypeUnavailable, "no_backend", "no healthy backend is available for this model", outcomeNoBackend}
 	case errors.Is(err, errShutdown):

@@ -58,7 +58,12 @@ type exchange struct {
 	// askedOut is the output the client asked for (max_completion_tokens,
 	// else max_tokens; 0 for neither), read as the request was scanned.
 	askedOut int
-	pol      policy.Decision // what the policy made of the request
+	// promptTokens is the prompt's size as admission counted it (the
+	// policy's count, else 4 bytes of body a token); prefill is the
+	// attempt's share of its backend's tokens to prefill (prefill.go).
+	promptTokens int64
+	prefill      prefillCharge
+	pol          policy.Decision // what the policy made of the request
 	// key is the prompt's prefix, for a pool of selection prefix only
 	// (nil otherwise: the key is half a KiB, which every other request
 	// would carry for nothing); routeWhy is why the backend was picked.
@@ -353,6 +358,7 @@ func (x *exchange) finishWith(status int, outcome string) {
 	x.conn.disarm()
 	x.ctx.Cancel(nil)
 	x.permit.Release()
+	x.prefill.release()
 	if x.backend != nil {
 		// What the client's own request caused (it left, or its
 		// generation outlasted timeouts.total) is not the backend failing:

@@ -3,13 +3,15 @@ package proxy
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 )
 
 // Forwarding: picking a backend and trying it, moving on to another on a
-// connect error, a stale connection, a 5xx or a 429 while retries and the
-// budget allow. Nothing has reached the client yet.
+// connect error, a stale connection, a 5xx, a 429 or an admission refusal
+// (refusal.go) while retries and the budget allow. Nothing has reached the
+// client yet.
 
 // forward tries backends until one answers with headers that can go to the
 // client: a connect error, a stale connection, a 5xx or a 429 moves on to
@@ -21,10 +23,13 @@ func (x *exchange) forward(fill bool) error {
 	pool := x.route.pool
 	x.st.budget.request(time.Now())
 	var tried [8]*backend
-	nTried := 0
+	nTried, refusedBy := 0, 0
 	for {
-		b, done, why, err := pool.pick(tried[:nTried], time.Now(), x.key)
+		b, done, why, blocks, err := pool.pick(tried[:nTried], time.Now(), x.key)
 		if err != nil {
+			if refusedBy > 0 && errors.Is(err, ErrNoBackend) {
+				return fmt.Errorf("%w: %w", errBackendsFull, err)
+			}
 			return err
 		}
 		x.routeWhy = why.traced()
@@ -32,6 +37,7 @@ func (x *exchange) forward(fill bool) error {
 		// The attempt is the request's from here: whatever happens, a
 		// panic included, finishWith gives its permit and count back.
 		x.backend, x.done = b, done
+		x.prefill.charge(b, uncached(x.promptTokens, x.key, blocks))
 		x.g.fail.at("attempt", x.id)
 		x.prepare(b)
 		x.tl.Attempts++
@@ -52,6 +58,23 @@ func (x *exchange) forward(fill bool) error {
 		}
 		x.up = up
 		status := up.Resp.StatusCode()
+		if why, ok := admissionRefusal(up); ok {
+			// Full, not failing: another backend, or the gateway's own
+			// 503 with Retry-After; never the breaker.
+			drainRefusal(up)
+			up.finish(true)
+			x.up = nil
+			b.refused(why, time.Now())
+			x.dropAttempt(true)
+			refusedBy++
+			if x.canRetry(pool, tried[:nTried], b) {
+				tried[nTried] = b
+				nTried++
+				x.g.log.Info("backend refused the request at admission (its queue is full), trying another backend", "id", x.id, "backend", b.name, "reason", why.String())
+				continue
+			}
+			return fmt.Errorf("%w (%s: %s)", errBackendsFull, b.name, why)
+		}
 		if status >= 500 || status == http.StatusTooManyRequests {
 			if x.canRetry(pool, tried[:nTried], b) {
 				up.finish(false)
@@ -73,6 +96,7 @@ func (x *exchange) forward(fill bool) error {
 // dropAttempt gives back the attempt's breaker permit, reporting ok, and
 // its count of outstanding requests: the request moves on or fails.
 func (x *exchange) dropAttempt(ok bool) {
+	x.prefill.release()
 	x.backend.settle(x.done, ok)
 	x.backend.outstanding.Add(-1)
 	x.backend, x.done = nil, nil

@@ -23,9 +23,13 @@ type loadReading struct {
 	running, waiting, kv   float64 // NaN where the server does not say
 	maxRunning             float64 // NaN where the server does not say
 	prefixQueries, prefHit float64 // counters, tokens; NaN where not said
+	// waitingTokens is the uncached prompt tokens waiting to prefill, by
+	// the server's own count (SGLang's /v1/loads); NaN where not said.
+	waitingTokens float64
 	// outstanding is the gateway's own in flight to the backend when the
-	// reading arrived: the part of running and waiting that is ours.
-	outstanding int64
+	// reading arrived: the part of running and waiting that is ours;
+	// prefilling its own count of prompt tokens to prefill then.
+	outstanding, prefilling int64
 }
 
 // loadState is what a backend's scraper last learnt: its last good
@@ -40,20 +44,27 @@ type loadState struct {
 // loadEstimate is a backend's load as a pick sees it.
 type loadEstimate struct {
 	// total is the requests in its batch and queue now; waiting the
-	// queued ones (NaN when unknown); kv its KV usage (NaN when unknown).
-	total, waiting, kv float64
-	fromMetrics        bool
+	// queued ones (NaN when unknown); kv its KV usage (NaN when unknown);
+	// prefill the uncached prompt tokens it still has to prefill
+	// (prefill.go); cost what a pick weighs (loadSelector.estimate).
+	total, waiting, kv, prefill, cost float64
+	fromMetrics                       bool
+	// held: it refused a request at admission moments ago (refusal.go).
+	held bool
 }
 
 // estimate blends b's last reading with the gateway's count of requests
 // in flight to it: the reading's figures plus what the gateway sent
 // minus what ended since, so a burst between two scrapes is counted as
 // it is sent. Without a fresh reading it is the gateway's count alone.
+// Its prompt tokens to prefill are blended alike (prefill.go).
 func (b *backend) estimate(now time.Time, staleAfter time.Duration) loadEstimate {
 	out := float64(b.outstanding.Load())
+	pre := float64(b.prefilling.Load())
+	held := b.held(now)
 	st := b.load.Load()
 	if st == nil || st.err != nil || st.last == nil || now.Sub(st.last.at) > staleAfter || math.IsNaN(st.last.running) {
-		return loadEstimate{total: out, waiting: math.NaN(), kv: math.NaN()}
+		return loadEstimate{total: out, waiting: math.NaN(), kv: math.NaN(), prefill: pre, held: held}
 	}
 	r := st.last
 	delta := out - float64(r.outstanding)
@@ -61,7 +72,10 @@ func (b *backend) estimate(now time.Time, staleAfter time.Duration) loadEstimate
 	if math.IsNaN(waiting) {
 		waiting = 0
 	}
-	e := loadEstimate{total: max(out, r.running+waiting+delta), waiting: math.NaN(), kv: r.kv, fromMetrics: true}
+	e := loadEstimate{total: max(out, r.running+waiting+delta), waiting: math.NaN(), kv: r.kv, prefill: pre, held: held, fromMetrics: true}
+	if !math.IsNaN(r.waitingTokens) {
+		e.prefill = max(pre, r.waitingTokens+pre-float64(r.prefilling))
+	}
 	if !math.IsNaN(r.waiting) {
 		// New requests take free batch slots before they queue.
 		free := 0.0
@@ -149,7 +163,7 @@ func (b *backend) scrapeLoad(path string, timeout time.Duration) (*loadReading, 
 	if err := b.get(b.mc, path, timeout, resp); err != nil {
 		return nil, fmt.Errorf("scrape %s%s: %w", b.name, path, err)
 	}
-	out := b.outstanding.Load()
+	out, pre := b.outstanding.Load(), b.prefilling.Load()
 	now := time.Now()
 	if c := resp.StatusCode(); c < 200 || c > 299 {
 		return nil, fmt.Errorf("scrape %s%s: status %d", b.name, path, c)
@@ -163,7 +177,8 @@ func (b *backend) scrapeLoad(path string, timeout time.Duration) (*loadReading, 
 		return nil, fmt.Errorf("scrape %s%s: %w", b.name, path, errNoLoadMetrics)
 	}
 	return &loadReading{at: now, server: rd.Server, running: rd.Running, waiting: rd.Waiting, kv: rd.KVUsage,
-		maxRunning: rd.MaxRunning, prefixQueries: rd.PrefixQueries, prefHit: rd.PrefixHits, outstanding: out}, nil
+		maxRunning: rd.MaxRunning, prefixQueries: rd.PrefixQueries, prefHit: rd.PrefixHits, waitingTokens: math.NaN(),
+		outstanding: out, prefilling: pre}, nil
 }
 
 // startLoad scrapes every backend of p on an interval.
@@ -175,6 +190,7 @@ func runLoad(b *backend, lc LoadConfig, stop <-chan struct{}, log *slog.Logger) 
 	t := time.NewTicker(lc.Interval)
 	defer t.Stop()
 	var slots slotCount
+	var loads sglangLoads
 	for {
 		r, err := b.scrapeLoad(lc.MetricsPath, lc.Timeout)
 		if err == nil && r.server == engine.LlamaCpp && math.IsNaN(r.maxRunning) {
@@ -183,6 +199,11 @@ func runLoad(b *backend, lc LoadConfig, stop <-chan struct{}, log *slog.Logger) 
 			// slots are counted against.
 			slots.refresh(b, lc.MetricsPath, lc.Timeout, time.Now(), log)
 			r.maxRunning = slots.n
+		}
+		if err == nil && r.server == engine.SGLang {
+			// Its uncached prompt tokens waiting are in /v1/loads, not
+			// /metrics: read beside it, when the server has it.
+			r.waitingTokens = loads.read(b, lc.MetricsPath, lc.Timeout, time.Now(), log)
 		}
 		prev := b.load.Load()
 		next := &loadState{}

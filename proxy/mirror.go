@@ -131,7 +131,7 @@ func (g *Gateway) runArm(f *mirror.Flight, a *mirror.Answer, rule *mirror.LiveRu
 			f.Done()
 		}
 	}()
-	b, done, _, err := pool.pick(nil, time.Now(), nil)
+	b, done, _, _, err := pool.pick(nil, time.Now(), nil)
 	if err != nil {
 		a.Error = err.Error()
 		f.Done()

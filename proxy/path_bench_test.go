@@ -40,7 +40,7 @@ func BenchmarkPick(b *testing.B) {
 	now := time.Now()
 	b.ReportAllocs()
 	for range b.N {
-		be, permit, _, err := p.pick(nil, now, nil)
+		be, permit, _, _, err := p.pick(nil, now, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -111,7 +111,7 @@ func BenchmarkPickScored(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := range b.N {
-				be, permit, _, err := p.pick(nil, now, &keys[i%len(keys)])
+				be, permit, _, _, err := p.pick(nil, now, &keys[i%len(keys)])
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -85,11 +85,12 @@ func (p *pool) Ready(now time.Time) bool {
 // selector, and takes a breaker permit for it. The permit must be settled
 // (Backend.settle) with the outcome. k is the request's prefix, for
 // selection prefix (nil: none); the reason says why the backend was
-// chosen.
-func (p *pool) pick(tried []*backend, now time.Time, k *affinity.Key) (*backend, func(error), reason, error) {
+// chosen, and blocks how many of k's blocks the index expects it to hold
+// (0 without selection prefix).
+func (p *pool) pick(tried []*backend, now time.Time, k *affinity.Key) (*backend, func(error), reason, int, error) {
 	s := pickPool.Get().(*pick)
 	defer s.release()
-	s.key, s.now = k, now
+	s.key, s.now, s.blocks = k, now, 0
 	for i, b := range p.backends {
 		if b.Available(now) && !contains(tried, b) {
 			s.cands = append(s.cands, b)
@@ -104,12 +105,12 @@ func (p *pool) pick(tried []*backend, now time.Time, k *affinity.Key) (*backend,
 				p.placer.placed(s, c)
 			}
 			b.reasons[why].Add(1)
-			return b, done, why, nil
+			return b, done, why, s.blocks, nil
 		}
 		// Open or half-open with its probes in use: the others.
 		s.drop(c)
 	}
-	return nil, nil, 0, ErrNoBackend
+	return nil, nil, 0, 0, ErrNoBackend
 }
 
 // settle reports an attempt's outcome to b's breaker, through the permit

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"time"
@@ -100,6 +101,13 @@ type LoadConfig struct {
 	Timeout time.Duration `yaml:"timeout"`
 	// StaleAfter is the age past which a reading is not used. Default 2s.
 	StaleAfter time.Duration `yaml:"stale_after"`
+	// PrefillTokens is how many prompt tokens a backend still has to
+	// prefill (uncached) weigh as much as one more request in its batch
+	// and queue: a pick's cost is (requests + 1 + prefill tokens /
+	// PrefillTokens) × decode slowness / weight. Default 1024 (about
+	// 0.1 s of prefill on one GPU, the time a decode step or two of a
+	// full batch takes).
+	PrefillTokens float64 `yaml:"prefill_tokens"`
 }
 
 // PrefixConfig shapes selection prefix: the index of which backend was
@@ -193,6 +201,7 @@ func (p *PoolConfig) defaults() {
 	setDefault(&p.Load.Interval, 100*time.Millisecond)
 	setDefault(&p.Load.Timeout, time.Second)
 	setDefault(&p.Load.StaleAfter, 2*time.Second)
+	setDefault(&p.Load.PrefillTokens, 1024)
 	setDefault(&p.Prefix.BlockBytes, 128)
 	setDefault(&p.Prefix.MaxPrefixBytes, 128<<10)
 	setDefault(&p.Prefix.IndexEntries, 1<<18)
@@ -233,6 +242,8 @@ func (p PoolConfig) validate(at string) error {
 		return fmt.Errorf("%s.load.metrics_path: %q must start with /", at, l.MetricsPath)
 	case l.Interval < 10*time.Millisecond || l.Timeout <= 0 || l.StaleAfter < l.Interval:
 		return fmt.Errorf("%s.load: interval must be at least 10ms, timeout positive, stale_after at least the interval", at)
+	case !(l.PrefillTokens > 0) || math.IsInf(l.PrefillTokens, 0):
+		return fmt.Errorf("%s.load.prefill_tokens: %v is not a positive number of tokens", at, l.PrefillTokens)
 	case x.BlockBytes < 16 || x.BlockBytes > 1<<16:
 		return fmt.Errorf("%s.prefix.block_bytes: %d is not between 16 and 65536", at, x.BlockBytes)
 	case x.MaxPrefixBytes < x.BlockBytes:

@@ -25,6 +25,9 @@ type relayMode struct {
 	// chunk; stripUsage: the policy asked the backend for a usage chunk
 	// the client did not ask for.
 	timing, stripUsage bool
+	// prefill is the stream's share of its backend's prompt tokens to
+	// prefill, given back at its first content event (nil: none).
+	prefill *prefillCharge
 }
 
 // relayOutcome is how a relayed stream ended.
@@ -129,6 +132,7 @@ func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByt
 			tl.LastTokenIn = t.LastContent
 			if tl.FirstTokenIn.IsZero() {
 				tl.FirstTokenIn = t.FirstContent
+				m.prefill.release()
 			}
 			if tl.FirstOutputIn.IsZero() {
 				tl.FirstOutputIn = t.FirstOutput

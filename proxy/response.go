@@ -184,6 +184,8 @@ func (x *exchange) retryAfter(err error) string {
 	switch {
 	case errors.Is(err, errShed):
 		return strconv.Itoa(int(x.g.lim.RetryAfter() / time.Second))
+	case errors.Is(err, errBackendsFull):
+		return strconv.Itoa(int(refusalHold / time.Second))
 	case errors.Is(err, ErrNoBackend) || errors.Is(err, errShutdown):
 		return "1"
 	}

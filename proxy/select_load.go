@@ -28,11 +28,19 @@ func (l *loadSelector) Select(s *pick) (int, reason) {
 	return cheapest(s, l.rr.Add(1), false), reasonLoad
 }
 
-// estimate fills s.est with the candidates' load.
+// estimate fills s.est with the candidates' load, and what a pick weighs
+// of it: requests + prefill tokens / load.prefill_tokens (prefill.go),
+// plus refusedPenalty while a backend is held back after an admission
+// refusal (refusal.go), so it is picked only when every candidate is.
 func (l *loadSelector) estimate(s *pick) {
 	s.est = s.est[:0]
 	for _, b := range s.cands {
-		s.est = append(s.est, b.estimate(s.now, l.cfg.StaleAfter))
+		e := b.estimate(s.now, l.cfg.StaleAfter)
+		if e.held {
+			e.total += refusedPenalty
+		}
+		e.cost = e.total + e.prefill/l.cfg.PrefillTokens
+		s.est = append(s.est, e)
 	}
 }
 
@@ -75,7 +83,18 @@ func mix64(x uint64) uint64 {
 func (l *loadSelector) state(b *backend, now time.Time, bs *adminapi.BackendState) *loadReading {
 	bs.Selection = LoadPolicy
 	e := b.estimate(now, l.cfg.StaleAfter)
-	ld := &adminapi.BackendLoad{Source: "gateway", Estimate: e.total}
+	ld := &adminapi.BackendLoad{Source: "gateway", Estimate: e.total, PrefillTokens: e.prefill}
+	if e.held {
+		ld.HeldMs = float64(b.refusedUntil.Load()-now.UnixNano()) / 1e6
+	}
+	for r := range numRefusals {
+		if n := b.refusals[r].Load(); n > 0 {
+			if ld.Refusals == nil {
+				ld.Refusals = map[string]int64{}
+			}
+			ld.Refusals[r.String()] = n
+		}
+	}
 	if e.fromMetrics {
 		ld.Source = "metrics"
 	}
@@ -91,6 +110,7 @@ func (l *loadSelector) state(b *backend, now time.Time, bs *adminapi.BackendStat
 	if last != nil {
 		ld.Server, ld.AgeMs = last.server, float64(now.Sub(last.at).Microseconds())/1000
 		ld.Running, ld.Waiting, ld.KVUsage, ld.MaxRunning = finite(last.running), finite(last.waiting), finite(last.kv), finite(last.maxRunning)
+		ld.WaitingUncachedTokens = finite(last.waitingTokens)
 		if !e.fromMetrics && ld.Error == "" {
 			ld.Error = "the last reading is older than load.stale_after"
 		}
@@ -115,9 +135,18 @@ func (g *Gateway) observeLoad(meter metric.Meter) error {
 	routed := in.counter("infergate.route.decisions", "{request}", "Picks of each backend by selection load and prefix, by reason (load, prefix_warm, prefix_cold, prefix_spill_queue, prefix_spill_kv, prefix_spill_imbalance, session_sticky, session_moved).")
 	estimate := in.gauge("infergate.backend.load", "{request}", "Requests in each backend's batch and queue as selection load and prefix count them; source metrics (its own reading, corrected by the gateway's since) or gateway (its scrape failed or is stale).")
 	scrapeFail := in.counter("infergate.backend.load_scrape_failures", "{scrape}", "Failed scrapes of each backend's metrics by selection load and prefix.")
+	prefill := in.gauge("infergate.backend.prefill_tokens", "{token}", "Uncached prompt tokens each backend still has to prefill as selection load and prefix count them: its own figure (SGLang's /v1/loads) corrected by the gateway's sends, else the gateway's count of requests with no first token yet.")
+	refusals := in.counter("infergate.backend.admission_refusals", "{request}", "Requests each backend refused at admission with vLLM's queue-full 503 (reason queued_requests or queued_tokens), each tried elsewhere or answered 503 by the gateway; any selection.")
 	return in.register(func(_ context.Context, o metric.Observer) error {
 		now := time.Now()
 		for _, p := range g.state.Load().pools {
+			for _, b := range p.backends {
+				for r := range numRefusals {
+					if n := b.refusals[r].Load(); n > 0 {
+						o.ObserveInt64(refusals, n, backendAttrs(p, b, attribute.String("reason", r.String())))
+					}
+				}
+			}
 			if p.load == nil {
 				continue
 			}
@@ -133,6 +162,7 @@ func (g *Gateway) observeLoad(meter metric.Meter) error {
 					src = "metrics"
 				}
 				o.ObserveInt64(estimate, int64(math.Round(e.total)), backendAttrs(p, b, attribute.String("source", src)))
+				o.ObserveInt64(prefill, int64(math.Round(e.prefill)), backendAttrs(p, b))
 				if st := b.load.Load(); st != nil {
 					o.ObserveInt64(scrapeFail, st.failures, backendAttrs(p, b))
 				}

@@ -58,14 +58,16 @@ func (s *pick) fastestTPOT() float64 {
 }
 
 // cost is how long a new request can expect to wait on candidate c: its
-// requests, the new one included, times how much slower than the
-// fastest it decodes (clamped to 8; a backend without a stream yet
-// counts as the fastest), per unit of weight.
+// requests, the new one included, and its prompt tokens still to prefill
+// in requests' worth (s.est's cost: prefill.go), times how much slower
+// than the fastest it decodes (clamped to 8; a backend without a stream
+// yet counts as the fastest), per unit of weight:
+// (requests + 1 + prefill / load.prefill_tokens) × slowness / weight.
 func (s *pick) cost(c int, fastest float64) float64 {
 	b := s.cands[c]
 	f := 1.0
 	if t := b.tpotAverage(); t > 0 && !math.IsInf(fastest, 1) {
 		f = min(t/fastest, 8)
 	}
-	return (s.est[c].total + 1) * f / float64(b.weight)
+	return (s.est[c].cost + 1) * f / float64(b.weight)
 }

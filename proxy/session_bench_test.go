@@ -50,7 +50,7 @@ func BenchmarkPickSessions(b *testing.B) {
 		if i%4 == 3 {
 			k.Session.Key = mix64(uint64(i) + sessions + 1) // a new session
 		}
-		be, permit, _, err := p.pick(nil, now, k)
+		be, permit, _, _, err := p.pick(nil, now, k)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -134,5 +134,5 @@ func (x *exchange) relayMode() relayMode {
 	if x.pair != nil {
 		x.tally.TextLimit = mirror.MaxCapture // the primary's half of the pair
 	}
-	return relayMode{timing: x.timing, stripUsage: x.pol.StripUsage}
+	return relayMode{timing: x.timing, stripUsage: x.pol.StripUsage, prefill: &x.prefill}
 }

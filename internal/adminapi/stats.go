@@ -87,9 +87,21 @@ type BackendLoad struct {
 	// Estimate is the requests in the backend's batch and queue as the
 	// next pick counts them: the reading corrected by what the gateway
 	// sent and saw end since.
-	Estimate       float64 `json:"estimate"`
-	Error          string  `json:"error,omitempty"`
-	ScrapeFailures int64   `json:"scrape_failures,omitempty"`
+	Estimate float64 `json:"estimate"`
+	// PrefillTokens is the uncached prompt tokens the backend still has
+	// to prefill as the next pick counts them: its own figure (SGLang's
+	// /v1/loads, WaitingUncachedTokens) corrected by the gateway's sends
+	// since, else the gateway's count of its requests with no first
+	// token yet.
+	PrefillTokens         float64  `json:"prefill_tokens"`
+	WaitingUncachedTokens *float64 `json:"waiting_uncached_tokens,omitempty"`
+	// HeldMs is how much longer the backend is held back from picks after
+	// refusing a request at admission (its queue full); Refusals counts
+	// those refusals by reason (queued_requests, queued_tokens).
+	HeldMs         float64          `json:"held_ms,omitempty"`
+	Refusals       map[string]int64 `json:"refusals,omitempty"`
+	Error          string           `json:"error,omitempty"`
+	ScrapeFailures int64            `json:"scrape_failures,omitempty"`
 }
 
 // BackendPrefix is the prefix affinity's account of a backend: the share

@@ -82,3 +82,16 @@ func TestWaitingUncachedTokens(t *testing.T) {
 		}
 	}
 }
+
+func TestSGLangLoadsPath(t *testing.T) {
+	for in, want := range map[string]string{
+		"/metrics":       "/v1/loads?include=core&format=prometheus",
+		"/sg/metrics":    "/sg/v1/loads?include=core&format=prometheus",
+		"/metrics?x=1":   "/v1/loads?x=1&include=core&format=prometheus",
+		"/custom/scrape": "/v1/loads?include=core&format=prometheus",
+	} {
+		if got := SGLangLoadsPath(in); got != want {
+			t.Errorf("SGLangLoadsPath(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

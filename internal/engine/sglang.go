@@ -2,6 +2,7 @@ package engine
 
 import (
 	"math"
+	"strings"
 
 	"github.com/infergate/infergate/internal/promtext"
 )
@@ -18,9 +19,16 @@ import (
 // python/sglang/srt/entrypoints/v1_loads.py); include=core keeps it to
 // the core fields. Stock images older than the endpoint answer 404.
 
-// SGLangLoadsPath is the path, beside a server's /metrics, of SGLang's
-// load report in the exposition format.
-const SGLangLoadsPath = "/v1/loads?include=core&format=prometheus"
+// SGLangLoadsPath is the path of SGLang's load report in the exposition
+// format, beside a server's metrics path (/metrics gives
+// /v1/loads?include=core&format=prometheus).
+func SGLangLoadsPath(metricsPath string) string {
+	p := Sibling(metricsPath, "v1/loads")
+	if strings.Contains(p, "?") {
+		return p + "&include=core&format=prometheus"
+	}
+	return p + "?include=core&format=prometheus"
+}
 
 // WaitingUncachedTokens reads SGLang's /v1/loads exposition (see
 // SGLangLoadsPath): the prompt tokens waiting to be prefilled and not
