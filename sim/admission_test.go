@@ -94,7 +94,7 @@ func TestAdmissionQueuedRequests(t *testing.T) {
 // although the first request still decodes.
 func TestAdmissionQueuedTokens(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.Engine.PrefillTokensPerS = 40 // a 20-token prompt takes half a second
+	cfg.Engine.PrefillTokensPerS = 10 // a 20-token prompt takes two seconds
 	cfg.Engine.MaxBatchedTokens = 0
 	cfg.Admission.MaxNumQueuedTokens = 1
 	url, s := startSim(t, cfg)
