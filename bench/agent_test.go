@@ -106,3 +106,35 @@ func TestTurnFiguresAgainstPrefixCache(t *testing.T) {
 		t.Errorf("the page has no 2+ row (%v)", err)
 	}
 }
+
+// The same sessions on a simulator whose cache holds about one session's
+// context at a time, as the memory-bound preset's (8,192 tokens): the
+// follow-up turns find their history evicted by the other sessions' turns,
+// and the pooled figure says so.
+func TestTurnFiguresWhenTheCacheIsSmall(t *testing.T) {
+	run := func(kv int) *TurnSummary {
+		cfg := sim.DefaultConfig()
+		cfg.Engine.KVCacheTokens = kv
+		s := simtest.Start(t, cfg)
+		c := baseConfig(s.URL)
+		c.Tokenizer = sharedTokenizer()
+		c.Workload.InputTokens, c.Workload.OutputTokens, c.Workload.Turns = "40", "10", 4
+		c.Workload.PrefixGroups, c.Workload.PrefixTokens = 8, 1500
+		c.Load = LoadSpec{Mode: "sessions", Concurrency: 8}
+		rec, err := Run(context.Background(), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := rec.Stages[0]; st.OK != 32 || st.FollowUps == nil || st.FollowUps.CachedShare == nil {
+			t.Fatalf("kv %d: %d ok, follow-ups %+v (%v)", kv, st.OK, st.FollowUps, st.ErrorSamples)
+		}
+		t.Logf("kv %d: follow-ups cached %.3f, TTFT p50 %.1f ms", kv, *rec.Stages[0].FollowUps.CachedShare, rec.Stages[0].FollowUps.TTFTP50)
+		return rec.Stages[0].FollowUps
+	}
+	preset, _ := sim.Preset("memory-bound")
+	big, small := run(sim.DefaultConfig().Engine.KVCacheTokens), run(preset.Engine.KVCacheTokens)
+	if *big.CachedShare < 0.85 || *small.CachedShare > *big.CachedShare-0.2 {
+		t.Errorf("follow-ups cached %.3f with room for every session, %.3f in %d tokens: want the small cache's at least 0.2 lower",
+			*big.CachedShare, *small.CachedShare, preset.Engine.KVCacheTokens)
+	}
+}
