@@ -132,7 +132,7 @@ func finite(v float64) *float64 {
 // backend's picks by reason, its estimated load and its failed scrapes.
 func (g *Gateway) observeLoad(meter metric.Meter) error {
 	in := instruments{meter: meter}
-	routed := in.counter("infergate.route.decisions", "{request}", "Picks of each backend by selection load and prefix, by reason (load, prefix_warm, prefix_cold, prefix_spill_queue, prefix_spill_kv, prefix_spill_imbalance, session_sticky, session_moved).")
+	routed := in.counter("infergate.route.decisions", "{request}", "Picks of each backend by selection load and prefix, by reason (load, prefix_warm, prefix_cold, prefix_spill_queue, prefix_spill_kv, prefix_spill_imbalance, session_new, session_sticky, session_moved).")
 	estimate := in.gauge("infergate.backend.load", "{request}", "Requests in each backend's batch and queue as selection load and prefix count them; source metrics (its own reading, corrected by the gateway's since) or gateway (its scrape failed or is stale).")
 	scrapeFail := in.counter("infergate.backend.load_scrape_failures", "{scrape}", "Failed scrapes of each backend's metrics by selection load and prefix.")
 	prefill := in.gauge("infergate.backend.prefill_tokens", "{token}", "Uncached prompt tokens each backend still has to prefill as selection load and prefix count them: its own figure (SGLang's /v1/loads) corrected by the gateway's sends, else the gateway's count of requests with no first token yet.")

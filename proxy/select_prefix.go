@@ -17,10 +17,10 @@ import (
 // conversation goes to the backend that served it last (the session
 // table), a prompt to the backend expected to hold the longest part of
 // it in its prefix cache (by the index of where earlier prompts went),
-// either unless that backend is saturated (the spill guard); a prompt
-// no backend holds goes where a rendezvous hash of it says among the
-// backends not overloaded (place), and a request without a prompt as
-// selection load.
+// either unless that backend is saturated (the spill guard, then by
+// load); a new session, and a prompt no backend holds, go where a
+// rendezvous hash of its key or its first block says among the backends
+// not overloaded (place); a request without a prompt as selection load.
 type prefixSelector struct {
 	loadSelector
 	cfg      PrefixConfig
@@ -78,7 +78,17 @@ func (x *prefixSelector) Select(s *pick) (int, reason) {
 		if why == reasonSessionSticky {
 			return c, why
 		}
-		moved = known
+		if !known {
+			// A new session is placed by its key, not by the index:
+			// conversations that share a system prompt spread over the
+			// fleet (the index would send them all to the prompt's
+			// home until the guard trips), and every replica places it
+			// alike without talking.
+			c = x.place(s, ses.Key)
+			x.blocksOf(s, c)
+			return c, reasonSessionNew
+		}
+		moved = true
 	}
 	if k.Len() == 0 && ses.Key == 0 {
 		return cheapest(s, x.rr.Add(1), false), reasonLoad
@@ -104,9 +114,9 @@ func (x *prefixSelector) Select(s *pick) (int, reason) {
 		}
 	}
 	var c int
-	if why == reasonCold {
+	if why == reasonCold && !moved {
 		c = x.place(s, seed)
-	} else {
+	} else { // a spill, or a session that left its backend: by load
 		c = cheapest(s, seed, true)
 	}
 	s.blocks = s.matched[s.pos[c]%affinity.MaxBackends]

@@ -175,12 +175,13 @@ const (
 	reasonSpillImbalance // the warm backend carries far more than the least loaded
 	reasonSessionSticky  // the backend that served the request's session last
 	reasonSessionMoved   // the session's backend is saturated or out of selection: moved, and stays
+	reasonSessionNew     // a session the table does not know: placed by its key's hash
 	numReasons
 )
 
 var reasonNames = [numReasons]string{LeastOutstandingPolicy, WeightedRoundRobinPolicy, PowerOfTwoPolicy,
 	"load", "prefix_warm", "prefix_cold", "prefix_spill_queue", "prefix_spill_kv", "prefix_spill_imbalance",
-	"session_sticky", "session_moved"}
+	"session_sticky", "session_moved", "session_new"}
 
 func (r reason) String() string { return reasonNames[r] }
 
