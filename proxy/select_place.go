@@ -18,7 +18,11 @@ import "math"
 // anyway, a backend leaving moves only the prefixes it held, and there is
 // no ring to rebuild on a reload. The cheapest candidate is always within
 // the bound, so there is always one.
-func (x *prefixSelector) place(s *pick, seed uint64) int {
+//
+// A candidate other than exclude (-1: none) is chosen while there is one:
+// a session leaving its saturated backend goes to the next its key ranks
+// within the bound, or the least loaded of the others when none is.
+func (x *prefixSelector) place(s *pick, seed uint64, exclude int) int {
 	fastest := s.fastestTPOT()
 	var sum float64
 	for c := range s.cands {
@@ -27,8 +31,7 @@ func (x *prefixSelector) place(s *pick, seed uint64) int {
 	bound := (1+x.cfg.ColdLoadFactor)*sum/float64(len(s.cands)) + x.cfg.ColdLoadSlack
 	best, bestScore := -1, 0.0
 	for c, b := range s.cands {
-		cost := s.cost(c, fastest)
-		if cost > bound {
+		if c == exclude || s.cost(c, fastest) > bound {
 			continue
 		}
 		// Weighted rendezvous: -w/ln(u) with u uniform in (0,1) from
@@ -39,10 +42,17 @@ func (x *prefixSelector) place(s *pick, seed uint64) int {
 			best, bestScore = c, score
 		}
 	}
-	if best < 0 { // NaN costs: no bound holds
-		return cheapest(s, seed, false)
+	if best >= 0 {
+		return best
 	}
-	return best
+	// Every other candidate is past the bound: the cheapest of them (the
+	// excluded one is the cheapest, yet saturated by the spill guard).
+	for c := range s.cands {
+		if c != exclude && (best < 0 || s.cost(c, fastest) < s.cost(best, fastest)) {
+			best = c
+		}
+	}
+	return max(best, 0)
 }
 
 // fastestTPOT is the shortest time per output token among the

@@ -176,3 +176,41 @@ func TestTwoGatewaysAgreeOnColdPrefixes(t *testing.T) {
 		t.Fatalf("24 new prompts went to %d backends of 4", len(used))
 	}
 }
+
+// A session that leaves its backend — saturated, or out of selection —
+// goes to the next backend its key ranks, so replicas that move it
+// each on their own still agree, and it stays there.
+func TestReplicasMoveASessionAlike(t *testing.T) {
+	t.Parallel()
+	a, b := newReplica(t, 1, 1, 1, 1), newReplica(t, 1, 1, 1, 1)
+	for i := range 200 {
+		body := fmt.Sprintf(`{"model":"m","prompt_cache_key":"moving-%d","messages":[{"role":"user","content":"hi"}]}`, i)
+		home, _ := a.route(promptKey(t, a, body))
+		if c, _ := b.route(promptKey(t, b, body)); c != home {
+			t.Fatalf("session %d: placed on %d and %d", i, home, c)
+		}
+		// Saturated on both (the imbalance guard: 40 more requests than
+		// the least loaded), then out of selection on both.
+		a.bs[home].outstanding.Store(40)
+		b.bs[home].outstanding.Store(40)
+		ma, why := a.route(promptKey(t, a, body))
+		mb, _ := b.route(promptKey(t, b, body))
+		if why != reasonSessionMoved || ma == home || ma != mb {
+			t.Fatalf("session %d on %d, saturated: moved (%s) to %d and %d", i, home, why, ma, mb)
+		}
+		a.bs[home].outstanding.Store(0)
+		b.bs[home].outstanding.Store(0)
+		if c, why := a.route(promptKey(t, a, body)); c != ma || why != reasonSessionSticky {
+			t.Fatalf("session %d: after the move, %s to %d, not sticky on %d", i, why, c, ma)
+		}
+		a.bs[ma].healthy.Store(false)
+		b.bs[ma].healthy.Store(false)
+		na, _ := a.route(promptKey(t, a, body))
+		nb, _ := b.route(promptKey(t, b, body))
+		a.bs[ma].healthy.Store(true)
+		b.bs[ma].healthy.Store(true)
+		if na == ma || na != nb {
+			t.Fatalf("session %d: its backend %d out of selection, moved to %d and %d", i, ma, na, nb)
+		}
+	}
+}

@@ -72,35 +72,33 @@ func (x *prefixSelector) Select(s *pick) (int, reason) {
 	if x.sessions == nil {
 		ses = affinity.Session{}
 	}
-	moved := false
 	if ses.Key != 0 {
 		c, why, known := x.session(s, ses)
-		if why == reasonSessionSticky {
+		switch {
+		case why == reasonSessionSticky:
 			return c, why
-		}
-		if !known {
+		case !known:
 			// A new session is placed by its key, not by the index:
 			// conversations that share a system prompt spread over the
 			// fleet (the index would send them all to the prompt's
 			// home until the guard trips), and every replica places it
 			// alike without talking.
-			c = x.place(s, ses.Key)
+			c = x.place(s, ses.Key, -1)
 			x.blocksOf(s, c)
 			return c, reasonSessionNew
 		}
-		moved = true
+		// Its backend is saturated (c) or out of selection (-1): the
+		// next its key ranks within the bound, which every replica that
+		// moves it picks alike.
+		c = x.place(s, ses.Key, c)
+		x.blocksOf(s, c)
+		return c, reasonSessionMoved
 	}
-	if k.Len() == 0 && ses.Key == 0 {
+	if k.Len() == 0 {
 		return cheapest(s, x.rr.Add(1), false), reasonLoad
 	}
-	// A session's key names it better than its prompt's first block: its
-	// history grows, its key does not.
-	seed := k.First()
-	if ses.Key != 0 {
-		seed = ses.Key
-	}
 	why := reasonCold
-	if k.Len() > 0 && x.index.Match(k, s.candidateSet(), &s.matched) != 0 {
+	if x.index.Match(k, s.candidateSet(), &s.matched) != 0 {
 		warm, m := -1, 0
 		for c, i := range s.pos {
 			n := s.matched[i%affinity.MaxBackends]
@@ -110,26 +108,17 @@ func (x *prefixSelector) Select(s *pick) (int, reason) {
 		}
 		if why = x.spill(s, warm); why == reasonWarm {
 			s.blocks = m
-			return warm, x.movedOr(moved, why)
+			return warm, why
 		}
 	}
 	var c int
-	if why == reasonCold && !moved {
-		c = x.place(s, seed)
-	} else { // a spill, or a session that left its backend: by load
-		c = cheapest(s, seed, true)
+	if why == reasonCold {
+		c = x.place(s, k.First(), -1)
+	} else { // a spill: by load
+		c = cheapest(s, k.First(), true)
 	}
 	s.blocks = s.matched[s.pos[c]%affinity.MaxBackends]
-	return c, x.movedOr(moved, why)
-}
-
-// movedOr is why, or reasonSessionMoved for a session the table placed
-// elsewhere.
-func (x *prefixSelector) movedOr(moved bool, why reason) reason {
-	if moved {
-		return reasonSessionMoved
-	}
-	return why
+	return c, why
 }
 
 // candidateSet is the pick's candidates as the index's bit set.
@@ -153,10 +142,11 @@ func (s *pick) find(id uint64) int {
 }
 
 // session picks for a session the table knows: reasonSessionSticky and
-// its backend, unless that backend is out of the candidates or the spill
-// guard trips (known, and the caller places it anew). A continued stored
-// response (previous_response_id) stays with the backend that wrote it
-// whatever its load: no other backend has it.
+// its backend, unless that backend is out of the candidates (known, c
+// -1) or the spill guard trips (known, c the saturated candidate), and
+// the caller places it anew. A continued stored response
+// (previous_response_id) stays with the backend that wrote it whatever
+// its load: no other backend has it.
 func (x *prefixSelector) session(s *pick, ses affinity.Session) (c int, why reason, known bool) {
 	if ses.Response != 0 && ses.Response != ses.Key {
 		if id, ok := x.sessions.Lookup(ses.Response); ok {
@@ -174,7 +164,7 @@ func (x *prefixSelector) session(s *pick, ses affinity.Session) (c int, why reas
 		return -1, 0, true
 	}
 	if ses.Source != affinity.SessionPreviousResponse && x.spill(s, c) != reasonWarm {
-		return -1, 0, true
+		return c, 0, true
 	}
 	x.blocksOf(s, c)
 	return c, reasonSessionSticky, true
