@@ -34,7 +34,8 @@ type LoadSpec struct {
 	// WarmupPerUser makes a closed loop's warm-up one request per user,
 	// at each stage's concurrency.
 	WarmupPerUser bool `json:"warmup_per_user,omitempty"`
-	// RampUp spreads a closed loop's first requests over this span.
+	// RampUp spreads a closed loop's first requests (a session run's
+	// first sessions) over this span.
 	RampUp time.Duration `json:"ramp_up,omitempty"`
 	// Timeout bounds one request; default 10 minutes.
 	Timeout time.Duration `json:"timeout"`

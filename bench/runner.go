@@ -195,20 +195,30 @@ func (rn *Runner) Run(ctx context.Context, stageNo int, l LoadSpec) (Window, err
 
 func (s *stage) markStop() { s.stop.CompareAndSwap(0, time.Now().UnixNano()) }
 
+// rampWait holds user u back for its share of the ramp-up (users start
+// evenly over RampUp); false when ctx ended first.
+func (s *stage) rampWait(ctx context.Context, u int) bool {
+	if s.l.RampUp <= 0 {
+		return true
+	}
+	t := time.NewTimer(s.l.RampUp * time.Duration(u) / time.Duration(s.l.Concurrency))
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		t.Stop()
+		return false
+	}
+}
+
 func (s *stage) closed(ctx context.Context) {
 	var stopOnce sync.Once
 	for u := range s.l.Concurrency {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			if s.l.RampUp > 0 {
-				t := time.NewTimer(s.l.RampUp * time.Duration(u) / time.Duration(s.l.Concurrency))
-				select {
-				case <-t.C:
-				case <-ctx.Done():
-					t.Stop()
-					return
-				}
+			if !s.rampWait(ctx, u) {
+				return
 			}
 			p := s.rn.parser()
 			defer s.rn.parsers.Put(p)

@@ -43,6 +43,9 @@ type sessionWorkload interface {
 	Turn(u int, history []message, t turn) Request
 	// Count is how many distinct sessions there are (0: unbounded).
 	Count() int
+	// Turns is every session's number of turns, 0 when they differ (a
+	// dataset's conversations).
+	Turns() int
 }
 
 // sessionSet is a synthetic or dataset session workload.
@@ -61,6 +64,13 @@ func (w *sessionSet) Len() int { return 0 }
 func (w *sessionSet) Request(i int) Request { return w.Turn(i, nil, w.Session(i)[0]) }
 
 func (w *sessionSet) Count() int { return len(w.convs) }
+
+func (w *sessionSet) Turns() int {
+	if w.convs != nil {
+		return 0
+	}
+	return w.spec.Turns
+}
 
 func (w *sessionSet) Session(u int) []turn {
 	if w.convs != nil {
@@ -174,15 +184,16 @@ func newSessions(s *WorkloadSpec, in, out lengths, tok *tokens.Tokenizer) (Workl
 	return w, nil
 }
 
-// sessions runs the stage's users: Concurrency users at once, each
-// through sessions one after another until the stage's requests or time
+// sessions runs the stage's users: Concurrency users at once (the
+// first sessions starting evenly over RampUp), each through sessions one
+// after another until the stage's requests or time
 // are spent (the last sessions may end between turns then) or, with
 // neither bound, every conversation of a dataset was held once. A failed
 // turn ends its session.
 func (s *stage) sessions(ctx context.Context, sw sessionWorkload) {
 	var users atomic.Int64
 	users.Store(int64(s.l.Concurrency))
-	for range s.l.Concurrency {
+	for u := range s.l.Concurrency {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
@@ -191,11 +202,21 @@ func (s *stage) sessions(ctx context.Context, sw sessionWorkload) {
 					s.markStop() // sending stopped when the last user did
 				}
 			}()
+			if !s.rampWait(ctx, u) {
+				return
+			}
 			p := s.rn.parser()
 			defer s.rn.parsers.Put(p)
 			for {
 				u := int(s.rn.nextSession.Add(1) - 1)
 				if c := sw.Count(); c > 0 && u-s.firstSession >= c && s.l.Requests == 0 && s.l.Duration == 0 {
+					return
+				}
+				// A stage of N requests holds N/T whole sessions: a user
+				// done early (ramped up first, or quicker answers) opens
+				// no session whose turns the others' last turns would
+				// then go without.
+				if t := sw.Turns(); t > 0 && s.l.Requests > 0 && u-s.firstSession >= max(s.l.Requests/t, 1) {
 					return
 				}
 				if !s.session(ctx, p, sw, s.rn.session.of(u)) {

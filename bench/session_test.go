@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -86,5 +88,37 @@ func TestShareGPTSessions(t *testing.T) {
 	st := rec.Stages[0]
 	if st.OK != 4 || len(st.Turns) != 3 || st.Turns[0].N != 2 || st.Turns[2].N != 1 || st.Turns[2].PromptTokensP50 <= st.Turns[0].PromptTokensP50 {
 		t.Errorf("%d ok, turns %+v", st.OK, st.Turns)
+	}
+}
+
+// --ramp-up spreads a session run's first sessions: 4 users over 400 ms
+// start 100 ms apart, so their first turns span 300 ms. And a stage of N
+// requests holds N/T whole sessions: the first user, done before the
+// last has sent its last turn, opens no fifth session (which would take
+// that turn's place).
+func TestSessionsRampUp(t *testing.T) {
+	s := simtest.Start(t, simtest.Fixed(250*time.Millisecond, 100*time.Microsecond))
+	c := baseConfig(s.URL)
+	c.Tokenizer = sharedTokenizer()
+	c.Workload.InputTokens, c.Workload.OutputTokens, c.Workload.Turns = "10", "4", 2
+	c.Load = LoadSpec{Mode: "sessions", Concurrency: 4, RampUp: 400 * time.Millisecond}
+	var mu sync.Mutex
+	var first []time.Time
+	c.OnResult = func(r *Result) {
+		if r.Turn == 1 {
+			mu.Lock()
+			first = append(first, r.Intended)
+			mu.Unlock()
+		}
+	}
+	if _, err := Run(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(first, func(a, b time.Time) int { return a.Compare(b) })
+	if len(first) != 4 {
+		t.Fatalf("%d first turns, want 4: one session per user", len(first))
+	}
+	if span := first[3].Sub(first[0]); span < 280*time.Millisecond || span > 600*time.Millisecond {
+		t.Errorf("the first turns span %v, want about 300 ms", span)
 	}
 }

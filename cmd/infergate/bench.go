@@ -134,7 +134,7 @@ func registerBenchFlags(fs *flag.FlagSet) *benchFlags {
 	f.duration = fs.Duration("duration", 0, "measured time per stage (default 30s when --requests is not given)")
 	f.requests = fs.Int("requests", 0, "measured requests per stage")
 	f.warmup = fs.String("warmup", "auto", "warm-up per stage, left out: a request count, a duration (5s), or auto (closed: one per user; open: 2s)")
-	f.rampUp = fs.Duration("ramp-up", 0, "closed loop: spread the users' first requests over this span")
+	f.rampUp = fs.Duration("ramp-up", 0, "closed loop and sessions: spread the users' first requests over this span")
 	f.timeout = fs.Duration("timeout", 0, "bound on one request (default 10m)")
 	f.slo = fs.String("slo", "", "objectives for goodput and attainment, e.g. ttft=2s,tpot=50ms (ttft, ttft_sched, tpot, e2e); the record carries them and compare judges by them")
 	f.sloPct = fs.String("slo-percentile", "p90", "with --slo: the share of requests that must meet each SLO")
