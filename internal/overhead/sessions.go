@@ -36,7 +36,10 @@ type sessionCase struct {
 	system, tools   int // tokens of the system prompt; tools in the list
 	input, output   int // tokens of each question and answer
 	think           time.Duration
-	sims            int
+	// ramp spreads the sessions' first turns (agents do not all start at
+	// one instant); shorter than a session, so each user holds one.
+	ramp time.Duration
+	sims int
 	// key is how sessions name themselves in the keyed arms.
 	key string
 }
@@ -45,7 +48,7 @@ type sessionCase struct {
 const toolTokens = 110
 
 func (o *Overhead) sessionCase() sessionCase {
-	sc := sessionCase{sessions: 32, turns: 8, system: 1500, tools: 5, input: 200, output: 100, think: time.Second, sims: 4, key: bench.SessionKeyPromptCacheKey}
+	sc := sessionCase{sessions: 32, turns: 8, system: 1500, tools: 5, input: 200, output: 100, think: time.Second, ramp: 2 * time.Second, sims: 4, key: bench.SessionKeyPromptCacheKey}
 	if o.Sessions > 0 {
 		sc.sessions = o.Sessions
 	}
@@ -72,8 +75,8 @@ func (sc sessionCase) kv() int {
 func roundUp(n, m int) int { return (n + m - 1) / m * m }
 
 func (sc sessionCase) what() string {
-	return fmt.Sprintf("%d agent sessions at once, %d turns each (a %d-token system prompt and %d tools, about %d tokens shared by all; %d-token questions, %d-token answers, %v think time); %d sims of %d KV tokens each (all sessions' contexts: %d tokens)",
-		sc.sessions, sc.turns, sc.system, sc.tools, sc.shared(), sc.input, sc.output, sc.think, sc.sims, sc.kv(), sc.shared()+sc.sessions*sc.context())
+	return fmt.Sprintf("%d agent sessions at once, starting over %v, %d turns each (a %d-token system prompt and %d tools, about %d tokens shared by all; %d-token questions, %d-token answers, %v think time); %d sims of %d KV tokens each (all sessions' contexts: %d tokens)",
+		sc.sessions, sc.ramp, sc.turns, sc.system, sc.tools, sc.shared(), sc.input, sc.output, sc.think, sc.sims, sc.kv(), sc.shared()+sc.sessions*sc.context())
 }
 
 // sessionArm is one run of a round: a policy, whether sessions send
@@ -244,7 +247,7 @@ func (o *Overhead) sessionOnce(ctx context.Context, dir string, sc sessionCase, 
 	}
 	out := filepath.Join(dir, "sessions.json")
 	ba := []string{"bench", "--url", url, "--model", "sim-model", "--sessions", strconv.Itoa(sc.sessions), "--turns", strconv.Itoa(sc.turns),
-		"--think-time", sc.think.String(), "--prefix-groups", "1", "--prefix-tokens", strconv.Itoa(sc.system), "--tools", strconv.Itoa(sc.tools),
+		"--think-time", sc.think.String(), "--ramp-up", sc.ramp.String(), "--prefix-groups", "1", "--prefix-tokens", strconv.Itoa(sc.system), "--tools", strconv.Itoa(sc.tools),
 		"--input-tokens", strconv.Itoa(sc.input), "--output-tokens", strconv.Itoa(sc.output), "--force-output-length",
 		"--warmup", "0", "--timeout", "60s", "--quiet", "--out", out}
 	if a.keyed {
