@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -39,8 +40,8 @@ func TestCheckpoints(t *testing.T) {
 			n++
 		}
 	}
-	if n != maxCheckpoints {
-		t.Fatalf("%d checkpoints in %d blocks, maxCheckpoints is %d", n, MaxBlocks, maxCheckpoints)
+	if n != MaxCheckpoints {
+		t.Fatalf("%d checkpoints in %d blocks, MaxCheckpoints is %d", n, MaxBlocks, MaxCheckpoints)
 	}
 	for _, b := range []int{1, 8, 10, 16, 20, 32, 40, 64, 1024} {
 		if !checkpoint(b) {
@@ -121,7 +122,7 @@ func TestHostilePromptsAreBounded(t *testing.T) {
 		if allocs != 0 {
 			t.Errorf("%.40s...: %v allocations", body, allocs)
 		}
-		if k.Blocks > MaxBlocks || k.Len() > maxCheckpoints {
+		if k.Blocks > MaxBlocks || k.Len() > MaxCheckpoints {
 			t.Errorf("%.40s...: %d blocks, %d checkpoints", body, k.Blocks, k.Len())
 		}
 	}
@@ -144,6 +145,24 @@ func TestIndexMatchesTheLongestRecordedRun(t *testing.T) {
 	m = [MaxBackends]int{}
 	if got := ix.Match(a, 0b1011, &m); got != 0 {
 		t.Fatalf("backend 2 not a candidate, yet Match = %b", got)
+	}
+}
+
+// What one replica's index learnt, passed to another as bare hashes
+// (another replica's placement), matches there as it did where it was
+// learnt.
+func TestAddHashesIsAddOnAnotherIndex(t *testing.T) {
+	system := strings.Repeat("Instructions shared by every replica. ", 60)
+	a := keyOf(t, chat([2]string{"system", system}, [2]string{"user", "turn one"}))
+	here, there := NewIndex(1<<12), NewIndex(1<<12)
+	here.Add(a, 3)
+	there.AddHashes(slices.Clone(a.Hashes()), 3)
+	var m1, m2 [MaxBackends]int
+	if g1, g2 := here.Match(a, 0b1111, &m1), there.Match(a, 0b1111, &m2); g1 != g2 || m1 != m2 || g2 != 1<<3 {
+		t.Fatalf("Match where learnt %b %v, where passed %b %v", g1, m1[:4], g2, m2[:4])
+	}
+	if len(a.Hashes()) != a.Len() || a.Hashes()[0] != a.First() {
+		t.Fatalf("Hashes %d long, Len %d", len(a.Hashes()), a.Len())
 	}
 }
 
@@ -193,7 +212,7 @@ func FuzzRequestKey(f *testing.F) {
 		var h Hasher
 		h.Reset(&k, 16, 64)
 		h.Request(body, &env)
-		if k.Blocks > 64 || k.Len() > maxCheckpoints {
+		if k.Blocks > 64 || k.Len() > MaxCheckpoints {
 			t.Fatalf("%d blocks, %d checkpoints", k.Blocks, k.Len())
 		}
 		var k2 Key

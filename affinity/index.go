@@ -117,10 +117,15 @@ func (ix *Index) add(h uint64, i int, now uint32) {
 // Add records that backend i (its position in the pool) was sent a
 // prompt of key k. Checkpoints are written last first, so that within a
 // bucket a prompt's start, shared by more prompts, is the fresher.
-func (ix *Index) Add(k *Key, i int) {
+func (ix *Index) Add(k *Key, i int) { ix.AddHashes(k.Hashes(), i) }
+
+// AddHashes records that backend i was sent a prompt of these checkpoint
+// hashes (a Key's Hashes, as another replica learnt them): the same
+// entries Add makes.
+func (ix *Index) AddHashes(hashes []uint64, i int) {
 	now := ix.clock.Add(1)
-	for j := k.n - 1; j >= 0; j-- {
-		ix.add(k.hash[j], i, now)
+	for j := len(hashes) - 1; j >= 0; j-- {
+		ix.add(hashes[j], i, now)
 	}
 }
 

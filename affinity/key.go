@@ -31,8 +31,9 @@ import (
 // default 128-byte block, the first 128 KiB of a prompt.
 const MaxBlocks = 1024
 
-// maxCheckpoints is the checkpoints of MaxBlocks blocks (TestCheckpoints).
-const maxCheckpoints = 36
+// MaxCheckpoints is the checkpoints of MaxBlocks blocks (TestCheckpoints):
+// the most hashes a Key holds.
+const MaxCheckpoints = 36
 
 // checkpoint reports whether the index keeps block n (1-based: the hash
 // of the first n blocks).
@@ -55,8 +56,8 @@ type Key struct {
 	// after the prompt is hashed (Hasher.Reset clears it).
 	Session Session
 	n       int
-	hash    [maxCheckpoints]uint64
-	at      [maxCheckpoints]uint16 // the block count each hash covers
+	hash    [MaxCheckpoints]uint64
+	at      [MaxCheckpoints]uint16 // the block count each hash covers
 }
 
 // Len is the number of checkpoints.
@@ -70,6 +71,11 @@ func (k *Key) First() uint64 {
 	}
 	return k.hash[0]
 }
+
+// Hashes returns the checkpoints' hashes, the first block's first: k's
+// own memory, valid while k is unchanged (for sharing what the index
+// learnt with other replicas; Index.AddHashes takes them back).
+func (k *Key) Hashes() []uint64 { return k.hash[:k.n] }
 
 // BlocksAt returns the blocks checkpoint i covers.
 func (k *Key) BlocksAt(i int) int { return int(k.at[i]) }
