@@ -4,12 +4,19 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"io"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
+	"github.com/infergate/infergate/affinity"
+	"github.com/infergate/infergate/affinity/share"
 	"github.com/infergate/infergate/openai"
 	"github.com/infergate/infergate/tracing"
+	"github.com/redis/go-redis/v9"
 )
 
 // The relay loop allocates nothing per event.
@@ -70,4 +77,51 @@ func TestGatewayRequestAllocations(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Selection prefix with replicas sharing: the offer of each placement to
+// the other replicas adds no allocation to the pick (whose one is the
+// breaker's permit).
+func TestSharedPrefixPickAllocatesNothing(t *testing.T) {
+	m := miniredis.RunT(t)
+	cfg := testConfig("http://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:3", "http://127.0.0.1:4")
+	pc := cfg.Pools["p"]
+	pc.Selection = PrefixPolicy
+	pc.Load.Interval, pc.Load.StaleAfter = time.Hour, time.Hour // no scrape during the run
+	cfg.Pools["p"] = pc
+	cfg.Defaults()
+	p, err := newPool("p", cfg.Pools["p"], time.Second, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	bus := share.New(redis.NewClient(&redis.Options{Addr: m.Addr()}), share.Config{Queue: 1 << 13}, func(*share.Record) bool { return true }, nil)
+	defer bus.Close()
+	// Every pick a new prefix: each is news to the index, so offered.
+	keys := make([]affinity.Key, 4000)
+	text := bytes.Repeat([]byte("y"), 8<<10)
+	for i := range keys {
+		var h affinity.Hasher
+		h.Reset(&keys[i], 128, 1024)
+		h.Write([]byte(strconv.Itoa(i)))
+		h.Write(text)
+	}
+	now, i := time.Now(), 0
+	pick := func() {
+		b, permit, _, _, err := p.pick(nil, now, &keys[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.settle(permit, true)
+		i++
+	}
+	alone := testing.AllocsPerRun(1000, pick)
+	p.prefix.bus = new(atomic.Pointer[share.Bus])
+	p.prefix.bus.Store(bus)
+	sharing := testing.AllocsPerRun(1000, pick)
+	t.Logf("a pick: %v allocations alone, %v sharing", alone, sharing)
+	if sharing != alone || alone > 1 {
+		t.Fatalf("a prefix pick allocated %v times alone, %v sharing", alone, sharing)
+	}
+	waitFor(t, 3*time.Second, "the offers to be published", func() bool { return bus.Stats().Published == 1001 })
 }

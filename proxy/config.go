@@ -35,6 +35,9 @@ type Config struct {
 	Policy policy.Config `yaml:"policy"`
 	// Shaping caps what is in flight and queues the rest (package shaping).
 	Shaping shaping.Config `yaml:"shaping"`
+	// Share sends where this replica placed prompts to the other
+	// replicas, through shaping.redis (share.go).
+	Share ShareConfig `yaml:"share"`
 	// Mirror copies a sample of requests to candidate pools and records
 	// each pair of answers (package mirror; the tap is mirror.go).
 	Mirror mirror.Config `yaml:"mirror"`
@@ -95,6 +98,7 @@ func (c *Config) Defaults() {
 		c.Pools[name] = p
 	}
 	c.mergeTenants()
+	c.Share.defaults()
 	c.Mirror.Defaults()
 	c.Shaping.Defaults()
 	c.RequestLog.Defaults()
@@ -196,6 +200,9 @@ func (c *Config) Validate() error {
 		if _, ok := c.Pools[name]; !ok {
 			return fmt.Errorf("shaping.pools.%s: no pool of that name", name)
 		}
+	}
+	if err := c.Share.validate(); err != nil {
+		return err
 	}
 	if err := c.RequestLog.Validate(); err != nil {
 		return err

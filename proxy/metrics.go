@@ -68,7 +68,7 @@ func (m *gatewayMetrics) label(model string) string {
 // callback of its own.
 func observe(meter metric.Meter, g *Gateway) error {
 	return errors.Join(g.observeShaping(meter), g.observeBackends(meter), g.observeTokenCounts(meter),
-		g.observeLoad(meter), g.observePrefix(meter), g.observeTelemetry(meter), g.observeConns(meter),
+		g.observeLoad(meter), g.observePrefix(meter), g.observeShare(meter), g.observeTelemetry(meter), g.observeConns(meter),
 		g.observeMirror(meter), g.observePanics(meter), observeProcess(meter))
 }
 

@@ -34,7 +34,7 @@ type pool struct {
 // is taken over (and removed from reuse) instead of made anew, so a reload
 // keeps its connections, outstanding count, health and breaker state.
 func newPool(name string, pc PoolConfig, connect time.Duration, log *slog.Logger, reuse map[string]*backend) (*pool, error) {
-	p := &pool{name: name, sel: newSelector(pc)}
+	p := &pool{name: name, sel: newSelector(name, pc)}
 	p.placer, _ = p.sel.(placer)
 	switch s := p.sel.(type) {
 	case *loadSelector:
@@ -102,7 +102,7 @@ func (p *pool) pick(tried []*backend, now time.Time, k *affinity.Key) (*backend,
 		b := s.cands[c]
 		if done, err := b.cb.Allow(); err == nil {
 			if p.placer != nil {
-				p.placer.placed(s, c)
+				p.placer.placed(s, c, why)
 			}
 			b.reasons[why].Add(1)
 			return b, done, why, s.blocks, nil

@@ -47,6 +47,8 @@ func (g *Gateway) ReloadFrom(source string, cfg Config) error {
 		return errors.New("shaping.redis: changing it needs a restart")
 	case cfg.Mirror.Record.Path != old.cfg.Mirror.Record.Path:
 		return errors.New("mirror.record.path: changing it needs a restart")
+	case cfg.Share != old.cfg.Share:
+		return errShareReload
 	}
 	cert, err := readCert(cfg.Server.TLS)
 	if err != nil {
@@ -68,6 +70,7 @@ func (g *Gateway) ReloadFrom(source string, cfg Config) error {
 	}
 	g.warnDeprecated(cfg)
 	g.state.Store(st)
+	g.startShare(&cfg)
 	g.versions.add(cfg, st.configHash, source)
 	// Requests in flight keep the old pools until they end; closing stops
 	// the old health checks and drops idle connections of backends that

@@ -24,7 +24,7 @@ func newReplica(t testing.TB, weights ...int) *replica {
 		pc.Backends = append(pc.Backends, BackendConfig{URL: fmt.Sprintf("http://gpu-%d:8000", i), Weight: w})
 	}
 	pc.defaults()
-	r := &replica{sel: newPrefixSelector(pc)}
+	r := &replica{sel: newPrefixSelector("p", pc)}
 	for _, bc := range pc.Backends {
 		b, err := newBackend(bc, pc, time.Second)
 		if err != nil {
@@ -47,7 +47,7 @@ func (r *replica) route(k *affinity.Key) (int, reason) {
 		}
 	}
 	c, why := r.sel.Select(s)
-	r.sel.placed(s, c)
+	r.sel.placed(s, c, why)
 	return s.pos[c], why
 }
 

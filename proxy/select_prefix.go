@@ -3,9 +3,11 @@ package proxy
 import (
 	"context"
 	"math"
+	"sync/atomic"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/infergate/infergate/affinity"
+	"github.com/infergate/infergate/affinity/share"
 	"github.com/infergate/infergate/internal/adminapi"
 	"github.com/infergate/infergate/openai"
 	"github.com/valyala/fasthttp"
@@ -26,10 +28,16 @@ type prefixSelector struct {
 	cfg      PrefixConfig
 	index    *affinity.Index
 	sessions *affinity.Sessions // nil: prefix.sessions -1
+	// bus, when it holds one, shares what the index and the session
+	// table learn with the other replicas (share.go); poolID names the
+	// pool there.
+	bus    *atomic.Pointer[share.Bus]
+	poolID uint64
 }
 
-func newPrefixSelector(pc PoolConfig) *prefixSelector {
-	x := &prefixSelector{loadSelector: loadSelector{cfg: pc.Load}, cfg: pc.Prefix, index: affinity.NewIndex(pc.Prefix.IndexEntries)}
+func newPrefixSelector(name string, pc PoolConfig) *prefixSelector {
+	x := &prefixSelector{loadSelector: loadSelector{cfg: pc.Load}, cfg: pc.Prefix, index: affinity.NewIndex(pc.Prefix.IndexEntries),
+		poolID: share.PoolID(name, pc.Prefix.BlockBytes)}
 	if pc.Prefix.Sessions > 0 {
 		x.sessions = affinity.NewSessions(pc.Prefix.Sessions)
 	}
@@ -175,7 +183,11 @@ func (x *prefixSelector) session(s *pick, ses affinity.Session) (c int, why reas
 // (previous_response_id) goes there.
 func (x *prefixSelector) learnResponse(sum uint64, b *backend) {
 	if x.sessions != nil {
-		x.sessions.Learn(affinity.ResponseSession(sum), b.nameHash)
+		h := affinity.ResponseSession(sum)
+		x.sessions.Learn(h, b.nameHash)
+		if x.bus != nil {
+			x.share(b, h, nil)
+		}
 	}
 }
 
@@ -227,8 +239,11 @@ func (x *prefixSelector) spill(s *pick, warm int) reason {
 // placed implements placer: the index learns that the prompt went to
 // candidate c, the session table that its session did (so a session
 // that moved stays), and c's counts the blocks routed to it and those it
-// was expected to hold.
-func (x *prefixSelector) placed(s *pick, c int) {
+// was expected to hold. What this taught the index or the table (c was
+// not expected to hold the whole prompt; the session is new here or
+// moved) is offered to the other replicas: a record copied onto the
+// bus's queue, no call to Redis, no allocation.
+func (x *prefixSelector) placed(s *pick, c int, why reason) {
 	k := s.key
 	if k == nil {
 		return
@@ -239,8 +254,36 @@ func (x *prefixSelector) placed(s *pick, c int) {
 		b.promptBlocks.Add(int64(k.Blocks))
 		b.expectedBlocks.Add(int64(s.blocks))
 	}
+	var ses uint64
 	if x.sessions != nil && k.Session.Key != 0 {
 		x.sessions.Learn(k.Session.Key, b.nameHash)
+		ses = k.Session.Key
+	}
+	if x.bus == nil {
+		return
+	}
+	prefixNews := k.Len() > 0 && s.blocks < k.BlocksAt(k.Len()-1)
+	if prefixNews || (ses != 0 && why != reasonSessionSticky) {
+		x.share(b, ses, k.Hashes())
+	}
+}
+
+// share offers the other replicas a record: the session ses (0: none)
+// and the checkpoints hashes went to b. Nothing when no bus runs.
+func (x *prefixSelector) share(b *backend, ses uint64, hashes []uint64) {
+	if bus := x.bus.Load(); bus != nil {
+		r := share.Record{Pool: x.poolID, Backend: b.nameHash, Session: ses}
+		r.Set(hashes)
+		bus.Offer(&r)
+	}
+}
+
+// learn applies another replica's record on backend b, at position i
+// here: its checkpoints to the index, its session to the table.
+func (x *prefixSelector) learn(r *share.Record, b *backend, i int) {
+	x.index.AddHashes(r.Checkpoints(), i)
+	if r.Session != 0 && x.sessions != nil {
+		x.sessions.Learn(r.Session, b.nameHash)
 	}
 }
 

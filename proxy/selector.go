@@ -21,14 +21,15 @@ type selector interface {
 }
 
 // A placer is a selector told where a pick's breaker let the request
-// through: the prefix index records which backend the prompt went to.
+// through, and why it was chosen: the prefix index records which backend
+// the prompt went to.
 type placer interface {
-	placed(s *pick, c int)
+	placed(s *pick, c int, why reason)
 }
 
 // newSelector returns the selector of a pool's selection policy
 // (validated before: an unknown name is least_outstanding).
-func newSelector(pc PoolConfig) selector {
+func newSelector(name string, pc PoolConfig) selector {
 	switch pc.Selection {
 	case WeightedRoundRobinPolicy:
 		return &weightedRoundRobin{}
@@ -37,7 +38,7 @@ func newSelector(pc PoolConfig) selector {
 	case LoadPolicy:
 		return &loadSelector{cfg: pc.Load}
 	case PrefixPolicy:
-		return newPrefixSelector(pc)
+		return newPrefixSelector(name, pc)
 	default:
 		return &leastOutstanding{}
 	}

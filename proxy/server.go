@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/infergate/infergate/affinity/share"
 	"github.com/infergate/infergate/shaping"
 	"github.com/infergate/infergate/tracing"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -38,6 +39,9 @@ type Gateway struct {
 	telem *bgqueue.Queue[*exchange]
 	stats *tracing.Recent // recent requests, for /admin/stats
 	lim   *shaping.Limiter
+	// bus shares placements with the other replicas (share.go); nil
+	// until a configuration wants it.
+	bus   atomic.Pointer[share.Bus]
 	rlog  *tracing.RequestLog // nil when request_log.path is empty
 	pairs *mirror.Recorder    // mirrored pairs (package mirror)
 	// tracer is nil when no span is sent; spanProcessors are added to it
@@ -101,6 +105,7 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Gateway, error) {
 		return nil, err
 	}
 	g.state.Store(st)
+	g.startShare(&cfg)
 	g.versions.add(cfg, st.configHash, "start")
 	s := &cfg.Server
 	g.srv = &fasthttp.Server{
@@ -251,6 +256,8 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	// Shared caps: leases still held expire by their TTL if not released
 	// by the drain; the limiter and the request log stop after it.
 	defer g.lim.Close()
+	// Placements made during the drain are sent before the bus stops.
+	defer g.closeShare()
 	if g.rlog != nil {
 		defer g.rlog.Close()
 	}

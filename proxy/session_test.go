@@ -317,14 +317,14 @@ func TestSessionConfig(t *testing.T) {
 	if err != nil || x.Sessions != 100000 || len(x.SessionHeaders) != 1 || x.SessionHeaders[0] != "x-session-id" || x.SessionUser || x.ColdLoadFactor != 0.25 || x.ColdLoadSlack != 2 {
 		t.Fatalf("defaults: %+v, %v", x, err)
 	}
-	if newPrefixSelector(pc).Sessions().Entries() < 100000 {
+	if newPrefixSelector("p", pc).Sessions().Entries() < 100000 {
 		t.Fatal("the default table holds fewer than 100,000 sessions")
 	}
 	if pc, _ = read(t, "    prefix: {session_headers: []}\n"); len(pc.Prefix.SessionHeaders) != 0 {
 		t.Fatalf("session_headers: [] reads %v", pc.Prefix.SessionHeaders)
 	}
 	pc, _ = read(t, "    prefix: {sessions: -1}\n")
-	off := newPrefixSelector(pc)
+	off := newPrefixSelector("p", pc)
 	if off.Sessions() != nil {
 		t.Fatal("sessions: -1 still made a table")
 	}

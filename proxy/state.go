@@ -83,6 +83,9 @@ func (g *Gateway) build(cfg Config, old *state) (*state, error) {
 			st.closeExcept(old)
 			return nil, err
 		}
+		if p.prefix != nil {
+			p.prefix.bus = &g.bus
+		}
 		st.pools[name] = p
 	}
 	for _, m := range cfg.Models {

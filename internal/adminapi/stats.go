@@ -50,6 +50,34 @@ type GatewayState struct {
 	InFlight int64          `json:"in_flight"`
 	Queued   int            `json:"queued"`
 	Backends []BackendState `json:"backends"`
+	// Share is what this replica shared of its placements with the
+	// others; nil when it shares none (no Redis, or no prefix pool).
+	Share *ShareState `json:"share,omitempty"`
+}
+
+// ShareState counts the placements a replica shared with the other
+// replicas through Redis, and those it learnt from them, since it
+// started (the same counts as the infergate_share_* metrics).
+type ShareState struct {
+	// Up: the last call to Redis worked. While down the replica routes on
+	// what it learns itself.
+	Up bool `json:"up"`
+	// Replica is this replica's id in the batches (hex).
+	Replica string `json:"replica"`
+	// Placements sent, dropped at a full queue, lost to a Redis that
+	// failed.
+	Published int64 `json:"published"`
+	Dropped   int64 `json:"dropped"`
+	Lost      int64 `json:"lost"`
+	// Placements received from the others, applied to this replica's
+	// index, ignored (a pool or backend it lacks).
+	Received int64 `json:"received"`
+	Applied  int64 `json:"applied"`
+	Ignored  int64 `json:"ignored"`
+	// Batches sent; malformed batches refused; failed calls to Redis.
+	Batches int64 `json:"batches"`
+	Invalid int64 `json:"invalid_batches"`
+	Errors  int64 `json:"errors"`
 }
 
 // BackendState is one backend now.

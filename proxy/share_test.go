@@ -1,0 +1,342 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/infergate/infergate/affinity/share"
+	"github.com/infergate/infergate/internal/adminapi"
+	"github.com/infergate/infergate/internal/testredis"
+	"github.com/infergate/infergate/shaping"
+	"github.com/redis/go-redis/v9"
+)
+
+// shareGateway is a replica of selection prefix over bs (in that order),
+// sharing its placements through the Redis at addr under keyPrefix ("":
+// no Redis, its index its own). It returns once every backend was
+// scraped and, with Redis, the bus subscribed.
+func shareGateway(t *testing.T, addr, keyPrefix string, bs ...*vllmBackend) *testGateway {
+	t.Helper()
+	var urls []string
+	for _, b := range bs {
+		urls = append(urls, b.URL)
+	}
+	cfg := testConfig(urls...)
+	pc := cfg.Pools["p"]
+	pc.Selection = PrefixPolicy
+	pc.Load.Interval = 20 * time.Millisecond
+	pc.Load.StaleAfter = time.Second
+	cfg.Pools["p"] = pc
+	if addr != "" {
+		cfg.Shaping.Redis = shaping.RedisConfig{Addr: addr, KeyPrefix: keyPrefix, OpTimeout: time.Second}
+	}
+	cfg.Share.Interval = 5 * time.Millisecond
+	gw := startGateway(t, cfg)
+	waitFor(t, 3*time.Second, "a first scrape of every backend", func() bool {
+		for _, b := range gw.Stats(time.Now()).Gateway.Backends {
+			if b.Load == nil || b.Load.Source != "metrics" {
+				return false
+			}
+		}
+		return true
+	})
+	if addr != "" {
+		waitFor(t, 3*time.Second, "the placements channel", func() bool { return shared(gw).Up })
+	}
+	return gw
+}
+
+// shared is the replica's share state (a zero one when it shares none).
+func shared(gw *testGateway) adminapi.ShareState {
+	if s := gw.Stats(time.Now()).Gateway.Share; s != nil {
+		return *s
+	}
+	return adminapi.ShareState{}
+}
+
+// sendTo posts body to gw and returns the backend of bs that got it.
+func sendTo(t *testing.T, gw *testGateway, bs []*vllmBackend, body string) *vllmBackend {
+	t.Helper()
+	before := make([]int64, len(bs))
+	for i, b := range bs {
+		before[i] = b.chats.Load()
+	}
+	if code, _, out := post(t, gw.URL, "/v1/chat/completions", body); code != 200 {
+		t.Fatalf("status %d: %s", code, out)
+	}
+	for i, b := range bs {
+		if b.chats.Load() > before[i] {
+			return b
+		}
+	}
+	t.Fatal("no backend got the request")
+	return nil
+}
+
+// conversation is turn n of a chat: a long system prompt of its own,
+// then n exchanges, each answer long enough to fill blocks of its own.
+func conversation(id, n int) string {
+	msgs := []map[string]string{{"role": "system", "content": strings.Repeat(fmt.Sprintf("You are assistant number %d. ", id), 40)}}
+	for i := range n {
+		msgs = append(msgs, map[string]string{"role": "user", "content": fmt.Sprintf("question %d of conversation %d", i, id)})
+		if i < n-1 {
+			msgs = append(msgs, map[string]string{"role": "assistant", "content": strings.Repeat(fmt.Sprintf("answer %d. ", i), 60)})
+		}
+	}
+	b, _ := json.Marshal(map[string]any{"model": "m", "messages": msgs})
+	return string(b)
+}
+
+// A prefix one replica placed goes to the same backend from another,
+// though the other's file lists the backends in another order, and
+// though on its own that replica would have sent it elsewhere.
+func TestReplicasSendAPrefixWhereAnotherPlacedIt(t *testing.T) {
+	t.Parallel()
+	addr := testredis.Addr(t)
+	prefix := fmt.Sprintf("share-%d", time.Now().UnixNano())
+	x, y, z := newVLLMBackend(t), newVLLMBackend(t), newVLLMBackend(t)
+	all := []*vllmBackend{x, y, z}
+	a := shareGateway(t, addr, prefix, x) // x is its only backend
+	b := shareGateway(t, addr, prefix, z, y, x)
+	alone := shareGateway(t, "", "", z, y, x) // b without sharing
+	// A conversation that b, alone, would start elsewhere than x.
+	id := -1
+	for i := range 50 {
+		if sendTo(t, alone, all, conversation(i, 1)) != x {
+			id = i
+			break
+		}
+	}
+	if id < 0 {
+		t.Fatal("every conversation went to x")
+	}
+	if got := sendTo(t, a, all, conversation(id, 1)); got != x {
+		t.Fatalf("a sent it to %s", got.URL)
+	}
+	waitFor(t, 3*time.Second, "b to learn a's placement", func() bool { return shared(b).Applied >= 1 })
+	if got := sendTo(t, b, all, conversation(id, 1)); got != x {
+		t.Fatalf("b sent the prefix a placed on x (%s) to %s", x.URL, got.URL)
+	}
+	if r := backendStates(b)[x.URL].Routes; r[reasonWarm.String()] != 1 {
+		t.Fatalf("b's routes to x: %v, want one prefix_warm", r)
+	}
+	if s := shared(a); s.Published < 1 || s.Received != 0 || s.Errors != 0 || s.Invalid != 0 {
+		t.Fatalf("a's share state: %+v", s)
+	}
+	// b's own placement was no news to the index (x held all of it):
+	// nothing sent. a learns nothing it did not know.
+	time.Sleep(30 * time.Millisecond)
+	if s := shared(b); s.Published != 0 {
+		t.Fatalf("b published %d records for a placement its index expected", s.Published)
+	}
+}
+
+// A conversation that a spill moved on one replica follows the move on
+// another: its next turn goes where the longer prefix now is.
+func TestReplicasFollowASpill(t *testing.T) {
+	t.Parallel()
+	addr := testredis.Addr(t)
+	prefix := fmt.Sprintf("share-%d", time.Now().UnixNano())
+	bs := []*vllmBackend{newVLLMBackend(t), newVLLMBackend(t), newVLLMBackend(t)}
+	a := shareGateway(t, addr, prefix, bs...)
+	b := shareGateway(t, addr, prefix, bs[2], bs[0], bs[1])
+	home := sendTo(t, a, bs, conversation(1, 1))
+	home.waiting.Store(5)
+	waitFor(t, 2*time.Second, "a to see its home queue", func() bool {
+		l := backendStates(a)[home.URL].Load
+		return l.Waiting != nil && *l.Waiting == 5
+	})
+	moved := sendTo(t, a, bs, conversation(1, 2))
+	if moved == home {
+		t.Fatal("turn 2 did not spill")
+	}
+	home.waiting.Store(0)
+	waitFor(t, 3*time.Second, "b to learn both turns", func() bool { return shared(b).Applied >= 2 })
+	waitFor(t, 2*time.Second, "b to see the queue drained", func() bool {
+		l := backendStates(b)[home.URL].Load
+		return l.Waiting != nil && *l.Waiting == 0
+	})
+	if got := sendTo(t, b, bs, conversation(1, 3)); got != moved {
+		t.Fatalf("turn 3 through b went to %s; the conversation moved to %s (from %s)", got.URL, moved.URL, home.URL)
+	}
+}
+
+// A replica cut off from Redis keeps routing on what it learnt, with no
+// request waiting on Redis; it says so once, counts what it could not
+// send, and shares again when Redis is back. Not parallel: it compares
+// latencies.
+func TestReplicaWithoutRedisKeepsRouting(t *testing.T) {
+	srv := testredis.Start(t, 0)
+	bs := []*vllmBackend{newVLLMBackend(t), newVLLMBackend(t), newVLLMBackend(t)}
+	a := shareGateway(t, srv.Addr(), "cut", bs...)
+	b := shareGateway(t, srv.Addr(), "cut", bs...)
+	timed := func(gw *testGateway, body string) (*vllmBackend, time.Duration) {
+		start := time.Now()
+		got := sendTo(t, gw, bs, body)
+		return got, time.Since(start)
+	}
+	var before []time.Duration
+	homes := map[int]*vllmBackend{}
+	for i := range 20 {
+		got, d := timed(a, conversation(i, 1))
+		homes[i] = got
+		before = append(before, d)
+	}
+	waitFor(t, 3*time.Second, "b to learn a's placements", func() bool { return shared(b).Applied >= 20 })
+
+	srv.Kill()
+	// The first request of each replica after the kill is admission's:
+	// its lease call finds Redis gone (shaping.redis.on_failure open), and
+	// admission stops asking. Sharing asks Redis on no request.
+	sendTo(t, a, bs, conversation(1000, 1))
+	sendTo(t, b, bs, conversation(1001, 1))
+	var after []time.Duration
+	for i := range 20 {
+		// b routes each conversation's next turn by what it learnt.
+		got, d := timed(b, conversation(i, 2))
+		if got != homes[i] {
+			t.Fatalf("with Redis gone, b sent conversation %d to %s, not its home %s", i, got.URL, homes[i].URL)
+		}
+		after = append(after, d)
+		// a places new conversations and tries to share them.
+		_, d = timed(a, conversation(100+i, 1))
+		after = append(after, d)
+	}
+	slices.Sort(before)
+	slices.Sort(after)
+	p50, p90 := before[len(before)/2], after[len(after)*9/10]
+	if p90 > max(3*p50, p50+50*time.Millisecond) {
+		t.Fatalf("with Redis down, p90 %v; with it up, p50 %v", p90, p50)
+	}
+	waitFor(t, 3*time.Second, "a to count its placements lost", func() bool { s := shared(a); return s.Lost > 0 && !s.Up })
+	if n := strings.Count(a.logs.String(), "share: redis down"); n != 1 {
+		t.Fatalf("a logged 'redis down' %d times, want once:\n%s", n, a.logs.String())
+	}
+
+	srv = testredis.Start(t, srv.Port)
+	waitFor(t, 10*time.Second, "both to share again", func() bool { return shared(a).Up && shared(b).Up })
+	applied := shared(b).Applied
+	for i := 0; shared(b).Applied == applied; i++ {
+		if i == 100 {
+			t.Fatal("b learnt nothing from a after Redis came back")
+		}
+		sendTo(t, a, bs, conversation(200+i, 1))
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := strings.Count(a.logs.String(), "share: redis answers again"); n != 1 {
+		t.Fatalf("a logged 'answers again' %d times, want once:\n%s", n, a.logs.String())
+	}
+}
+
+// Whatever else is published on the channel is refused and counted;
+// routing and the real batches go on.
+func TestGarbledBatchesOnTheChannel(t *testing.T) {
+	t.Parallel()
+	addr := testredis.Addr(t)
+	prefix := fmt.Sprintf("share-%d", time.Now().UnixNano())
+	bs := []*vllmBackend{newVLLMBackend(t), newVLLMBackend(t)}
+	a := shareGateway(t, addr, prefix, bs...)
+	b := shareGateway(t, addr, prefix, bs...)
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	channel := "{" + prefix + "}:placements"
+	good := share.Append(nil, 99, []share.Record{{Pool: 1, Backend: 2, N: 1}})
+	for _, p := range []string{"", "garbage", string(good[:len(good)-3]), string(good) + "x", strings.Repeat("\xff", share.MaxBatchBytes+1)} {
+		if err := c.Publish(context.Background(), channel, p).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 3*time.Second, "the five to be refused", func() bool { return shared(b).Invalid == 5 })
+	// A well-formed batch of a pool b lacks: received, ignored.
+	c.Publish(context.Background(), channel, string(good))
+	waitFor(t, 3*time.Second, "the foreign record", func() bool { return shared(b).Ignored == 1 })
+	home := sendTo(t, a, bs, conversation(7, 1))
+	waitFor(t, 3*time.Second, "b to learn a's placement", func() bool { return shared(b).Applied == 1 })
+	if got := sendTo(t, b, bs, conversation(7, 2)); got != home {
+		t.Fatalf("after the garbage, b sent a's conversation to %s, not %s", got.URL, home.URL)
+	}
+	resp, err := http.Get(b.AdminURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	text, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{`infergate_share_records_total{kind="applied"} 1`, `infergate_share_records_total{kind="ignored"} 1`,
+		"infergate_share_invalid_batches_total 5", "infergate_share_redis_up 1"} {
+		if !strings.Contains(string(text), want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, grepShare(string(text)))
+		}
+	}
+}
+
+// Shutdown stops the bus: no goroutine of package share outlives it.
+// Not parallel: the other tests' buses run meanwhile.
+func TestShutdownStopsSharing(t *testing.T) {
+	addr := testredis.Addr(t)
+	bs := []*vllmBackend{newVLLMBackend(t)}
+	gw := shareGateway(t, addr, fmt.Sprintf("share-%d", time.Now().UnixNano()), bs...)
+	sendTo(t, gw, bs, conversation(1, 1))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := gw.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := shared(gw); s.Published != 1 {
+		t.Fatalf("published %d at shutdown, want the one placement", s.Published)
+	}
+	buf := make([]byte, 1<<22)
+	if stacks := string(buf[:runtime.Stack(buf, true)]); strings.Contains(stacks, "affinity/share.(*Bus)") {
+		t.Fatalf("a goroutine of the bus is still running:\n%s", stacks)
+	}
+}
+
+// Sharing is off without Redis, with share.off, and without a prefix pool.
+func TestShareIsOnOnlyWithRedisAndPrefix(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		edit func(*Config)
+		want bool
+	}{
+		{"redis and prefix", func(*Config) {}, true},
+		{"no redis", func(c *Config) { c.Shaping.Redis.Addr = "" }, false},
+		{"off", func(c *Config) { c.Share.Off = true }, false},
+		{"no prefix pool", func(c *Config) { p := c.Pools["p"]; p.Selection = LoadPolicy; c.Pools["p"] = p }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig("http://127.0.0.1:1")
+			p := cfg.Pools["p"]
+			p.Selection = PrefixPolicy
+			cfg.Pools["p"] = p
+			cfg.Shaping.Redis.Addr = "127.0.0.1:1"
+			tc.edit(&cfg)
+			if got := wantsShare(&cfg); got != tc.want {
+				t.Fatalf("wantsShare = %v", got)
+			}
+		})
+	}
+	cfg := testConfig("http://127.0.0.1:1")
+	cfg.Share.Queue = 3
+	cfg.Defaults()
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "share.queue") {
+		t.Fatalf("a queue of 3: %v", err)
+	}
+}
+
+func grepShare(text string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, "share") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
