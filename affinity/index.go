@@ -18,8 +18,9 @@ const MaxBackends = 64
 // bucket's least recently used one, so its memory is the same after a
 // million distinct prefixes as after ten (EntryBytes per entry). Safe for
 // concurrent use: each bucket has its own lock, held for a few loads.
-// The index is one gateway's: replicas behind a load balancer learn their
-// own (see docs/gateway.md's routing section for what that costs).
+// The index is one gateway's; replicas that share a Redis teach each
+// other theirs (package affinity/share, AddHashes), and without it learn
+// their own (docs/gateway.md's routing section says what that costs).
 type Index struct {
 	buckets []bucket
 	mask    uint64
