@@ -169,6 +169,54 @@ func TestReplicasFollowASpill(t *testing.T) {
 	}
 }
 
+// keyed is turn n of session key's conversation, named by
+// prompt_cache_key: a short prompt, so the session, not the prefix, is
+// what places it.
+func keyed(key string, n int) string {
+	return fmt.Sprintf(`{"model":"m","prompt_cache_key":%q,"messages":[{"role":"user","content":"turn %d"}]}`, key, n)
+}
+
+// A session one replica moved (its backend queued) stays where it moved
+// when its next turn goes through another replica, which on its own
+// would have sent the session to its rendezvous home.
+func TestReplicasAgreeOnASessionThatMoved(t *testing.T) {
+	t.Parallel()
+	addr := testredis.Addr(t)
+	prefix := fmt.Sprintf("share-%d", time.Now().UnixNano())
+	bs := []*vllmBackend{newVLLMBackend(t), newVLLMBackend(t), newVLLMBackend(t)}
+	a := shareGateway(t, addr, prefix, bs...)
+	b := shareGateway(t, addr, prefix, bs[1], bs[2], bs[0])
+	home := sendTo(t, a, bs, keyed("conv-1", 1))
+	home.waiting.Store(5)
+	waitFor(t, 2*time.Second, "a to see the session's home queue", func() bool {
+		l := backendStates(a)[home.URL].Load
+		return l.Waiting != nil && *l.Waiting == 5
+	})
+	moved := sendTo(t, a, bs, keyed("conv-1", 2))
+	if moved == home {
+		t.Fatal("the session did not move off a queueing backend")
+	}
+	home.waiting.Store(0)
+	waitFor(t, 3*time.Second, "b to learn both placements", func() bool { return shared(b).Applied >= 2 })
+	waitFor(t, 2*time.Second, "b to see the queue drained", func() bool {
+		l := backendStates(b)[home.URL].Load
+		return l.Waiting != nil && *l.Waiting == 0
+	})
+	if got := sendTo(t, b, bs, keyed("conv-1", 3)); got != moved {
+		t.Fatalf("turn 3 through b went to %s; the session moved to %s (from %s)", got.URL, moved.URL, home.URL)
+	}
+	if r := backendStates(b)[moved.URL].Routes; r[reasonSessionSticky.String()] != 1 {
+		t.Fatalf("b's routes to the session's backend: %v, want one session_sticky", r)
+	}
+	// Sticky turns teach nobody anything: a published one record per
+	// placement that moved or began the session, b none.
+	sendTo(t, a, bs, keyed("conv-1", 4))
+	time.Sleep(30 * time.Millisecond)
+	if pa, pb := shared(a).Published, shared(b).Published; pa != 2 || pb != 0 {
+		t.Fatalf("published: a %d, b %d; want 2 and 0", pa, pb)
+	}
+}
+
 // A replica cut off from Redis keeps routing on what it learnt, with no
 // request waiting on Redis; it says so once, counts what it could not
 // send, and shares again when Redis is back. Not parallel: it compares
