@@ -87,7 +87,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	maxConc := fs.Int64("max-concurrency", 0, "cap on requests in flight through the gateway (shaping.global.max_requests; 0: none)")
 	maxQueue := fs.Int("max-queue", 0, "requests that may wait for a slot (shaping.queue.max_waiting; default 1024, -1: none)")
 	queueTimeout := fs.Duration("queue-timeout", 0, "longest wait for a slot (shaping.queue.timeout; default 30s)")
-	redisAddr := fs.String("redis", "", "share the caps with other replicas through the Redis at host:port (shaping.redis.addr)")
+	redisAddr := fs.String("redis", "", "share the caps, and where prefix selection placed prompts and sessions, with other replicas through the Redis at host:port (shaping.redis.addr)")
 	authKeys := fs.String("auth-keys", "", "require an API key from this file: one key or sha256:HEX per line, optionally after a tenant name (auth.required; the keys join the tenants section; re-read on SIGHUP)")
 	maxInput := fs.Int("max-input-tokens", 0, "cap a chat request's messages at this many tokens (policy.max_input_tokens; 0: none)")
 	trim := fs.String("trim", "", "above --max-input-tokens: reject (default), drop_oldest or truncate_middle (policy.trim)")
