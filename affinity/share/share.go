@@ -56,7 +56,9 @@ type Config struct {
 	// OpTimeout bounds one publish. Default 250ms.
 	OpTimeout time.Duration
 	// Heartbeat is how long the subscription may stay silent before it
-	// is pinged (a dead connection shows then). Default 5s.
+	// is pinged; with no answer for another Heartbeat it counts as down
+	// and is made anew (a connection that went silent, not closed, shows
+	// within two). Default 5s.
 	Heartbeat time.Duration
 }
 
@@ -109,12 +111,16 @@ type Stats struct {
 // Bus shares records between replicas. Offer is safe for concurrent use;
 // Close stops its goroutines and waits for them.
 type Bus struct {
-	c       rediser
-	ps      *redis.PubSub
-	cfg     Config
-	apply   ApplyFunc
-	log     *slog.Logger
-	replica uint64
+	c rediser
+	// ps is the subscription, replaced when it goes silent; psMu guards
+	// it against Close.
+	psMu     sync.Mutex
+	ps       *redis.PubSub
+	psClosed bool
+	cfg      Config
+	apply    ApplyFunc
+	log      *slog.Logger
+	replica  uint64
 
 	q    chan Record
 	stop chan struct{}
@@ -202,7 +208,11 @@ func (b *Bus) Close() error {
 	b.once.Do(func() {
 		first = true
 		close(b.stop)
-		_ = b.ps.Close() // ends a Receive under way
+		b.psMu.Lock()
+		b.psClosed = true
+		ps := b.ps
+		b.psMu.Unlock()
+		_ = ps.Close() // ends a Receive under way
 	})
 	b.wg.Wait()
 	if c, ok := b.c.(interface{ Close() error }); ok && first {
@@ -351,15 +361,21 @@ func (b *Bus) publisher() {
 
 // subscriber receives the other replicas' batches and applies them.
 // go-redis reconnects and subscribes again at the Receive after a failure;
-// the loop waits between tries, longer each time.
+// the loop waits between tries, longer each time. A subscription silent
+// for a Heartbeat is pinged, and one that does not answer the ping within
+// another is closed and made anew (a partition closes nothing).
 func (b *Bus) subscriber() {
 	defer b.wg.Done()
 	ctx := context.Background()
 	recs := make([]Record, 0, MaxBatchRecords)
 	var buf []byte
 	backoff := minBackoff
+	pinged := false
 	for {
-		msg, err := b.ps.ReceiveTimeout(ctx, b.cfg.Heartbeat)
+		b.psMu.Lock()
+		ps := b.ps
+		b.psMu.Unlock()
+		msg, err := ps.ReceiveTimeout(ctx, b.cfg.Heartbeat)
 		select {
 		case <-b.stop:
 			return
@@ -368,12 +384,19 @@ func (b *Bus) subscriber() {
 		if err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
-				// Silence: is anyone there? The answer (a Pong) or the
-				// failure comes at the next Receive.
-				if err = b.ps.Ping(ctx); err == nil {
-					continue
+				if !pinged {
+					// The answer (a Pong) or the failure comes at the
+					// next Receive.
+					if err = ps.Ping(ctx); err == nil {
+						pinged = true
+						continue
+					}
+				} else {
+					err = errSilent
+					b.resubscribe()
 				}
 			}
+			pinged = false
 			b.health(false, false, err)
 			if !b.sleep(backoff) {
 				return
@@ -381,6 +404,7 @@ func (b *Bus) subscriber() {
 			backoff = min(2*backoff, maxBackoff)
 			continue
 		}
+		pinged = false
 		switch m := msg.(type) {
 		case *redis.Subscription:
 			backoff = minBackoff
@@ -394,6 +418,24 @@ func (b *Bus) subscriber() {
 			recs = b.receive(buf, recs)
 		}
 	}
+}
+
+var errSilent = errors.New("share: the subscription answered no PING")
+
+// resubscribe replaces a subscription that went silent with a new one on
+// a new connection.
+func (b *Bus) resubscribe() {
+	ps := b.c.Subscribe(context.Background(), b.cfg.Channel)
+	b.psMu.Lock()
+	if b.psClosed {
+		b.psMu.Unlock()
+		_ = ps.Close()
+		return
+	}
+	old := b.ps
+	b.ps = ps
+	b.psMu.Unlock()
+	_ = old.Close()
 }
 
 // receive applies one batch, unless it is this replica's own or malformed.

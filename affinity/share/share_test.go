@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -217,6 +218,58 @@ func TestOfferNeverWaitsOnAStuckRedis(t *testing.T) {
 	if d := time.Since(start); d > time.Second {
 		t.Fatalf("Close took %v with Redis stuck", d)
 	}
+}
+
+// A subscription whose connection goes silent (a partition closes
+// nothing) is noticed within two heartbeats, with no record to send, and
+// made anew once Redis answers.
+func TestSilentSubscriptionIsNoticed(t *testing.T) {
+	t.Parallel()
+	m := miniredis.RunT(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var silent atomic.Bool
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", m.Addr())
+			if err != nil {
+				c.Close()
+				continue
+			}
+			pipe := func(from, to net.Conn) {
+				defer from.Close()
+				defer to.Close()
+				buf := make([]byte, 4096)
+				for {
+					n, err := from.Read(buf)
+					if err != nil {
+						return
+					}
+					if !silent.Load() {
+						to.Write(buf[:n])
+					}
+				}
+			}
+			go pipe(c, u)
+			go pipe(u, c)
+		}
+	}()
+	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1, DialerRetries: 1,
+		DialTimeout: 100 * time.Millisecond, ReadTimeout: 100 * time.Millisecond, WriteTimeout: 100 * time.Millisecond})
+	b := New(c, Config{Heartbeat: 50 * time.Millisecond}, func(*Record) bool { return true }, nil)
+	defer b.Close()
+	waitFor(t, "the subscription", func() bool { return b.Stats().Up })
+	silent.Store(true)
+	waitFor(t, "the silence to be noticed", func() bool { return !b.Stats().Up })
+	silent.Store(false)
+	waitFor(t, "a new subscription", func() bool { return b.Stats().Up })
 }
 
 // Close sends what is queued, stops every goroutine, and is safe twice.
