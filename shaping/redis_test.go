@@ -268,3 +268,46 @@ func TestTenantShareOfTheQueue(t *testing.T) {
 		t.Errorf("the other tenant: %v, want served", err)
 	}
 }
+
+// A lease released while a renewal was under way is not put back: the
+// renewal finds it gone from Redis because the releaser gave it back, and
+// writing it back would hold a slot of the shared cap for a lease TTL with
+// no request behind it.
+func TestRenewalPutsBackNoReleasedLease(t *testing.T) {
+	m := miniredis.RunT(t)
+	cfg := sharedConfig(m.Addr(), 1)
+	cfg.Queue.MaxWaiting = -1
+	a, b := newShared(t, cfg), newShared(t, cfg)
+	p, err := a.Acquire(context.Background(), Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The renewer's snapshot of what a holds, taken before the release.
+	a.mu.Lock()
+	var snapshot []lease
+	for _, ls := range a.leases {
+		snapshot = append(snapshot, ls)
+	}
+	a.mu.Unlock()
+	if len(snapshot) != 1 {
+		t.Fatalf("a holds %d leases, want 1", len(snapshot))
+	}
+	p.Release()
+	waitFor(t, func() bool {
+		members, _ := m.ZMembers("{t}:cap:global::leases")
+		return len(members) == 0
+	})
+	// The renewal of that snapshot finds the lease gone.
+	lost, err := a.shared.renew(context.Background(), snapshot)
+	if err != nil || len(lost) != 1 {
+		t.Fatalf("renewal of a released lease: lost %d, err %v; want it lost", len(lost), err)
+	}
+	if n, err := a.putBack(lost); err != nil || n != 0 {
+		t.Fatalf("put back %d leases (err %v), want none: it was released", n, err)
+	}
+	q, err := b.Acquire(context.Background(), Request{})
+	if err != nil {
+		t.Fatalf("the cap's one slot, free since the release: %v", err)
+	}
+	q.Release()
+}

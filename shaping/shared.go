@@ -352,14 +352,36 @@ func (l *Limiter) renewHeld() error {
 			return err
 		}
 		held = held[n:]
-		for _, ls := range lost {
-			if err := l.shared.reassert(context.Background(), ls); err != nil {
-				return err
-			}
-			putBack++
+		k, err := l.putBack(lost)
+		putBack += k
+		if err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// putBack writes back to Redis the leases a renewal found gone that are
+// still held here, and says how many. One released since the renewal's
+// snapshot was taken is gone because the releaser gave it back: written
+// back, it would hold a slot of the shared cap for a lease TTL with no
+// request behind it (seen with four replicas under sessions traffic: a
+// warning every renewal, on every replica).
+func (l *Limiter) putBack(lost []lease) (int, error) {
+	n := 0
+	for _, ls := range lost {
+		l.mu.Lock()
+		_, held := l.leases[ls.id]
+		l.mu.Unlock()
+		if !held {
+			continue
+		}
+		if err := l.shared.reassert(context.Background(), ls); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
 }
 
 // releaser gives leases back to Redis, off the request path, as many as
