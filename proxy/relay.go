@@ -64,6 +64,28 @@ func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByt
 		tl.ContentEvents = t.ContentEvents
 		tl.FinishReason = t.Finish
 	}()
+	// flush sends what is pending and stamps the batch's relay time and
+	// the first token and output out. A stream whose last read brought
+	// the end with it (the whole answer in one read) leaves here too.
+	flush := func() (time.Time, bool) {
+		if err := w.Flush(); err != nil {
+			return time.Time{}, false
+		}
+		now := time.Now()
+		d := now.Sub(batchStart)
+		tl.Relay += d
+		tl.RelayMax = max(tl.RelayMax, d)
+		if !content && !tl.FirstTokenIn.IsZero() {
+			content = true
+			tl.FirstTokenOut = now
+		}
+		if !output && !tl.FirstOutputIn.IsZero() {
+			output = true
+			tl.FirstOutputOut = now
+		}
+		pending = 0
+		return now, true
+	}
 	for {
 		ev, err := er.TryNext()
 		if err == openai.ErrWouldBlock {
@@ -72,11 +94,10 @@ func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByt
 			var now time.Time
 			if pending > 0 {
 				var ok bool
-				if now, ok = flushBatch(w, tl, batchStart, &content, &output); !ok {
+				if now, ok = flush(); !ok {
 					out.clientErr = true
 					return out
 				}
-				pending = 0
 			} else {
 				now = time.Now()
 			}
@@ -95,7 +116,7 @@ func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByt
 		if err != nil {
 			out.err = err
 			if pending > 0 {
-				if _, ok := flushBatch(w, tl, batchStart, &content, &output); !ok {
+				if _, ok := flush(); !ok {
 					out.clientErr = true
 				}
 			}
@@ -145,31 +166,6 @@ func relay(w *bufio.Writer, er *openai.EventReader, conn readDeadliner, firstByt
 		tl.Events++
 		pending++
 	}
-}
-
-// flushBatch sends what is pending and stamps the batch's relay time and
-// the first token and output out (*content, *output: already stamped). A
-// stream whose last read brought the end with it (the whole answer in one
-// read) leaves through here too. A function, not a closure over relay's
-// locals: captured, the per-event counters would live in memory, and the
-// relay loop cost 12-17% more per event (BenchmarkRelay).
-func flushBatch(w *bufio.Writer, tl *tracing.Timeline, start time.Time, content, output *bool) (time.Time, bool) {
-	if err := w.Flush(); err != nil {
-		return time.Time{}, false
-	}
-	now := time.Now()
-	d := now.Sub(start)
-	tl.Relay += d
-	tl.RelayMax = max(tl.RelayMax, d)
-	if !*content && !tl.FirstTokenIn.IsZero() {
-		*content = true
-		tl.FirstTokenOut = now
-	}
-	if !*output && !tl.FirstOutputIn.IsZero() {
-		*output = true
-		tl.FirstOutputOut = now
-	}
-	return now, true
 }
 
 // withTiming returns the usage chunk ev with the gateway's timing added
