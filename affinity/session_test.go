@@ -147,11 +147,11 @@ func TestSessionsMemoryIsBounded(t *testing.T) {
 		return m.HeapAlloc
 	}
 	for i := range uint64(10) {
-		tb.Learn(mix(i), i)
+		tb.Learn(Mix(i), i)
 	}
 	before := heap()
 	for i := range uint64(1_000_000) {
-		tb.Learn(mix(i+1000), i%16)
+		tb.Learn(Mix(i+1000), i%16)
 	}
 	after := heap()
 	if after > before+1<<20 {
@@ -159,7 +159,7 @@ func TestSessionsMemoryIsBounded(t *testing.T) {
 	}
 	live := 0
 	for i := range uint64(1_000_000) {
-		if _, ok := tb.Lookup(mix(i + 1000)); ok {
+		if _, ok := tb.Lookup(Mix(i + 1000)); ok {
 			live++
 		}
 	}

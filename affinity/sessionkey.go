@@ -58,11 +58,13 @@ var sourceSeed = [...]uint64{0, 0x9e3779b97f4a7c15, 0xbf58476d1ce4e5b9, 0x94d049
 
 // hashKey is the session hash of a key's bytes from source src, never 0.
 func hashKey(src SessionSource, b []byte) uint64 {
-	return nonZero(mix(xxhash.Sum64(b) ^ sourceSeed[src]))
+	return nonZero(Mix(xxhash.Sum64(b) ^ sourceSeed[src]))
 }
 
-// mix is splitmix64's finaliser.
-func mix(x uint64) uint64 {
+// Mix is splitmix64's finaliser: a well-spread, stable hash of x (the
+// same on every replica), for session hashes here and the gateway's
+// rendezvous placement and tie-breaks.
+func Mix(x uint64) uint64 {
 	x ^= x >> 30
 	x *= 0xbf58476d1ce4e5b9
 	x ^= x >> 27
@@ -87,7 +89,7 @@ func ResponseSession(sum uint64) uint64 {
 	if sum == 0 {
 		return 0
 	}
-	return nonZero(mix(sum ^ sourceSeed[SessionPreviousResponse]))
+	return nonZero(Mix(sum ^ sourceSeed[SessionPreviousResponse]))
 }
 
 // jsonString is the inside of a JSON string value, nil for any other

@@ -61,21 +61,12 @@ func cheapest(s *pick, seed uint64, byPrefix bool) int {
 		if byPrefix {
 			m = s.matched[s.pos[c]%affinity.MaxBackends]
 		}
-		tie := mix64(seed ^ b.nameHash)
+		tie := affinity.Mix(seed ^ b.nameHash)
 		if best < 0 || cost < bestCost || (cost == bestCost && (m > bestM || (m == bestM && tie > bestTie))) {
 			best, bestCost, bestM, bestTie = c, cost, m, tie
 		}
 	}
 	return best
-}
-
-// mix64 is splitmix64's finaliser: a well-spread hash of x.
-func mix64(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	return x ^ x>>31
 }
 
 // state fills in what selection load knows of b, for /admin/stats; it

@@ -1,6 +1,10 @@
 package proxy
 
-import "math"
+import (
+	"math"
+
+	"github.com/infergate/infergate/affinity"
+)
 
 // place is cold placement: the candidate for a prefix or session no
 // backend is known to hold, named by seed (the prompt's first block's
@@ -36,7 +40,7 @@ func (x *prefixSelector) place(s *pick, seed uint64, exclude int) int {
 		}
 		// Weighted rendezvous: -w/ln(u) with u uniform in (0,1) from
 		// the hash; with equal weights, the order of the hashes.
-		u := (float64(mix64(seed^b.nameHash)>>11) + 0.5) / (1 << 53)
+		u := (float64(affinity.Mix(seed^b.nameHash)>>11) + 0.5) / (1 << 53)
 		score := -float64(b.weight) / math.Log(u)
 		if best < 0 || score > bestScore {
 			best, bestScore = c, score

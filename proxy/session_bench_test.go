@@ -39,16 +39,16 @@ func BenchmarkPickSessions(b *testing.B) {
 	}
 	const sessions = 100000
 	for i := range uint64(sessions) {
-		p.prefix.sessions.Learn(mix64(i+1), p.backends[i%4].nameHash)
+		p.prefix.sessions.Learn(affinity.Mix(i+1), p.backends[i%4].nameHash)
 	}
 	now := time.Now()
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
 		k := &keys[i%len(keys)]
-		k.Session = affinity.Session{Key: mix64(uint64(i%sessions) + 1), Source: affinity.SessionPromptCacheKey}
+		k.Session = affinity.Session{Key: affinity.Mix(uint64(i%sessions) + 1), Source: affinity.SessionPromptCacheKey}
 		if i%4 == 3 {
-			k.Session.Key = mix64(uint64(i) + sessions + 1) // a new session
+			k.Session.Key = affinity.Mix(uint64(i) + sessions + 1) // a new session
 		}
 		be, permit, _, _, err := p.pick(nil, now, k)
 		if err != nil {
