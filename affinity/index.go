@@ -47,9 +47,15 @@ type slot struct {
 // NewIndex makes an index of at least entries entries (rounded up to a
 // power of two buckets; at least 64).
 func NewIndex(entries int) *Index {
-	nb := max(entries/slotsPerBucket, 16)
-	nb = 1 << bits.Len(uint(nb-1))
+	nb := bucketsFor(entries)
 	return &Index{buckets: make([]bucket, nb), mask: uint64(nb - 1)}
+}
+
+// bucketsFor is the bucket count of a table of at least entries entries,
+// the index's and the session table's: a power of two, at least 16.
+func bucketsFor(entries int) int {
+	nb := max(entries/slotsPerBucket, 16)
+	return 1 << bits.Len(uint(nb-1))
 }
 
 // Entries is the table's size in entries.

@@ -1,7 +1,6 @@
 package affinity
 
 import (
-	"math/bits"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -42,8 +41,7 @@ type sessionBucket struct {
 // NewSessions makes a table of at least entries sessions (rounded up to
 // a power of two buckets of four; at least 64 entries).
 func NewSessions(entries int) *Sessions {
-	nb := max(entries/slotsPerBucket, 16)
-	nb = 1 << bits.Len(uint(nb-1))
+	nb := bucketsFor(entries)
 	return &Sessions{buckets: make([]sessionBucket, nb), mask: uint64(nb - 1)}
 }
 
