@@ -122,6 +122,41 @@ func TestPrefillEndsAtTheFirstToken(t *testing.T) {
 	}
 }
 
+// A client that leaves before its first token gives its prompt's tokens
+// back with its slot: a backend's count of prompt tokens to prefill never
+// keeps the requests of clients that are gone.
+func TestPrefillGivenBackWhenTheClientLeaves(t *testing.T) {
+	t.Parallel()
+	cfg := simtest.Fixed(5*time.Second, 50*time.Millisecond)
+	cfg.Model = "m"
+	s := simtest.Start(t, cfg)
+	c := testConfig(s.URL)
+	p := c.Pools["p"]
+	p.Selection = LoadPolicy
+	c.Pools["p"] = p
+	gw := startGateway(t, c)
+	be := gw.state.Load().pools["p"].backends[0]
+	for _, stream := range []string{`"stream":true,`, ``} {
+		ctx, cancel := context.WithCancel(context.Background())
+		body := strings.Replace(longBody(300), `"model":"m",`, `"model":"m",`+stream, 1)
+		req, _ := http.NewRequestWithContext(ctx, "POST", gw.URL+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}()
+		waitFor(t, 3*time.Second, "the prompt counted as prefilling", func() bool { return be.prefilling.Load() > 0 })
+		cancel()
+		<-done
+		waitFor(t, 3*time.Second, "the prompt's tokens given back when its client left ("+stream+")", func() bool {
+			return be.prefilling.Load() == 0 && be.Outstanding() == 0
+		})
+	}
+}
+
 // A backend's cost counts its prompt tokens to prefill in requests' worth
 // (load.prefill_tokens each): two backends with as many requests, one
 // prefilling three 8,000-token prompts and one three 50-token ones, and
