@@ -58,3 +58,35 @@ func waitUntil(t time.Time, timer *time.Timer, abort <-chan struct{}, spin bool)
 	}
 	return true
 }
+
+// waitUntilKick is waitUntil that also returns early, with kicked set,
+// when kick receives; stopped when abort is closed.
+func waitUntilKick(t time.Time, timer *time.Timer, abort, kick <-chan struct{}, spin bool) (stopped, kicked bool) {
+	d := time.Until(t)
+	if spin {
+		d -= spinWindow
+	}
+	if d > 0 {
+		timer.Reset(d)
+		select {
+		case <-timer.C:
+		case <-abort:
+			timer.Stop()
+			return true, false
+		case <-kick:
+			timer.Stop()
+			return false, true
+		}
+	}
+	for spin && time.Now().Before(t) {
+		select {
+		case <-abort:
+			return true, false
+		case <-kick:
+			return false, true
+		default:
+		}
+		runtime.Gosched()
+	}
+	return false, false
+}

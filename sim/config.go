@@ -12,6 +12,12 @@ import (
 	"github.com/infergate/infergate/internal/yamlconf"
 )
 
+// Scheduling policies, as vLLM's --scheduling-policy names them.
+const (
+	PolicyFCFS     = "fcfs"
+	PolicyPriority = "priority"
+)
+
 // Modes of the simulator.
 const (
 	ModeEngine = "engine" // the continuous-batching engine
@@ -41,6 +47,13 @@ type Config struct {
 	// without usage, and to plain bodies, as vllm serve
 	// --enable-per-request-metrics does.
 	PerRequestMetrics bool `yaml:"per_request_metrics"`
+
+	// SchedulingPolicy is vLLM's --scheduling-policy: "fcfs" (the
+	// default) serves the queue in arrival order and refuses a request
+	// whose body sets a nonzero "priority" with 400, as vLLM does;
+	// "priority" orders it by that field (lower first, ties by arrival)
+	// and preempts the running request latest in that order first.
+	SchedulingPolicy string `yaml:"scheduling_policy"`
 
 	Engine EngineConfig `yaml:"engine"`
 	// Admission refuses requests beyond vLLM's queue limits, with vLLM's
@@ -190,6 +203,9 @@ func (c *Config) Defaults() {
 	if c.Mode == "" {
 		c.Mode = ModeEngine
 	}
+	if c.SchedulingPolicy == "" {
+		c.SchedulingPolicy = PolicyFCFS
+	}
 	if c.Engine == (EngineConfig{}) {
 		c.Engine = balancedEngine
 	}
@@ -279,6 +295,8 @@ func (c *Config) Validate() error {
 		return errors.New("sim: model: must be set")
 	case c.Mode != ModeEngine && c.Mode != ModeFixed:
 		return fmt.Errorf("sim: mode: %q is not engine or fixed", c.Mode)
+	case c.SchedulingPolicy != PolicyFCFS && c.SchedulingPolicy != PolicyPriority:
+		return fmt.Errorf("sim: scheduling_policy: %q is not fcfs or priority", c.SchedulingPolicy)
 	case c.TTFT < 0 || c.ITL < 0:
 		return errors.New("sim: ttft, itl: must not be negative")
 	case e.MaxNumSeqs < 1:
@@ -366,6 +384,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.TTFT, "ttft", c.TTFT, "fixed mode: time to first token (duration, e.g. 50ms)")
 	fs.DurationVar(&c.ITL, "itl", c.ITL, "fixed mode: time between tokens (duration, e.g. 10ms)")
 	fs.BoolVar(&c.PerRequestMetrics, "enable-per-request-metrics", c.PerRequestMetrics, "report each request's queue, prefill and decode times in a vLLM-style metrics object")
+	fs.StringVar(&c.SchedulingPolicy, "scheduling-policy", c.SchedulingPolicy, "fcfs (arrival order; a nonzero request priority is refused) or priority (the body's priority, lower first; the latest in that order is preempted first)")
 	e := &c.Engine
 	fs.IntVar(&e.MaxNumSeqs, "max-num-seqs", e.MaxNumSeqs, "most sequences in the running batch")
 	fs.IntVar(&e.KVCacheTokens, "kv-cache-tokens", e.KVCacheTokens, "KV cache size (tokens)")

@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"slices"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,6 +13,10 @@ import (
 type seq struct {
 	prompt int // prompt tokens
 	target int // output tokens to generate
+
+	// priority orders the queue under the priority policy: lower first,
+	// ties by arrival (vLLM's request priority; 0 by default).
+	priority int
 
 	generated int // tokens produced so far
 	need      int // tokens to prefill: prompt, or prompt+generated after a preemption
@@ -39,6 +45,9 @@ type seq struct {
 	done                         atomic.Bool   // generation finished or aborted
 	aborted                      atomic.Bool   // the client went away; set by the handler
 	notify                       chan struct{} // capacity 1: wakes the handler
+	// kick wakes the engine mid-step on an abort (set by add; nil in
+	// tests that drive the engine by hand).
+	kick chan struct{}
 }
 
 func newSeq(prompt, target int) *seq {
@@ -57,6 +66,22 @@ func (s *seq) wake() {
 func (s *seq) abort() {
 	s.aborted.Store(true)
 	s.wake()
+	if s.kick != nil {
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// before reports whether s goes ahead of o in a priority queue: lower
+// priority value first, then earlier arrival (vLLM's (priority,
+// arrival_time) ordering).
+func (s *seq) before(o *seq) bool {
+	if s.priority != o.priority {
+		return s.priority < o.priority
+	}
+	return s.arrival.Before(o.arrival)
 }
 
 // engineStats is a snapshot for metrics, written by the engine.
@@ -71,11 +96,18 @@ type engine struct {
 	cfg     EngineConfig
 	speedup float64
 	metrics *metrics // may be nil in benchmarks
+	// priority is vLLM's --scheduling-policy priority: the queue is
+	// ordered by (priority, arrival) and the running sequence latest in
+	// that order is preempted first; false is fcfs. Set before start.
+	priority bool
 
 	submit chan *seq
-	stop   chan struct{}
-	done   chan struct{}
-	once   sync.Once
+	// kick: a sequence was aborted; free it now rather than at the end
+	// of the step (capacity 1).
+	kick chan struct{}
+	stop chan struct{}
+	done chan struct{}
+	once sync.Once
 
 	// owned by the loop
 	waiting     []*seq
@@ -93,7 +125,7 @@ func newEngine(cfg EngineConfig, speedup float64, m *metrics) *engine {
 	total := cfg.KVCacheTokens / cfg.BlockSize
 	e := &engine{
 		cfg: cfg, speedup: speedup, metrics: m,
-		submit: make(chan *seq, 1024), stop: make(chan struct{}), done: make(chan struct{}),
+		submit: make(chan *seq, 1024), kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		freeBlocks: total, totalBlocks: total,
 	}
 	if cfg.PrefixCaching {
@@ -162,6 +194,7 @@ func (e *engine) start() { go e.loop() }
 // Add queues a sequence. It returns false when the engine has stopped.
 func (e *engine) add(s *seq) bool {
 	s.arrival = time.Now()
+	s.kick = e.kick
 	select {
 	case e.submit <- s:
 		return true
@@ -196,7 +229,9 @@ func (e *engine) loop() {
 		if len(e.runningSeqs) == 0 && len(e.waiting) == 0 {
 			select {
 			case s := <-e.submit:
-				e.waiting = append(e.waiting, s)
+				e.enqueue(s)
+			case <-e.kick:
+				continue // an abort of a sequence that is already gone
 			case <-e.stop:
 				return
 			}
@@ -206,6 +241,11 @@ func (e *engine) loop() {
 		e.drainSubmit()
 		e.dropAborted()
 		plan := e.schedule()
+		// The gauges show the step being run too: a long prefill step
+		// is running, and its blocks are taken, while it runs.
+		if e.metrics != nil {
+			e.metrics.step(engineStats{running: len(e.runningSeqs), waiting: len(e.waiting), kvUsage: e.kvUsage()})
+		}
 		dur := e.stepCost(plan.decodes, plan.kvTokens, plan.prefillTokens)
 		// Steps are laid end to end on the clock, so time spent scheduling
 		// or oversleeping does not accumulate.
@@ -220,7 +260,7 @@ func (e *engine) loop() {
 		e.busy.Add(int64(time.Since(t0)))
 		// Spin the end of the wait only for a small batch: with many
 		// handlers to run, a yielding spin returns late.
-		if !waitUntil(stepEnd, timer, e.stop, len(e.runningSeqs)+len(e.waiting) <= engineSpinBatch) {
+		if !e.waitStep(stepEnd, timer) {
 			return
 		}
 		t1 := time.Now()
@@ -249,15 +289,71 @@ func (e *engine) kvUsage() float64 {
 	return float64(e.totalBlocks-free) / float64(e.totalBlocks)
 }
 
+// waitStep sleeps until the step in flight ends at t, freeing aborted
+// sequences as soon as their abort arrives: vLLM frees an aborted
+// request's blocks between steps, which on a GPU are milliseconds apart,
+// while a simulated step can be a long prefill. The step's work goes on;
+// an aborted sequence in it just yields nothing. False when stopping.
+func (e *engine) waitStep(t time.Time, timer *time.Timer) bool {
+	for {
+		spin := len(e.runningSeqs)+len(e.waiting) <= engineSpinBatch
+		stopped, kicked := waitUntilKick(t, timer, e.stop, e.kick, spin)
+		if stopped {
+			return false
+		}
+		if !kicked {
+			return true
+		}
+		e.dropAborted()
+		if e.metrics != nil {
+			e.metrics.step(engineStats{running: len(e.runningSeqs), waiting: len(e.waiting), kvUsage: e.kvUsage()})
+		}
+	}
+}
+
 func (e *engine) drainSubmit() {
 	for {
 		select {
 		case s := <-e.submit:
-			e.waiting = append(e.waiting, s)
+			e.enqueue(s)
 		default:
 			return
 		}
 	}
+}
+
+// enqueue adds a new arrival to the waiting queue: at the back under
+// fcfs, in (priority, arrival) order under the priority policy.
+func (e *engine) enqueue(s *seq) {
+	if !e.priority {
+		e.waiting = append(e.waiting, s)
+		return
+	}
+	e.insertOrdered(s)
+}
+
+// insertOrdered puts s in the waiting queue after every sequence that
+// goes before it.
+func (e *engine) insertOrdered(s *seq) {
+	i := sort.Search(len(e.waiting), func(i int) bool { return s.before(e.waiting[i]) })
+	e.waiting = slices.Insert(e.waiting, i, s)
+}
+
+// victim is the index of the running sequence to preempt: the newest
+// under fcfs (vLLM's running.pop()), the one latest in (priority,
+// arrival) order under the priority policy (vLLM's max(running, key=
+// (priority, arrival_time))). running must not be empty.
+func (e *engine) victim() int {
+	v := len(e.runningSeqs) - 1
+	if !e.priority {
+		return v
+	}
+	for i, s := range e.runningSeqs {
+		if e.runningSeqs[v].before(s) {
+			v = i
+		}
+	}
+	return v
 }
 
 // dropAborted frees sequences whose client went away.
@@ -305,7 +401,7 @@ type stepPlan struct {
 // schedule picks this step's work: one token for every decoding sequence,
 // then prefill chunks within the token budget, admitting waiting sequences
 // while the batch and the KV cache have room. A decoding sequence that
-// needs a block when none is free preempts the newest running sequence.
+// needs a block when none is free preempts a running sequence (victim).
 func (e *engine) schedule() stepPlan {
 	var p stepPlan
 	bs := e.cfg.BlockSize
@@ -314,7 +410,7 @@ func (e *engine) schedule() stepPlan {
 	if budget == 0 {
 		budget = int(^uint(0) >> 1)
 	}
-	// Decodes, oldest first; preemption takes from the back.
+	// Decodes, oldest first; preemption takes the victim (victim()).
 	for i := 0; i < len(e.runningSeqs); i++ {
 		s := e.runningSeqs[i]
 		if s.prefilled < s.need {
@@ -325,7 +421,18 @@ func (e *engine) schedule() stepPlan {
 				s.blocks++
 				continue
 			}
-			victim := e.runningSeqs[len(e.runningSeqs)-1]
+			vi := e.victim()
+			victim := e.runningSeqs[vi]
+			if vi < i {
+				// Already given its decode this step (vLLM takes it back
+				// out of the step's schedule): undo that.
+				if victim.prefilled >= victim.need {
+					p.decodes--
+					p.kvTokens -= victim.prompt + victim.generated
+					budget++
+				}
+				i--
+			}
 			e.preempt(victim)
 			preempted = true
 			if victim == s {
@@ -333,7 +440,8 @@ func (e *engine) schedule() stepPlan {
 			}
 		}
 		if !s.running {
-			break // s preempted itself: it was the newest
+			i-- // s preempted itself; the next one now sits at i
+			continue
 		}
 		p.decodes++
 		p.kvTokens += s.prompt + s.generated
@@ -397,8 +505,9 @@ func (e *engine) schedule() stepPlan {
 	return p
 }
 
-// preempt evicts s (recompute mode): its blocks are freed and it goes to
-// the front of the queue, to prefill its prompt and output again.
+// preempt evicts s (recompute mode): its blocks are freed and it goes
+// back to the queue (its front under fcfs, its place by priority and
+// arrival otherwise), to prefill its prompt and output again.
 func (e *engine) preempt(s *seq) {
 	for i := len(e.runningSeqs) - 1; i >= 0; i-- {
 		if e.runningSeqs[i] == s {
@@ -414,9 +523,12 @@ func (e *engine) preempt(s *seq) {
 	s.running = false
 	s.need = s.prompt + s.generated
 	s.prefilled = 0
-	e.waiting = append(e.waiting, nil)
-	copy(e.waiting[1:], e.waiting)
-	e.waiting[0] = s
+	if e.priority {
+		// vLLM's priority queue takes it back by its (priority, arrival).
+		e.insertOrdered(s)
+	} else {
+		e.waiting = slices.Insert(e.waiting, 0, s)
+	}
 	if e.metrics != nil {
 		e.metrics.preemptions.Inc()
 	}

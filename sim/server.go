@@ -57,6 +57,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	s.admit = &admission{cfg: cfg.Admission, rejected: s.metrics.rejected}
 	if cfg.Mode == ModeEngine {
 		s.eng = newEngine(cfg.Engine, cfg.Quality.DecodeSpeedup, s.metrics)
+		s.eng.priority = cfg.SchedulingPolicy == PolicyPriority
 		eng := s.eng
 		s.metrics.reg.MustRegister(
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "infergate_sim_scheduler_busy_seconds_total",
@@ -264,6 +265,11 @@ func (s *Server) complete(rc *fasthttp.RequestCtx, chat, responses bool) {
 		vllmError(rc, fasthttp.StatusBadRequest, "BadRequestError", "messages: field required")
 		return
 	}
+	priority, err := s.requestPriority(rc.PostBody())
+	if err != nil {
+		vllmError(rc, fasthttp.StatusBadRequest, "BadRequestError", err.Error())
+		return
+	}
 	prompt, promptTokens, err := promptText(s.tok, &req)
 	if err != nil {
 		vllmError(rc, fasthttp.StatusBadRequest, "BadRequestError", err.Error())
@@ -301,6 +307,7 @@ func (s *Server) complete(rc *fasthttp.RequestCtx, chat, responses bool) {
 		}
 		sq := newSeq(promptTokens, ans.tokens)
 		sq.charge = charge
+		sq.priority = priority
 		if s.cfg.Engine.PrefixCaching {
 			sq.hashes = promptBlocks(s.tok, s.hashSeed, &req, s.cfg.Engine.BlockSize)
 			r.prefixCaching = true
