@@ -55,6 +55,12 @@ type Config struct {
 	// and preempts the running request latest in that order first.
 	SchedulingPolicy string `yaml:"scheduling_policy"`
 
+	// RoleFirst sends a chat stream's role chunk ({"role":"assistant"})
+	// as soon as the stream starts, before the first token is due, as
+	// the mock backends of public gateway boards do; off, it leaves with
+	// the first token. The overhead harness's stream suite sets it.
+	RoleFirst bool `yaml:"role_first"`
+
 	Engine EngineConfig `yaml:"engine"`
 	// Admission refuses requests beyond vLLM's queue limits, with vLLM's
 	// 503 (admission.go); off by default.
@@ -383,6 +389,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Mode, "mode", c.Mode, "engine (continuous batching) or fixed (constant TTFT and ITL); --ttft or --itl imply fixed")
 	fs.DurationVar(&c.TTFT, "ttft", c.TTFT, "fixed mode: time to first token (duration, e.g. 50ms)")
 	fs.DurationVar(&c.ITL, "itl", c.ITL, "fixed mode: time between tokens (duration, e.g. 10ms)")
+	fs.BoolVar(&c.RoleFirst, "role-first", c.RoleFirst, "send a chat stream's role chunk at once, before the first token is due")
 	fs.BoolVar(&c.PerRequestMetrics, "enable-per-request-metrics", c.PerRequestMetrics, "report each request's queue, prefill and decode times in a vLLM-style metrics object")
 	fs.StringVar(&c.SchedulingPolicy, "scheduling-policy", c.SchedulingPolicy, "fcfs (arrival order; a nonzero request priority is refused) or priority (the body's priority, lower first; the latest in that order is preempted first)")
 	e := &c.Engine

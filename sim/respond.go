@@ -88,6 +88,19 @@ func (s *Server) stream(w *bufio.Writer, r *request) {
 		}
 		return w.Flush() == nil
 	}
+	role := func() bool {
+		buf = r.appendChunkStart(buf[:0])
+		buf = append(buf, `{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}`+"\n\n"...)
+		if !write(buf) {
+			r.src.abort()
+			return false
+		}
+		return true
+	}
+	roleFirst := r.chat && s.cfg.RoleFirst
+	if roleFirst && !role() {
+		return
+	}
 	for sent < r.ans.tokens {
 		var n int
 		n, ok = r.src.wait(sent)
@@ -95,13 +108,8 @@ func (s *Server) stream(w *bufio.Writer, r *request) {
 			return // aborted or shutting down: end the response without [DONE]
 		}
 		for ; sent < n; sent++ {
-			if sent == 0 && r.chat {
-				buf = r.appendChunkStart(buf[:0])
-				buf = append(buf, `{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}`+"\n\n"...)
-				if !write(buf) {
-					r.src.abort()
-					return
-				}
+			if sent == 0 && r.chat && !roleFirst && !role() {
+				return
 			}
 			if !r.tokenFaults(sent) {
 				return

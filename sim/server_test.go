@@ -304,6 +304,35 @@ func TestFixedModeTiming(t *testing.T) {
 	}
 }
 
+// With RoleFirst, the role chunk leaves as the stream starts, the first
+// token still after TTFT: what a public gateway board's mock backend
+// sends, so a proxy's headers and first chunk are out of the way before
+// the first token. Without it, the role chunk leaves with the first token.
+func TestRoleFirst(t *testing.T) {
+	t.Parallel()
+	const ttft = 60 * time.Millisecond
+	for _, first := range []bool{true, false} {
+		cfg := fixedConfig(ttft, 5*time.Millisecond)
+		cfg.RoleFirst = first
+		url, _ := startSim(t, cfg)
+		start := time.Now()
+		_, evs, err := streamRequest(t, url, "/v1/chat/completions", chatBody(`,"max_tokens":3,"ignore_eos":true`), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) != 6 || !strings.Contains(evs[0].data, `"role":"assistant"`) {
+			t.Fatalf("role first %v: events %v, want role, 3 tokens, finish, [DONE]", first, evs)
+		}
+		role, tok := evs[0].at.Sub(start), evs[1].at.Sub(start)
+		if tok < ttft {
+			t.Errorf("role first %v: first token after %v, before the TTFT of %v", first, tok, ttft)
+		}
+		if early := role < ttft/2; early != first {
+			t.Errorf("role first %v: role chunk after %v, first token after %v", first, role, tok)
+		}
+	}
+}
+
 func TestFaults(t *testing.T) {
 	url, _ := startSim(t, fixedConfig(0, time.Millisecond))
 	body := chatBody(`,"max_tokens":20,"ignore_eos":true`)
