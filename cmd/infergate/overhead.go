@@ -22,7 +22,12 @@ interleaved rounds. It prints a Markdown report: TTFT and inter-event gap
 percentiles, events/s and requests/s, and what each proxy adds.
 
 Scenarios: paced, single, cpu-stream-64, cpu-stream-512, cpu-plain, idle (gateway
-proxies); sim-fidelity, sim-capacity (the simulator alone); bench-capacity
+proxies); stream1 (the public boards' stream suite: one stream at a time,
+a role chunk at once, then 64 deltas 20 ms apart; added TTFT and added
+per-token time at p50, p90 and p99 against direct, exact percentiles;
+--streams streams per target per round, each 1.28 s long: the default
+5 rounds of 200 take about 65 minutes with nginx, --rounds 2 --streams 10
+is a smoke run); sim-fidelity, sim-capacity (the simulator alone); bench-capacity
 (one bench process driving --idle-streams streams: its CPU against the
 sim's, memory per stream), bench-vs-hey (non-streaming request rate against
 hey, interleaved) and bench-timing (what the client adds to TTFT);
@@ -61,6 +66,7 @@ func runOverhead(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	sessions := fs.Int("sessions", 32, "sessions and replicas scenarios: sessions at once")
 	turns := fs.Int("turns", 8, "sessions and replicas scenarios: turns per session")
 	replicas := fs.Int("replicas", 4, "replicas scenario: gateway processes behind the round-robin front")
+	streams := fs.Int("streams", overhead.DefaultStreams, "stream suites (stream1): streams per target per round, one at a time")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -82,7 +88,7 @@ func runOverhead(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 	}
 	o := &overhead.Overhead{Binary: self, Nginx: ng, Rounds: *rounds, RoundTime: *roundTime, IdleStreams: *idle, GatewayBinary: *gwBin, Report: stdout, Progress: stderr, Redis: *redisAddr,
-		Sessions: *sessions, Turns: *turns, Replicas: *replicas}
+		Sessions: *sessions, Turns: *turns, Replicas: *replicas, Streams: *streams}
 	if *gwEnv != "" {
 		o.GatewayEnv = strings.Split(*gwEnv, ",")
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -39,4 +40,41 @@ func TestOverheadSessionScenarios(t *testing.T) {
 			t.Errorf("the report does not judge %q:\n%s", target, out)
 		}
 	}
+}
+
+// The stream suite at a tiny size, as processes: two rounds of three
+// streams per target, each stream its role chunk and 64 deltas, the
+// figures in both tables and the direct per-token median at the pace.
+func TestOverheadStreamSuite(t *testing.T) {
+	t.Parallel()
+	code, out := exitCodeStdout(t, "overhead", "--scenarios", "stream1", "--rounds", "2", "--streams", "3", "--nginx", "none")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, out)
+	}
+	num := `([0-9.]+) ms`
+	row := regexp.MustCompile(`(?m)^\| direct \| 6 \| ` + num + ` \| - \| - \| ` + num + ` \| ` + num + ` \| ` + num + ` \|$`)
+	m := row.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no direct row of 6 streams with a TTFT median and three per-token figures:\n%s", out)
+	}
+	if ttft, gap := atof(t, m[1]), atof(t, m[2]); ttft < 20 || ttft > 30 || gap < 19 || gap > 25 {
+		t.Errorf("direct TTFT p50 %v ms, per-token p50 %v ms: want each near the 20 ms pace", ttft, gap)
+	}
+	if !regexp.MustCompile(`(?m)^\| infergate \| 6 \| `).MatchString(out) {
+		t.Errorf("no infergate row of 6 streams:\n%s", out)
+	}
+	signed := `[+-][0-9.]+ ms`
+	added := regexp.MustCompile(`(?m)^\| infergate \| ` + signed + ` \| - \| - \| ` + signed + ` \| ` + signed + ` \| ` + signed + ` \| [+-][0-9.]+ to ` + signed + ` \| - \|$`)
+	if !added.MatchString(out) {
+		t.Errorf("no added row for infergate:\n%s", out)
+	}
+}
+
+func atof(t *testing.T, s string) float64 {
+	t.Helper()
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }

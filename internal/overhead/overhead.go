@@ -43,6 +43,9 @@ type Overhead struct {
 	// sessions of 8 turns); Replicas is the replicas scenario's gateway
 	// processes (0: 4).
 	Sessions, Turns, Replicas int
+	// Streams is a stream suite's streams per target per round (0:
+	// DefaultStreams).
+	Streams int
 	// Report receives the results as Markdown; Progress a line per round.
 	Report, Progress io.Writer
 }
@@ -93,7 +96,7 @@ func (o *Overhead) Run(ctx context.Context, names []string) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	fmt.Fprintf(o.Report, "Rounds: %d × %v per target, interleaved; medians of per-round figures, percentiles pooled over rounds.\n\n", o.Rounds, o.RoundTime)
+	fmt.Fprintf(o.Report, "Rounds: %d (timed scenarios: %v per target), interleaved; medians of per-round figures, percentiles pooled over rounds.\n\n", o.Rounds, o.RoundTime)
 	if o.GatewayBinary != "" {
 		fmt.Fprintf(o.Report, "The target called infergate is %s.\n\n", o.GatewayBinary)
 	}
@@ -129,6 +132,9 @@ func (o *Overhead) runOne(ctx context.Context, dir, name string) error {
 		return o.sessionsScenario(ctx, dir)
 	case "replicas":
 		return o.replicasScenario(ctx, dir)
+	}
+	if i := slices.IndexFunc(StreamSuites(), func(s StreamSuite) bool { return s.Name == name }); i >= 0 {
+		return o.streamSuite(ctx, dir, StreamSuites()[i])
 	}
 	if rc, ok := routingCases()[name]; ok {
 		return o.routing(ctx, dir, rc)
