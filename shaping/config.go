@@ -42,6 +42,12 @@ type Tenant struct {
 	Weight int `yaml:"weight"`
 	// Priority: waiting requests of a higher priority go first; default 0.
 	Priority int `yaml:"priority"`
+	// DefaultClass is the service class of the tenant's requests that ask
+	// for none (or "auto"); default "default".
+	DefaultClass string `yaml:"default_class"`
+	// MaxClass is the highest class the tenant may ask for (its ceiling);
+	// default "default", or DefaultClass when that is higher.
+	MaxClass string `yaml:"max_class"`
 }
 
 // QueueConfig bounds the wait for a slot.
@@ -76,6 +82,9 @@ type Config struct {
 	// Redis, when its addr is set, shares every cap between the replicas
 	// that name the same server and key prefix.
 	Redis RedisConfig `yaml:"redis"`
+	// Classes are the service classes (class.go). The file writes them at
+	// the top level (classes:), where the gateway reads them from.
+	Classes Classes `yaml:"-"`
 }
 
 // Defaults fills in zero values.
@@ -92,6 +101,7 @@ func (c *Config) Defaults() {
 	if c.Redis.Addr != "" {
 		c.Redis.defaults()
 	}
+	c.Classes.defaults(c.Queue.Timeout)
 	if c.DefaultOutputTokens == 0 {
 		c.DefaultOutputTokens = 512
 	}
@@ -111,6 +121,13 @@ func (c *Config) Defaults() {
 func (c *Config) HasTokenCaps() bool {
 	if c.Global.MaxTokens > 0 || c.DefaultTenant.MaxTokens > 0 {
 		return true
+	}
+	if c.Classes.Enabled {
+		for _, k := range ClassesByRank {
+			if c.Classes.Of(k).MaxTokens > 0 {
+				return true
+			}
+		}
 	}
 	for _, m := range []map[string]Cap{c.Pools, c.Models} {
 		for _, cp := range m {
@@ -149,8 +166,17 @@ func (c *Config) Validate() error {
 		if t.Weight < 0 {
 			return fmt.Errorf("shaping: tenants.%s.weight: must be positive", name)
 		}
+		if err := validateTenantClasses("tenants."+name, t); err != nil {
+			return err
+		}
 	}
 	if err := c.DefaultTenant.validate("default_tenant"); err != nil {
+		return err
+	}
+	if err := validateTenantClasses("default_tenant", c.DefaultTenant); err != nil {
+		return err
+	}
+	if err := c.Classes.validate(); err != nil {
 		return err
 	}
 	if c.DefaultOutputTokens < 0 {

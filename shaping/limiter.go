@@ -1,6 +1,7 @@
 package shaping
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -24,6 +25,9 @@ var (
 	ErrQueueFull    = errors.New("shaping: queue full")
 	ErrQueueTimeout = errors.New("shaping: waited past the queue timeout")
 	ErrTenantCap    = errors.New("shaping: tenant's cap reached")
+	// ErrShed: the request waited in the queue and was taken out for a
+	// request of a higher class when the queue was full.
+	ErrShed = errors.New("shaping: shed from the queue for a request of a higher class")
 )
 
 // Request is what a request asks of the caps.
@@ -32,6 +36,9 @@ type Request struct {
 	// Tokens is the request's token budget: prompt tokens plus the output
 	// it may ask for. It counts against token caps only.
 	Tokens int64
+	// Class is the request's service class (with classes enabled; the
+	// zero value is ClassDefault).
+	Class Class
 }
 
 // counter is one cap's in-flight count. Guarded by the limiter's mutex.
@@ -55,6 +62,10 @@ type Limiter struct {
 	pools   map[string]*counter
 	models  map[string]*counter
 	tenants map[string]*tenant
+	// classes are the class caps, and armed the requests that may be
+	// preempted, per class, oldest first (preempt.go).
+	classes [NumClasses]counter
+	armed   [NumClasses]list.List
 	// spare is the last tenant forgotten, made again for the next new
 	// name: the anonymous tenant and a client's one-off key come and go
 	// with every request, and would otherwise cost an allocation each.
@@ -131,6 +142,14 @@ func (l *Limiter) apply(cfg Config) {
 	l.global.maxReqs, l.global.maxToks = l.localCap(cfg.Global.MaxRequests), l.localCap(cfg.Global.MaxTokens)
 	l.setCaps(l.pools, cfg.Pools)
 	l.setCaps(l.models, cfg.Models)
+	for _, k := range ClassesByRank {
+		cc := cfg.Classes.Of(k)
+		l.classes[k].maxReqs, l.classes[k].maxToks = l.localCap(cc.MaxRequests), l.localCap(cc.MaxTokens)
+	}
+	l.q.share = 0
+	if cfg.Classes.Enabled {
+		l.q.share = cfg.Classes.LowerShare
+	}
 	for name, t := range l.tenants {
 		t.setConfig(l.tenantConfig(name))
 	}
@@ -180,7 +199,7 @@ func (l *Limiter) tenantFor(name string) *tenant {
 		if t = l.spare; t != nil {
 			l.spare = nil
 			*t = tenant{name: name}
-			t.waiting.Init()
+			t.init()
 		} else {
 			t = newTenant(name)
 		}
@@ -194,12 +213,14 @@ func (l *Limiter) tenantFor(name string) *tenant {
 // done; Release on a released (or zero) Permit does nothing. A Permit
 // must not be copied after Acquire returns it.
 type Permit struct {
-	l                     *Limiter
-	pool, model, tenantCt *counter
-	tenant                *tenant
-	tokens                int64
-	since                 time.Time
-	lease                 *lease // held in Redis; nil with local caps
+	l                              *Limiter
+	pool, model, tenantCt, classCt *counter
+	tenant                         *tenant
+	class                          Class
+	rec                            *armed // set while it may be preempted (preempt.go)
+	tokens                         int64
+	since                          time.Time
+	lease                          *lease // held in Redis; nil with local caps
 	// Waited is how long the request queued.
 	Waited time.Duration
 }
@@ -211,6 +232,8 @@ func (l *Limiter) Acquire(ctx context.Context, r Request) (Permit, error) {
 	l.mu.Lock()
 	p := l.slots(r)
 	var tenantFull bool
+	// sharedFull: Redis said a cap is full (preemption may help then).
+	sharedFull := false
 	if l.shared != nil && l.sharedUp.Load() {
 		// Redis is asked without the lock; meanwhile the tenant must not
 		// be forgotten as idle.
@@ -239,6 +262,7 @@ func (l *Limiter) Acquire(ctx context.Context, r Request) (Permit, error) {
 			return Permit{}, reqctx.Cause(ctx)
 		}
 		tenantFull = full != nil && full.tenant
+		sharedFull = full != nil && !full.tenant
 	} else {
 		if l.shared != nil && l.cfg.Redis.OnFailure == "closed" {
 			l.stats.RejectedShared++
@@ -255,9 +279,12 @@ func (l *Limiter) Acquire(ctx context.Context, r Request) (Permit, error) {
 		tenantFull = !p.tenantCt.fits(r.Tokens)
 	}
 	queueFull := l.cfg.Queue.MaxWaiting < 0 || l.q.n >= l.cfg.Queue.MaxWaiting
+	if queueFull && l.cfg.Queue.MaxWaiting > 0 && l.shed(p.class) {
+		queueFull = false // a waiter of a lower class made room
+	}
 	// A tenant past its share of a queue that still has room is refused
 	// as its own cap's doing (429): that room is kept for the others.
-	overShare := !queueFull && l.cfg.Queue.MaxWaitingPerTenant > 0 && p.tenant.waiting.Len() >= l.cfg.Queue.MaxWaitingPerTenant
+	overShare := !queueFull && l.cfg.Queue.MaxWaitingPerTenant > 0 && p.tenant.nWaiting >= l.cfg.Queue.MaxWaitingPerTenant
 	if overShare {
 		tenantFull = true
 	}
@@ -273,11 +300,22 @@ func (l *Limiter) Acquire(ctx context.Context, r Request) (Permit, error) {
 	w := l.q.push(p.tenant, p)
 	w.tenantFull = tenantFull
 	l.stats.Queued++
+	l.stats.Classes[p.class].Queued++
 	// Its caps may have room while others' do not: it need not wait for
 	// a release.
 	l.dispatchAny()
 	timeout := l.cfg.Queue.Timeout
+	var victim *armed
+	if l.cfg.Classes.Enabled {
+		timeout = l.cfg.Classes.Of(p.class).QueueTimeout
+		if !w.granted {
+			victim = l.preemptFor(w, sharedFull)
+		}
+	}
 	l.mu.Unlock()
+	if victim != nil {
+		victim.cancel(p.class) // outside the lock: it cancels a request
+	}
 	return l.wait(ctx, w, timeout)
 }
 
@@ -289,6 +327,9 @@ func (l *Limiter) wait(ctx context.Context, w *waiter, timeout time.Duration) (P
 	var err error
 	select {
 	case <-w.ready:
+		if w.shed {
+			return Permit{}, l.shedDone(w)
+		}
 		p := w.permit
 		p.Waited = time.Since(start)
 		return p, nil
@@ -300,6 +341,10 @@ func (l *Limiter) wait(ctx context.Context, w *waiter, timeout time.Duration) (P
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
+	case w.shed:
+		// Shed as the wait ended: shedDone's work, under the lock held.
+		l.forget(w.permit.tenant)
+		return Permit{}, ErrShed
 	case w.granted:
 		// Granted just as the wait ended: give the slot back.
 		p := w.permit
@@ -321,6 +366,7 @@ func (l *Limiter) wait(ctx context.Context, w *waiter, timeout time.Duration) (P
 		return Permit{}, fmt.Errorf("shaping: left the queue: %w", err)
 	}
 	l.stats.RejectedTimeout++
+	l.stats.Classes[w.permit.class].TimedOut++
 	if tenantFull {
 		l.stats.RejectedTimeoutTenant++
 	}
@@ -337,19 +383,23 @@ func rejection(err error, tenantFull bool) error {
 // slots finds the counters r counts against. Called with l.mu held.
 func (l *Limiter) slots(r Request) Permit {
 	t := l.tenantFor(r.Tenant)
-	return Permit{l: l, pool: l.pools[r.Pool], model: l.models[r.Model], tenant: t, tenantCt: &t.ct, tokens: r.Tokens}
+	p := Permit{l: l, pool: l.pools[r.Pool], model: l.models[r.Model], tenant: t, tenantCt: &t.ct, tokens: r.Tokens}
+	if l.cfg.Classes.Enabled && r.Class < NumClasses {
+		p.class, p.classCt = r.Class, &l.classes[r.Class]
+	}
+	return p
 }
 
 // fits reports whether every cap of p has room. Called with l.mu held.
 func (p *Permit) fits() bool {
 	l := p.l
 	return l.global.fits(p.tokens) && (p.pool == nil || p.pool.fits(p.tokens)) &&
-		(p.model == nil || p.model.fits(p.tokens)) && p.tenantCt.fits(p.tokens)
+		(p.model == nil || p.model.fits(p.tokens)) && p.tenantCt.fits(p.tokens) && (p.classCt == nil || p.classCt.fits(p.tokens))
 }
 
 // take counts p in every cap. Called with l.mu held.
 func (l *Limiter) take(p *Permit) {
-	for _, c := range [...]*counter{&l.global, p.pool, p.model, p.tenantCt} {
+	for _, c := range [...]*counter{&l.global, p.pool, p.model, p.tenantCt, p.classCt} {
 		if c != nil {
 			c.reqs++
 			c.toks += p.tokens
@@ -358,11 +408,12 @@ func (l *Limiter) take(p *Permit) {
 	p.tenant.inFlight++
 	p.since = time.Now()
 	l.stats.Admitted++
+	l.stats.Classes[p.class].Admitted++
 }
 
 // giveBack uncounts p. Called with l.mu held.
 func (l *Limiter) giveBack(p *Permit) {
-	for _, c := range [...]*counter{&l.global, p.pool, p.model, p.tenantCt} {
+	for _, c := range [...]*counter{&l.global, p.pool, p.model, p.tenantCt, p.classCt} {
 		if c != nil {
 			c.reqs--
 			c.toks -= p.tokens
@@ -401,7 +452,9 @@ func (p *Permit) Release() {
 		return
 	}
 	l.mu.Lock()
-	l.giveBack(p)
+	if rec := p.rec; rec == nil || l.disarm(rec) {
+		l.giveBack(p)
+	} // else preempted: the limiter gave the slot back then
 	l.dispatchAny()
 	l.mu.Unlock()
 	*p = Permit{}

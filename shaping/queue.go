@@ -5,22 +5,30 @@ import (
 	"slices"
 )
 
-// tenant is one tenant's cap, its waiting requests (FIFO) and its place
-// in the round robin. Guarded by the limiter's mutex.
+// tenant is one tenant's cap, its waiting requests (FIFO, one list per
+// service class) and its place in each class's round robin. Guarded by
+// the limiter's mutex.
 type tenant struct {
 	name             string
 	ct               counter
 	weight, priority int
 	inFlight         int
-	dispatching      int       // waiters out of the queue while Redis is asked for them
-	waiting          list.List // of *waiter
-	deficit          int       // grants left in its current turn
+	dispatching      int                   // waiters out of the queue while Redis is asked for them
+	waiting          [NumClasses]list.List // of *waiter
+	nWaiting         int                   // over every class
+	deficit          [NumClasses]int       // grants left in its current turn, per class
 }
 
 func newTenant(name string) *tenant {
 	t := &tenant{name: name}
-	t.waiting.Init()
+	t.init()
 	return t
+}
+
+func (t *tenant) init() {
+	for i := range t.waiting {
+		t.waiting[i].Init()
+	}
 }
 
 func (t *tenant) setConfig(c Tenant) {
@@ -29,85 +37,116 @@ func (t *tenant) setConfig(c Tenant) {
 }
 
 // idle reports whether nothing refers to the tenant any more.
-func (t *tenant) idle() bool { return t.inFlight == 0 && t.waiting.Len() == 0 && t.dispatching == 0 }
+func (t *tenant) idle() bool { return t.inFlight == 0 && t.nWaiting == 0 && t.dispatching == 0 }
 
 // waiter is one queued request.
 type waiter struct {
 	permit  Permit
-	ready   chan struct{} // closed when granted
+	ready   chan struct{} // closed when granted or shed
 	granted bool
-	elem    *list.Element
+	// shed: taken out of the queue for a request of a higher class
+	// (ready is closed, granted is not set).
+	shed bool
+	elem *list.Element
+	seq  uint64 // order of arrival: lower is older
 	// With shared caps: dispatching while the dispatcher asks Redis for
 	// it (it is out of the queue then); gone when its client left
 	// meanwhile; tenantFull when its tenant's cap was what was full.
 	dispatching, gone, tenantFull bool
 }
 
-// fairQueue orders waiting requests: strict priority between levels, and
-// deficit round robin between the tenants of a level, each taking up to
-// its weight in grants per turn; FIFO within a tenant. A waiter whose caps
-// are full does not hold up others whose caps have room.
+// fairQueue orders waiting requests: strict order between service
+// classes, but for the lower classes' share (next); within a class,
+// strict priority between tenant priority levels, and deficit round
+// robin between the tenants of a level, each taking up to its weight in
+// grants per turn; FIFO within a tenant and class. A waiter whose caps
+// are full does not hold up others whose caps have room. Without classes
+// every request is a default one and this is the queue it always was.
 type fairQueue struct {
 	n      int
-	levels []*level // by priority, highest first
+	nc     [NumClasses]int
+	levels [NumClasses][]*level // per class, by priority, highest first
+	seq    uint64
+	// share is classes.lower_share (0 or less: strict order); streak
+	// counts the grants in a row that went to a class while a lower one
+	// waited.
+	share, streak int
 }
 
-// level is the tenants of one priority that have waiters.
+// level is the tenants of one priority that have waiters of one class.
 type level struct {
 	priority int
+	class    Class
 	ring     []*tenant
 	cur      int
 }
 
 func (q *fairQueue) empty() bool { return q.n == 0 }
 
-// push queues p behind t's other waiters.
+// push queues p behind t's other waiters of its class.
 func (q *fairQueue) push(t *tenant, p Permit) *waiter {
-	w := &waiter{permit: p, ready: make(chan struct{})}
-	w.elem = t.waiting.PushBack(w)
-	q.n++
-	if t.waiting.Len() == 1 {
-		q.level(t.priority).ring = append(q.level(t.priority).ring, t)
-	}
+	q.seq++
+	w := &waiter{permit: p, ready: make(chan struct{}), seq: q.seq}
+	q.insert(w, false)
 	return w
 }
 
-// level returns the level of priority p, made if missing.
-func (q *fairQueue) level(p int) *level {
-	i, found := slices.BinarySearchFunc(q.levels, p, func(lv *level, p int) int { return p - lv.priority })
-	if !found {
-		q.levels = slices.Insert(q.levels, i, &level{priority: p})
+// insert puts w in its tenant's list of its class, at the back or front.
+func (q *fairQueue) insert(w *waiter, front bool) {
+	t, c := w.permit.tenant, w.permit.class
+	if front {
+		w.elem = t.waiting[c].PushFront(w)
+	} else {
+		w.elem = t.waiting[c].PushBack(w)
 	}
-	return q.levels[i]
+	q.n++
+	q.nc[c]++
+	t.nWaiting++
+	if t.waiting[c].Len() == 1 {
+		lv := q.level(c, t.priority)
+		lv.ring = append(lv.ring, t)
+	}
+}
+
+// level returns class c's level of priority p, made if missing.
+func (q *fairQueue) level(c Class, p int) *level {
+	lvs := q.levels[c]
+	i, found := slices.BinarySearchFunc(lvs, p, func(lv *level, p int) int { return p - lv.priority })
+	if !found {
+		q.levels[c] = slices.Insert(lvs, i, &level{priority: p, class: c})
+	}
+	return q.levels[c][i]
 }
 
 // pushFront puts w, which next took out, back at the head of its tenant's
 // queue with the grant it was counted for returned.
 func (q *fairQueue) pushFront(w *waiter) {
-	t := w.permit.tenant
-	w.elem = t.waiting.PushFront(w)
-	q.n++
-	t.deficit++
-	if t.waiting.Len() == 1 {
-		lv := q.level(t.priority)
-		lv.ring = append(lv.ring, t)
-	}
+	q.insert(w, true)
+	w.permit.tenant.deficit[w.permit.class]++
 }
 
-// remove takes w out of the queue (its client left or its time ran out).
+// remove takes w out of the queue (its client left, its time ran out, or
+// it was shed).
 func (q *fairQueue) remove(w *waiter) {
-	t := w.permit.tenant
-	t.waiting.Remove(w.elem)
+	t, c := w.permit.tenant, w.permit.class
+	t.waiting[c].Remove(w.elem)
+	q.taken(t, c)
+}
+
+// taken counts one waiter of t in class c out of the queue.
+func (q *fairQueue) taken(t *tenant, c Class) {
 	q.n--
-	if t.waiting.Len() == 0 {
-		q.drop(t)
+	q.nc[c]--
+	t.nWaiting--
+	if t.waiting[c].Len() == 0 {
+		q.drop(t, c)
 	}
 }
 
-// drop takes t, which has no waiters left, out of its level's ring.
-func (q *fairQueue) drop(t *tenant) {
-	t.deficit = 0
-	for li, lv := range q.levels {
+// drop takes t, which has no waiters of class c left, out of its ring.
+func (q *fairQueue) drop(t *tenant, c Class) {
+	t.deficit[c] = 0
+	for li, lv := range q.levels[c] {
 		i := slices.Index(lv.ring, t)
 		if i < 0 {
 			continue
@@ -120,19 +159,36 @@ func (q *fairQueue) drop(t *tenant) {
 			lv.cur = 0
 		}
 		if len(lv.ring) == 0 {
-			q.levels = slices.Delete(q.levels, li, li+1)
+			q.levels[c] = slices.Delete(q.levels[c], li, li+1)
 		}
 		return
 	}
 }
 
-// next dequeues the fairest waiter for which fits holds, or returns nil.
+// next dequeues the waiter to grant next for which fits holds, or nil.
+//
+// The rule between classes: strict order (priority, then default, then
+// flex), except that while a class below the one granted has waiters, at
+// most share-1 grants in a row go to higher classes; the next grant then
+// goes to the waiting lower class whose oldest waiter arrived first
+// (within it, tenant priority and round robin as usual). When that class
+// has no waiter that fits, the share stays due and strict order goes on.
 func (q *fairQueue) next(fits func(*waiter) bool) *waiter {
-	for _, lv := range q.levels {
-		if w := lv.next(fits); w != nil {
-			q.n--
-			if w.permit.tenant.waiting.Len() == 0 {
-				q.drop(w.permit.tenant)
+	if q.share > 1 && q.streak >= q.share-1 {
+		if w := q.nextLower(fits); w != nil {
+			q.streak = 0
+			return w
+		}
+	}
+	for i, c := range ClassesByRank {
+		if q.nc[c] == 0 {
+			continue
+		}
+		if w := q.nextOf(c, fits); w != nil {
+			if q.waitingBelow(i) {
+				q.streak++
+			} else {
+				q.streak = 0
 			}
 			return w
 		}
@@ -140,18 +196,108 @@ func (q *fairQueue) next(fits func(*waiter) bool) *waiter {
 	return nil
 }
 
+// waitingBelow reports whether a class below ClassesByRank[i] has waiters.
+func (q *fairQueue) waitingBelow(i int) bool {
+	for _, c := range ClassesByRank[i+1:] {
+		if q.nc[c] > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// nextLower grants the lower classes' share: from the classes below the
+// highest that waits, the one whose oldest waiter arrived first.
+func (q *fairQueue) nextLower(fits func(*waiter) bool) *waiter {
+	top := -1
+	for i, c := range ClassesByRank {
+		if q.nc[c] > 0 {
+			top = i
+			break
+		}
+	}
+	if top < 0 {
+		return nil
+	}
+	var tried [NumClasses]bool
+	for range NumClasses {
+		best, bestSeq := Class(0), uint64(0)
+		found := false
+		for _, c := range ClassesByRank[top+1:] {
+			if q.nc[c] == 0 || tried[c] {
+				continue
+			}
+			if s := q.oldest(c); !found || s < bestSeq {
+				best, bestSeq, found = c, s, true
+			}
+		}
+		if !found {
+			return nil
+		}
+		tried[best] = true
+		if w := q.nextOf(best, fits); w != nil {
+			return w
+		}
+	}
+	return nil
+}
+
+// oldest is the arrival of class c's oldest waiter (the lists are FIFO:
+// each tenant's oldest is its front).
+func (q *fairQueue) oldest(c Class) uint64 {
+	var s uint64
+	first := true
+	for _, lv := range q.levels[c] {
+		for _, t := range lv.ring {
+			if e := t.waiting[c].Front(); e != nil {
+				if ws := e.Value.(*waiter).seq; first || ws < s {
+					s, first = ws, false
+				}
+			}
+		}
+	}
+	return s
+}
+
+// newest returns class c's waiter that arrived last, or nil.
+func (q *fairQueue) newest(c Class) *waiter {
+	var out *waiter
+	for _, lv := range q.levels[c] {
+		for _, t := range lv.ring {
+			if e := t.waiting[c].Back(); e != nil {
+				if w := e.Value.(*waiter); out == nil || w.seq > out.seq {
+					out = w
+				}
+			}
+		}
+	}
+	return out
+}
+
+// nextOf dequeues the fairest waiter of class c for which fits holds.
+func (q *fairQueue) nextOf(c Class, fits func(*waiter) bool) *waiter {
+	for _, lv := range q.levels[c] {
+		if w := lv.next(fits); w != nil {
+			q.taken(w.permit.tenant, c)
+			return w
+		}
+	}
+	return nil
+}
+
 func (lv *level) next(fits func(*waiter) bool) *waiter {
+	c := lv.class
 	// Two passes: a tenant whose turn was used up is topped up on the way.
 	for range 2 * len(lv.ring) {
 		t := lv.ring[lv.cur]
-		if t.deficit <= 0 {
-			t.deficit = t.weight
+		if t.deficit[c] <= 0 {
+			t.deficit[c] = t.weight
 		}
-		if e := t.waiting.Front(); e != nil && fits(e.Value.(*waiter)) {
+		if e := t.waiting[c].Front(); e != nil && fits(e.Value.(*waiter)) {
 			w := e.Value.(*waiter)
-			t.waiting.Remove(e)
-			t.deficit--
-			if t.deficit <= 0 {
+			t.waiting[c].Remove(e)
+			t.deficit[c]--
+			if t.deficit[c] <= 0 {
 				lv.cur = (lv.cur + 1) % len(lv.ring)
 			}
 			return w

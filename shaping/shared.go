@@ -108,6 +108,9 @@ func (l *Limiter) sharedCaps(p *Permit) []sharedCap {
 		t = l.cfg.DefaultTenant
 	}
 	add("tenant", p.tenant.name, t.Cap, true)
+	if p.classCt != nil {
+		add("class", p.class.String(), l.cfg.Classes.Of(p.class).Cap, false)
+	}
 	return out
 }
 

@@ -26,6 +26,21 @@ type Stats struct {
 	// LeasesExpiring counts leases not given back to Redis because the
 	// release queue was full: they expire by their TTL instead.
 	LeasesExpiring int64
+	// Classes are the counters of each service class, indexed by Class
+	// (all in ClassDefault with classes off).
+	Classes [NumClasses]ClassStats
+}
+
+// ClassStats are one service class's counters.
+type ClassStats struct {
+	Admitted, Queued int64
+	// Shed: taken out of a full queue for a higher class; Preempted: its
+	// slot taken back before its first byte for a higher class; TimedOut:
+	// waited past the class's queue_timeout.
+	Shed, Preempted, TimedOut int64
+	Waiting                   int
+	InFlightRequests          int64 // this process
+	InFlightTokens            int64
 }
 
 // Stats returns the limiter's counters.
@@ -34,6 +49,10 @@ func (l *Limiter) Stats() Stats {
 	defer l.mu.Unlock()
 	s := l.stats
 	s.Waiting = l.q.n
+	for k := range s.Classes {
+		s.Classes[k].Waiting = l.q.nc[k]
+		s.Classes[k].InFlightRequests, s.Classes[k].InFlightTokens = l.classes[k].reqs, l.classes[k].toks
+	}
 	s.InFlightRequests, s.InFlightTokens = l.global.reqs, l.global.toks
 	s.Shared, s.SharedUp = l.shared != nil, l.sharedUp.Load()
 	s.Panics = l.panics.Load()
@@ -63,6 +82,13 @@ func (l *Limiter) Caps() []CapUsage {
 	}
 	for name := range l.cfg.Models {
 		out = append(out, use("model", name, l.models[name]))
+	}
+	if l.cfg.Classes.Enabled {
+		for _, k := range ClassesByRank {
+			if cc := l.cfg.Classes.Of(k); cc.MaxRequests > 0 || cc.MaxTokens > 0 {
+				out = append(out, use("class", k.String(), &l.classes[k]))
+			}
+		}
 	}
 	for name := range l.cfg.Tenants {
 		if t := l.tenants[name]; t != nil {
