@@ -98,6 +98,7 @@ func (g *Gateway) Stats(now time.Time) adminapi.Stats {
 	snap := g.stats.Snapshot(now)
 	ls := g.lim.Stats()
 	snap.Gateway.Queued = ls.Waiting
+	snap.Gateway.Classes = g.classStates(ls)
 	snap.Gateway.Share = g.shareState()
 	for _, p := range g.state.Load().pools {
 		for _, b := range p.backends {

@@ -42,12 +42,12 @@ func (x *exchange) tokenBudget(body []byte) int64 {
 // exchange's until finishWith releases it.
 func (x *exchange) admit(rc *fasthttp.RequestCtx, body []byte) error {
 	g := x.g
-	r := shaping.Request{Tenant: x.tenant, Pool: x.route.pool.name, Model: x.model, Tokens: x.tokenBudget(body)}
+	r := shaping.Request{Tenant: x.tenant, Pool: x.route.pool.name, Model: x.model, Tokens: x.tokenBudget(body), Class: x.cls.class}
 	x.tl.Asked = time.Now()
 	p, err := g.lim.Acquire(&x.ctx, r)
 	x.tl.Admitted = time.Now()
 	if err != nil {
-		if errors.Is(err, shaping.ErrQueueFull) || errors.Is(err, shaping.ErrQueueTimeout) || errors.Is(err, shaping.ErrSharedDown) {
+		if errors.Is(err, shaping.ErrQueueFull) || errors.Is(err, shaping.ErrQueueTimeout) || errors.Is(err, shaping.ErrSharedDown) || errors.Is(err, shaping.ErrShed) {
 			return fmt.Errorf("%w: %w", errShed, err)
 		}
 		// The wait ended with the request: the client left, or the total
@@ -58,6 +58,9 @@ func (x *exchange) admit(rc *fasthttp.RequestCtx, body []byte) error {
 		return err
 	}
 	x.permit = p
+	if x.cls.on {
+		x.armPreempt()
+	}
 	return nil
 }
 

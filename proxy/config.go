@@ -35,6 +35,9 @@ type Config struct {
 	Policy policy.Config `yaml:"policy"`
 	// Shaping caps what is in flight and queues the rest (package shaping).
 	Shaping shaping.Config `yaml:"shaping"`
+	// Classes are the service classes (class.go, docs/classes.md); their
+	// admission rules go to shaping.
+	Classes ClassesConfig `yaml:"classes"`
 	// Share sends where this replica placed prompts to the other
 	// replicas, through shaping.redis (share.go).
 	Share ShareConfig `yaml:"share"`
@@ -100,6 +103,8 @@ func (c *Config) Defaults() {
 	c.mergeTenants()
 	c.Share.defaults()
 	c.Mirror.Defaults()
+	c.Classes.defaults()
+	c.Shaping.Classes = c.Classes.Classes
 	c.Shaping.Defaults()
 	c.RequestLog.Defaults()
 	c.Tracing.Defaults()
@@ -200,6 +205,9 @@ func (c *Config) Validate() error {
 		if _, ok := c.Pools[name]; !ok {
 			return fmt.Errorf("shaping.pools.%s: no pool of that name", name)
 		}
+	}
+	if err := c.Classes.validate(); err != nil {
+		return err
 	}
 	if err := c.Share.validate(); err != nil {
 		return err

@@ -20,8 +20,9 @@ const (
 	outcomeShutdown   = "shutdown"
 	outcomeBackend4xx = "backend_4xx"
 	outcomeBackend5xx = "backend_5xx"
-	outcomeShed       = "shed"  // refused by admission control: queue full or wait too long
-	outcomePanic      = "panic" // the gateway failed (a recovered panic)
+	outcomeShed       = "shed"      // refused by admission control: queue full or wait too long
+	outcomePreempted  = "preempted" // its slot went to a higher class before its first byte (classes)
+	outcomePanic      = "panic"     // the gateway failed (a recovered panic)
 )
 
 // Causes of a request's end, set on its context or returned by the
@@ -63,6 +64,9 @@ func errorResponse(err error) clientError {
 	switch {
 	case errors.Is(err, errPanic):
 		return clientError{http.StatusInternalServerError, openai.TypeServer, "internal_error", "the gateway failed while handling this request", outcomePanic}
+	case errors.Is(err, errPreempted):
+		return clientError{http.StatusServiceUnavailable, openai.TypeUnavailable, "preempted",
+			"this request gave its place to a request of a higher service class; retry after the time in Retry-After", outcomePreempted}
 	case errors.Is(err, errClientGone):
 		return clientError{499, "", "", "", outcomeClientGone}
 	case errors.Is(err, errTotalTimeout):
@@ -71,6 +75,12 @@ func errorResponse(err error) clientError {
 		return clientError{http.StatusGatewayTimeout, openai.TypeTimeout, "timeout", "the backend did not answer in time", outcomeTimeout}
 	case errors.Is(err, errIdleTimeout):
 		return clientError{http.StatusGatewayTimeout, openai.TypeTimeout, "timeout", "the backend stream stalled longer than the idle timeout", outcomeTimeout}
+	case errors.Is(err, errShed) && errors.Is(err, shaping.ErrShed):
+		return clientError{http.StatusServiceUnavailable, openai.TypeUnavailable, "shed",
+			"the gateway's queue is full and this request gave its place to one of a higher service class; retry after the time in Retry-After", outcomeShed}
+	case errors.Is(err, errShed) && errors.Is(err, shaping.ErrClassCap):
+		return clientError{http.StatusTooManyRequests, openai.TypeRateLimit, "class_limit_reached",
+			"too many requests of this service class in flight; retry after the time in Retry-After", outcomeShed}
 	case errors.Is(err, errShed) && errors.Is(err, shaping.ErrTenantCap):
 		return clientError{http.StatusTooManyRequests, openai.TypeRateLimit, "tenant_limit_reached",
 			"too many requests in flight for this API key; retry after the time in Retry-After", outcomeShed}

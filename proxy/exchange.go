@@ -64,6 +64,7 @@ type exchange struct {
 	promptTokens int64
 	prefill      prefillCharge
 	pol          policy.Decision // what the policy made of the request
+	cls          classNote       // its service class (class.go)
 	// key is the prompt's prefix, for a pool of selection prefix only
 	// (nil otherwise: the key is half a KiB, which every other request
 	// would carry for nothing); routeWhy is why the backend was picked.
@@ -249,6 +250,12 @@ func (g *Gateway) serveAPI(rc *fasthttp.RequestCtx, kind apiRoute) {
 			body = openai.RewriteModel(body, env, x.route.upstreamModel)
 		}
 	}
+	if x.st.cfg.Classes.Enabled {
+		var ok bool
+		if body, ok = x.classify(rc, body, err == nil && env.Model != ""); !ok {
+			return
+		}
+	}
 	x.start(rc, body)
 	if err := x.admit(rc, body); err != nil {
 		x.fail(rc, err)
@@ -268,7 +275,9 @@ func (g *Gateway) serveAPI(rc *fasthttp.RequestCtx, kind apiRoute) {
 		x.forwardWithKeepAlive(rc, ka)
 		return
 	}
-	if err := x.forward(false); err != nil {
+	// A preemptible stream awaits its first event before its headers go
+	// out: until then it has sent nothing, and may be preempted.
+	if err := x.forward(x.cls.armed && x.stream); err != nil {
 		x.fail(rc, err)
 		return
 	}

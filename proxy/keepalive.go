@@ -33,6 +33,11 @@ func (x *exchange) forwardWithKeepAlive(rc *fasthttp.RequestCtx, ka KeepAlive) {
 		return
 	case <-t.C:
 	}
+	if x.cls.armed && !x.firstByte() {
+		<-res // forward ends with the request (preempted): x is ours again
+		x.failPreempted(rc)
+		return
+	}
 	x.status = http.StatusOK
 	rc.SetStatusCode(http.StatusOK)
 	rc.SetContentType("text/event-stream")

@@ -69,7 +69,7 @@ func (m *gatewayMetrics) label(model string) string {
 func observe(meter metric.Meter, g *Gateway) error {
 	return errors.Join(g.observeShaping(meter), g.observeBackends(meter), g.observeTokenCounts(meter),
 		g.observeLoad(meter), g.observePrefix(meter), g.observeShare(meter), g.observeTelemetry(meter), g.observeConns(meter),
-		g.observeMirror(meter), g.observePanics(meter), observeProcess(meter))
+		g.observeMirror(meter), g.observePanics(meter), g.observeClasses(meter), observeProcess(meter))
 }
 
 // instruments makes a component's observable instruments and registers

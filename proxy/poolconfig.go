@@ -43,6 +43,11 @@ type PoolConfig struct {
 	Breaker  BreakerConfig  `yaml:"breaker"`
 	// MaxConnsPerBackend bounds connections to each backend. Default 16384.
 	MaxConnsPerBackend int `yaml:"max_conns_per_backend"`
+	// ClassPriority passes each request's service class to the engine as
+	// the body's priority, in its convention: vllm (lower first: priority
+	// -1, default 0, flex 1), sglang (higher first: 1, 0, -1), or none
+	// (default). Only with classes enabled.
+	ClassPriority string `yaml:"class_priority"`
 }
 
 // BackendConfig is one inference server.
@@ -231,6 +236,11 @@ func (p *PoolConfig) defaults() {
 }
 
 func (p PoolConfig) validate(at string) error {
+	switch p.ClassPriority {
+	case "", enginePriorityNone, enginePriorityVLLM, enginePrioritySGLang:
+	default:
+		return fmt.Errorf("%s.class_priority: %q is not vllm, sglang or none", at, p.ClassPriority)
+	}
 	switch p.Selection {
 	case LeastOutstandingPolicy, WeightedRoundRobinPolicy, PowerOfTwoPolicy, LoadPolicy, PrefixPolicy:
 	default:

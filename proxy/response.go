@@ -21,6 +21,10 @@ import (
 // commit sends the chosen backend's response: a stream is relayed event
 // by event after the handler returns; any other body is read whole first.
 func (x *exchange) commit(rc *fasthttp.RequestCtx) {
+	if x.cls.armed && !x.firstByte() {
+		x.failPreempted(rc)
+		return
+	}
 	up := x.up
 	x.status = up.Resp.StatusCode()
 	rc.SetStatusCode(x.status)
@@ -61,6 +65,9 @@ func (x *exchange) commit(rc *fasthttp.RequestCtx) {
 		// An error's body is the backend's words about the request, the
 		// credential it was sent among them at times.
 		body = redactKey(body, x.sentAuthorization(rc))
+	}
+	if x.cls.tier && x.status < 300 {
+		body = x.echoTier(body)
 	}
 	if cap(body) <= maxPooledWhole {
 		rc.Response.SetBody(body) // a copy: the buffer goes back to the pool
@@ -175,6 +182,7 @@ func (x *exchange) fail(rc *fasthttp.RequestCtx, err error) {
 		if ra := x.retryAfter(err); ra != "" {
 			rc.Response.Header.Set("Retry-After", ra)
 		}
+		x.refusalHeaders(rc, err)
 		writeError(rc, ce.status, ce.typ, ce.code, ce.msg)
 	}
 	x.finishWith(ce.status, ce.outcome)
@@ -182,7 +190,7 @@ func (x *exchange) fail(rc *fasthttp.RequestCtx, err error) {
 
 func (x *exchange) retryAfter(err error) string {
 	switch {
-	case errors.Is(err, errShed):
+	case errors.Is(err, errShed), errors.Is(err, errPreempted):
 		return strconv.Itoa(int(x.g.lim.RetryAfter() / time.Second))
 	case errors.Is(err, errBackendsFull):
 		return strconv.Itoa(int(refusalHold / time.Second))

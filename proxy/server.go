@@ -39,6 +39,8 @@ type Gateway struct {
 	telem *bgqueue.Queue[*exchange]
 	stats *tracing.Recent // recent requests, for /admin/stats
 	lim   *shaping.Limiter
+	// classm are the per-class figures (classmetrics.go).
+	classm *classMetrics
 	// bus shares placements with the other replicas (share.go); nil
 	// until a configuration wants it.
 	bus   atomic.Pointer[share.Bus]

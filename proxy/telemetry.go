@@ -69,6 +69,9 @@ func (x *exchange) emit() {
 	}
 	x.endSpan()
 	x.record()
+	if x.cls.on {
+		x.recordClass()
+	}
 }
 
 // logLine writes the request's line to the gateway's log, with the time
@@ -76,7 +79,7 @@ func (x *exchange) emit() {
 func (x *exchange) logLine() {
 	tl := &x.tl
 	lvl := slog.LevelInfo
-	if x.outcome != outcomeOK && x.outcome != outcomeRejected && x.outcome != outcomeBackend4xx && x.outcome != outcomeClientGone && x.outcome != outcomeShed {
+	if x.outcome != outcomeOK && x.outcome != outcomeRejected && x.outcome != outcomeBackend4xx && x.outcome != outcomeClientGone && x.outcome != outcomeShed && x.outcome != outcomePreempted {
 		lvl = slog.LevelWarn
 	}
 	if !x.g.log.Enabled(context.Background(), lvl) {
@@ -119,6 +122,15 @@ func (x *exchange) logLine() {
 	if x.tenant != "" && x.tenant != "anonymous" {
 		attrs = append(attrs, slog.String("tenant", x.tenant))
 	}
+	if x.cls.on {
+		attrs = append(attrs, slog.String("class", x.cls.class.String()))
+		if x.cls.lowered {
+			attrs = append(attrs, slog.String("class_requested", x.cls.asked.String()))
+		}
+	}
+	if x.cls.refusal != "" {
+		attrs = append(attrs, slog.String("refusal", x.cls.refusal))
+	}
 	if x.err != nil {
 		attrs = append(attrs, slog.String("err", x.err.Error()))
 	}
@@ -154,6 +166,13 @@ func (x *exchange) logEntry() {
 	if x.err != nil {
 		e.Error = x.err.Error()
 	}
+	if x.cls.on {
+		e.Class = x.cls.class.String()
+		if x.cls.lowered {
+			e.ClassRequested = x.cls.asked.String()
+		}
+	}
+	e.Refusal = x.cls.refusal
 	x.g.rlog.Log(e)
 }
 

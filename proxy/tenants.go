@@ -19,6 +19,10 @@ type TenantConfig struct {
 	Weight int `yaml:"weight"`
 	// Priority: waiting requests of a higher priority go first; default 0.
 	Priority int `yaml:"priority"`
+	// DefaultClass and MaxClass are the tenant's service class when it
+	// asks for none, and the highest it may ask for (classes).
+	DefaultClass string `yaml:"default_class"`
+	MaxClass     string `yaml:"max_class"`
 }
 
 // mergeTenants makes the top-level tenants the one list: tenants written
@@ -40,13 +44,14 @@ func (c *Config) mergeTenants() {
 				c.tenantConflicts = append(c.tenantConflicts, name)
 				continue
 			}
-			c.Tenants[name] = TenantConfig{Tenant: policy.Tenant{APIKeys: t.APIKeys}, Cap: t.Cap, Weight: t.Weight, Priority: t.Priority}
+			c.Tenants[name] = TenantConfig{Tenant: policy.Tenant{APIKeys: t.APIKeys}, Cap: t.Cap, Weight: t.Weight, Priority: t.Priority,
+				DefaultClass: t.DefaultClass, MaxClass: t.MaxClass}
 		}
 	}
 	c.Shaping.Tenants = make(map[string]shaping.Tenant, len(c.Tenants))
 	c.Policy.Tenants = make(map[string]policy.Tenant, len(c.Tenants))
 	for name, t := range c.Tenants {
-		c.Shaping.Tenants[name] = shaping.Tenant{Cap: t.Cap, Weight: t.Weight, Priority: t.Priority}
+		c.Shaping.Tenants[name] = shaping.Tenant{Cap: t.Cap, Weight: t.Weight, Priority: t.Priority, DefaultClass: t.DefaultClass, MaxClass: t.MaxClass}
 		c.Policy.Tenants[name] = t.Tenant
 	}
 	c.Policy.Auth = c.Auth

@@ -25,6 +25,9 @@ var (
 	ErrQueueFull    = errors.New("shaping: queue full")
 	ErrQueueTimeout = errors.New("shaping: waited past the queue timeout")
 	ErrTenantCap    = errors.New("shaping: tenant's cap reached")
+	// ErrClassCap is wrapped like ErrTenantCap when the request's class
+	// cap was what was full (the proxy answers 429 then).
+	ErrClassCap = errors.New("shaping: class's cap reached")
 	// ErrShed: the request waited in the queue and was taken out for a
 	// request of a higher class when the queue was full.
 	ErrShed = errors.New("shaping: shed from the queue for a request of a higher class")
@@ -231,7 +234,7 @@ type Permit struct {
 func (l *Limiter) Acquire(ctx context.Context, r Request) (Permit, error) {
 	l.mu.Lock()
 	p := l.slots(r)
-	var tenantFull bool
+	var tenantFull, classFull bool
 	// sharedFull: Redis said a cap is full (preemption may help then).
 	sharedFull := false
 	if l.shared != nil && l.sharedUp.Load() {
@@ -262,6 +265,7 @@ func (l *Limiter) Acquire(ctx context.Context, r Request) (Permit, error) {
 			return Permit{}, reqctx.Cause(ctx)
 		}
 		tenantFull = full != nil && full.tenant
+		classFull = full != nil && full.level == "class"
 		sharedFull = full != nil && !full.tenant
 	} else {
 		if l.shared != nil && l.cfg.Redis.OnFailure == "closed" {
@@ -277,6 +281,7 @@ func (l *Limiter) Acquire(ctx context.Context, r Request) (Permit, error) {
 			return p, nil
 		}
 		tenantFull = !p.tenantCt.fits(r.Tokens)
+		classFull = p.classCt != nil && !p.classCt.fits(r.Tokens)
 	}
 	queueFull := l.cfg.Queue.MaxWaiting < 0 || l.q.n >= l.cfg.Queue.MaxWaiting
 	if queueFull && l.cfg.Queue.MaxWaiting > 0 && l.shed(p.class) {
@@ -295,10 +300,10 @@ func (l *Limiter) Acquire(ctx context.Context, r Request) (Permit, error) {
 		}
 		l.forget(p.tenant)
 		l.mu.Unlock()
-		return Permit{}, rejection(ErrQueueFull, tenantFull)
+		return Permit{}, rejection(ErrQueueFull, tenantFull, classFull && !tenantFull)
 	}
 	w := l.q.push(p.tenant, p)
-	w.tenantFull = tenantFull
+	w.tenantFull, w.classFull = tenantFull, classFull
 	l.stats.Queued++
 	l.stats.Classes[p.class].Queued++
 	// Its caps may have room while others' do not: it need not wait for
@@ -356,9 +361,10 @@ func (l *Limiter) wait(ctx context.Context, w *waiter, timeout time.Duration) (P
 	default:
 		l.q.remove(w)
 	}
-	tenantFull := w.tenantFull
+	tenantFull, classFull := w.tenantFull, w.classFull
 	if l.shared == nil {
 		tenantFull = !w.permit.tenantCt.fits(w.permit.tokens)
+		classFull = w.permit.classCt != nil && !w.permit.classCt.fits(w.permit.tokens)
 	}
 	l.forget(w.permit.tenant)
 	if !errors.Is(err, ErrQueueTimeout) {
@@ -370,12 +376,15 @@ func (l *Limiter) wait(ctx context.Context, w *waiter, timeout time.Duration) (P
 	if tenantFull {
 		l.stats.RejectedTimeoutTenant++
 	}
-	return Permit{}, rejection(ErrQueueTimeout, tenantFull)
+	return Permit{}, rejection(ErrQueueTimeout, tenantFull, classFull && !tenantFull)
 }
 
-func rejection(err error, tenantFull bool) error {
-	if tenantFull {
+func rejection(err error, tenantFull, classFull bool) error {
+	switch {
+	case tenantFull:
 		return fmt.Errorf("%w: %w", err, ErrTenantCap)
+	case classFull:
+		return fmt.Errorf("%w: %w", err, ErrClassCap)
 	}
 	return err
 }

@@ -16,9 +16,10 @@ type armed struct {
 	p      *Permit
 	cancel func(by Class)
 	elem   *list.Element
-	// done: preempted; its slot was given back by the limiter, so its
-	// Release gives nothing back.
+	// done: preempted (by the class that took its slot); its slot was
+	// given back by the limiter, so its Release gives nothing back.
 	done bool
+	by   Class
 }
 
 // Arm makes p preemptible while its request has sent nothing to its
@@ -70,6 +71,17 @@ func (p *Permit) Preempted() bool {
 	return p.rec.done
 }
 
+// PreemptedBy returns the class that took p's slot, when p was preempted.
+func (p *Permit) PreemptedBy() (Class, bool) {
+	l := p.l
+	if l == nil || p.rec == nil {
+		return 0, false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return p.rec.by, p.rec.done
+}
+
 // Class is the class p counts in (ClassDefault with classes off).
 func (p *Permit) Class() Class { return p.class }
 
@@ -108,7 +120,7 @@ func (l *Limiter) preemptFor(w *waiter, sharedFull bool) *armed {
 				continue
 			}
 			l.armed[c].Remove(e)
-			rec.elem, rec.done = nil, true
+			rec.elem, rec.done, rec.by = nil, true, wc
 			held := *rec.p // its holder still reads its own copy
 			l.giveBack(&held)
 			l.stats.Classes[c].Preempted++

@@ -52,7 +52,8 @@ type waiter struct {
 	// With shared caps: dispatching while the dispatcher asks Redis for
 	// it (it is out of the queue then); gone when its client left
 	// meanwhile; tenantFull when its tenant's cap was what was full.
-	dispatching, gone, tenantFull bool
+	// classFull likewise for its class's cap.
+	dispatching, gone, tenantFull, classFull bool
 }
 
 // fairQueue orders waiting requests: strict order between service

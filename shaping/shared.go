@@ -284,6 +284,7 @@ func (l *Limiter) dispatchShared() {
 			} else {
 				l.q.pushFront(w)
 				w.tenantFull = full != nil && full.tenant
+				w.classFull = full != nil && full.level == "class"
 			}
 			l.mu.Unlock()
 			if err != nil {

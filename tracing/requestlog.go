@@ -96,6 +96,14 @@ type Entry struct {
 	Timing *openai.Timing  `json:"timing,omitempty"`
 	Error  string          `json:"error,omitempty"`
 	Body   json.RawMessage `json:"body,omitempty"`
+	// Class is the service class the request was served in (with
+	// classes on); ClassRequested the one it asked for when that was
+	// above its tenant's ceiling and it was lowered.
+	Class          string `json:"class,omitempty"`
+	ClassRequested string `json:"class_requested,omitempty"`
+	// Refusal is why admission refused it: queue_full, queue_timeout,
+	// tenant_cap, class_cap, redis_down, shed or preempted.
+	Refusal string `json:"refusal,omitempty"`
 }
 
 func msOf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -53,6 +53,32 @@ type GatewayState struct {
 	// Share is what this replica shared of its placements with the
 	// others; nil when it shares none (no Redis, or no prefix pool).
 	Share *ShareState `json:"share,omitempty"`
+	// Classes is each service class's state, highest first; nil when
+	// classes are off.
+	Classes []ClassState `json:"classes,omitempty"`
+}
+
+// ClassState is one service class on this replica: what waits and holds
+// a slot now, and its counts since the gateway started (the same counts
+// as the infergate_class_* metrics).
+type ClassState struct {
+	Class    string `json:"class"`
+	Waiting  int    `json:"waiting"`
+	InFlight int64  `json:"in_flight"`
+	// Admitted were given a slot; Queued had to wait for it.
+	Admitted int64 `json:"admitted"`
+	Queued   int64 `json:"queued"`
+	// Shed were taken out of a full queue for a higher class; Preempted
+	// lost their slot to a higher class before their first byte;
+	// TimedOut waited past the class's queue_timeout.
+	Shed      int64 `json:"shed"`
+	Preempted int64 `json:"preempted"`
+	TimedOut  int64 `json:"timed_out"`
+	// SLOTTFT is the class's objective (ms; 0: none); of the requests
+	// answered or refused since start (Judged), SLOMet met it.
+	SLOTTFT float64 `json:"slo_ttft_ms,omitempty"`
+	Judged  int64   `json:"slo_judged,omitempty"`
+	SLOMet  int64   `json:"slo_met,omitempty"`
 }
 
 // ShareState counts the placements a replica shared with the other

@@ -1,0 +1,419 @@
+package proxy
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/infergate/infergate/policy"
+	"github.com/infergate/infergate/shaping"
+)
+
+// classesConfig is a gateway with classes on in front of url: tenant
+// "gold" (key sk-gold) may ask for priority, "basic" (sk-basic) for
+// default at most, everyone else likewise.
+func classesConfig(url string) Config {
+	cfg := testConfig(url)
+	cfg.Classes = ClassesConfig{Classes: shaping.Classes{Enabled: true}}
+	cfg.Tenants = map[string]TenantConfig{
+		"gold":  {Tenant: policy.Tenant{APIKeys: []string{"sk-gold"}}, MaxClass: "priority"},
+		"basic": {Tenant: policy.Tenant{APIKeys: []string{"sk-basic"}}},
+	}
+	return cfg
+}
+
+func bearer(key string) []string { return []string{"Authorization", "Bearer " + key} }
+
+// A tenant cannot raise its class above its ceiling: lowered (and said
+// so) by default, refused with above_ceiling refuse; the answer echoes
+// the class served in a header and, where the request set service_tier,
+// in the body.
+func TestClassCeiling(t *testing.T) {
+	t.Parallel()
+	b := newTestBackend(t, jsonHandler(200, `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}`))
+	gw := startGateway(t, classesConfig(b.URL))
+	tier := `{"model":"m","service_tier":"priority","messages":[{"role":"user","content":"hi"}]}`
+
+	code, h, body := post(t, gw.URL, "/v1/chat/completions", tier, bearer("sk-basic")...)
+	if code != 200 || h.Get("X-Infergate-Class") != "default" || h.Get("X-Infergate-Class-Lowered") != "priority->default" {
+		t.Fatalf("basic asking priority: %d class %q lowered %q", code, h.Get("X-Infergate-Class"), h.Get("X-Infergate-Class-Lowered"))
+	}
+	var r struct {
+		ServiceTier string `json:"service_tier"`
+	}
+	if json.Unmarshal([]byte(body), &r); r.ServiceTier != "default" {
+		t.Errorf("body's service_tier %q, want default: %s", r.ServiceTier, body)
+	}
+	code, h, body = post(t, gw.URL, "/v1/chat/completions", tier, bearer("sk-gold")...)
+	if json.Unmarshal([]byte(body), &r); code != 200 || h.Get("X-Infergate-Class") != "priority" || h.Get("X-Infergate-Class-Lowered") != "" || r.ServiceTier != "priority" {
+		t.Errorf("gold asking priority: %d %q %q %s", code, h.Get("X-Infergate-Class"), h.Get("X-Infergate-Class-Lowered"), body)
+	}
+	// The header asks too; without service_tier the body is left alone.
+	code, h, body = post(t, gw.URL, "/v1/chat/completions", plainBody, append(bearer("sk-basic"), "X-Infergate-Class", "priority")...)
+	if code != 200 || h.Get("X-Infergate-Class") != "default" || h.Get("X-Infergate-Class-Lowered") != "priority->default" || strings.Contains(body, "service_tier") {
+		t.Errorf("basic asking priority by header: %d %q %q %s", code, h.Get("X-Infergate-Class"), h.Get("X-Infergate-Class-Lowered"), body)
+	}
+	code, h, _ = post(t, gw.URL, "/v1/chat/completions", plainBody, append(bearer("sk-basic"), "X-Infergate-Class", "flex")...)
+	if code != 200 || h.Get("X-Infergate-Class") != "flex" {
+		t.Errorf("flex by header: %d %q", code, h.Get("X-Infergate-Class"))
+	}
+	// The body wins over the header.
+	code, h, _ = post(t, gw.URL, "/v1/chat/completions", `{"model":"m","service_tier":"flex","messages":[]}`, append(bearer("sk-gold"), "X-Infergate-Class", "priority")...)
+	if code != 200 || h.Get("X-Infergate-Class") != "flex" {
+		t.Errorf("body flex, header priority: %d %q", code, h.Get("X-Infergate-Class"))
+	}
+
+	cfg := classesConfig(b.URL)
+	cfg.Classes.AboveCeiling = "refuse"
+	gw2 := startGateway(t, cfg)
+	before := b.requests.Load()
+	code, _, body = post(t, gw2.URL, "/v1/chat/completions", tier, bearer("sk-basic")...)
+	if _, c := errorBody(t, body); code != http.StatusForbidden || c != "class_not_allowed" {
+		t.Errorf("refuse mode: %d %s", code, body)
+	}
+	code, _, _ = post(t, gw2.URL, "/v1/chat/completions", plainBody, append(bearer("sk-basic"), "X-Infergate-Class", "priority")...)
+	if code != http.StatusForbidden {
+		t.Errorf("refuse mode, header: %d", code)
+	}
+	if n := b.requests.Load() - before; n != 0 {
+		t.Errorf("the backend saw %d refused requests", n)
+	}
+}
+
+// Hostile class values are bounded and refused with 400, never echoed,
+// and never reach the backend.
+func TestClassHostileValues(t *testing.T) {
+	t.Parallel()
+	b := newTestBackend(t, jsonHandler(200, `{}`))
+	gw := startGateway(t, classesConfig(b.URL))
+	long := strings.Repeat("priority", 300)
+	for _, c := range []struct {
+		name, body string
+		hdr        []string
+		param      string
+	}{
+		{"long header", plainBody, []string{"X-Infergate-Class", long}, ""},
+		{"unknown header", plainBody, []string{"X-Infergate-Class", "gold"}, ""},
+		{"case", plainBody, []string{"X-Infergate-Class", "Priority"}, ""},
+		{"long tier", `{"model":"m","service_tier":"` + long + `","messages":[]}`, nil, "service_tier"},
+		{"unknown tier", `{"model":"m","service_tier":"scale","messages":[]}`, nil, "service_tier"},
+		{"number tier", `{"model":"m","service_tier":1,"messages":[]}`, nil, "service_tier"},
+		{"escaped tier", `{"model":"m","service_tier":"fle\u0078","messages":[]}`, nil, "service_tier"},
+	} {
+		code, _, body := post(t, gw.URL, "/v1/chat/completions", c.body, c.hdr...)
+		var e struct {
+			Error struct {
+				Type  string  `json:"type"`
+				Param *string `json:"param"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(body), &e); err != nil || code != 400 || e.Error.Type != "invalid_request_error" {
+			t.Errorf("%s: %d %s", c.name, code, body)
+			continue
+		}
+		if c.param != "" && (e.Error.Param == nil || *e.Error.Param != c.param) {
+			t.Errorf("%s: param %v, want %s", c.name, e.Error.Param, c.param)
+		}
+		if len(body) > 512 || strings.Contains(body, "prioritypriority") {
+			t.Errorf("%s: the value is echoed: %s", c.name, body)
+		}
+	}
+	// The same header twice.
+	req, _ := http.NewRequest("POST", gw.URL+"/v1/chat/completions", strings.NewReader(plainBody))
+	req.Header["X-Infergate-Class"] = []string{"flex", "priority"}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 400 {
+		t.Errorf("repeated header: %d", resp.StatusCode)
+	}
+	if n := b.requests.Load(); n != 0 {
+		t.Errorf("the backend saw %d refused requests", n)
+	}
+	// auto and null are the tenant's default.
+	for _, body := range []string{`{"model":"m","service_tier":"auto","messages":[]}`, `{"model":"m","service_tier":null,"messages":[]}`} {
+		if code, h, resp := post(t, gw.URL, "/v1/chat/completions", body); code != 200 || h.Get("X-Infergate-Class") != "default" {
+			t.Errorf("%s: %d %q %s", body, code, h.Get("X-Infergate-Class"), resp)
+		}
+	}
+}
+
+// holdBackend streams: a request whose body contains "hold-first" sends
+// its headers and then nothing until its client (the gateway) closes the
+// connection; one with "hold-after" sends one event first. closed
+// receives the time each held request's connection closed. Any other
+// request is answered at once.
+func holdBackend(t *testing.T) (*testBackend, chan time.Time) {
+	closed := make(chan time.Time, 8)
+	b := newTestBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		first, after := strings.Contains(string(body), "hold-first"), strings.Contains(string(body), "hold-after")
+		if !first && !after {
+			sseHandler(2, 0)(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(200)
+		if after {
+			io.WriteString(w, chunk("first"))
+		}
+		w.(http.Flusher).Flush()
+		select {
+		case <-r.Context().Done():
+			closed <- time.Now()
+		case <-time.After(10 * time.Second):
+		}
+	})
+	return b, closed
+}
+
+func heldBody(marker string) string {
+	return `{"model":"m","stream":true,"service_tier":"flex","messages":[{"role":"user","content":"` + marker + `"}]}`
+}
+
+const priorityStream = `{"model":"m","stream":true,"service_tier":"priority","messages":[{"role":"user","content":"now"}]}`
+
+// waitRequests waits for the backend to have seen n requests.
+func waitRequests(t *testing.T, b *testBackend, n int64) {
+	t.Helper()
+	waitFor(t, 5*time.Second, fmt.Sprintf("%d backend requests", n), func() bool { return b.requests.Load() >= n })
+}
+
+// A flex request that has sent nothing to its client is preempted for a
+// priority request that must queue: its backend connection is closed
+// (the engine aborts it), it is answered 503 with the reason, and the
+// priority request runs in its slot.
+func TestPreemptBeforeFirstByteCancelsUpstream(t *testing.T) {
+	t.Parallel()
+	b, closed := holdBackend(t)
+	cfg := classesConfig(b.URL)
+	cfg.Shaping.Global.MaxRequests = 1
+	gw := startGateway(t, cfg)
+	type answer struct {
+		code int
+		h    http.Header
+		body string
+	}
+	flex := make(chan answer, 1)
+	go func() {
+		c, h, body := send(gw.URL, heldBody("hold-first"), bearer("sk-gold")...)
+		flex <- answer{c, h, body}
+	}()
+	waitRequests(t, b, 1)
+	start := time.Now()
+	code, h, body := send(gw.URL, priorityStream, bearer("sk-gold")...)
+	if code != 200 || h.Get("X-Infergate-Class") != "priority" || !strings.Contains(body, "[DONE]") {
+		t.Fatalf("priority: %d %q %s", code, h.Get("X-Infergate-Class"), body)
+	}
+	f := <-flex
+	if _, c := errorBody(t, f.body); f.code != 503 || c != "preempted" || f.h.Get("X-Infergate-Preempted") != "priority" ||
+		f.h.Get("X-Infergate-Refusal") != "preempted" || f.h.Get("Retry-After") == "" || f.h.Get("X-Infergate-Class") != "flex" {
+		t.Errorf("flex: %d %v %s", f.code, f.h, f.body)
+	}
+	select {
+	case at := <-closed:
+		if d := at.Sub(start); d > time.Second {
+			t.Errorf("the backend saw the preempted request end %v after the priority request came", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the backend never saw the preempted request's connection close")
+	}
+	waitFor(t, 2*time.Second, "slots given back", func() bool { return gw.lim.Stats().InFlightRequests == 0 })
+	if s := gw.lim.Stats().Classes[shaping.ClassFlex]; s.Preempted != 1 {
+		t.Errorf("flex stats %+v", s)
+	}
+}
+
+// After its first byte a flex stream is never preempted: the priority
+// request waits (here past its queue_timeout) and the stream is whole.
+func TestNoPreemptionAfterFirstByteOverHTTP(t *testing.T) {
+	t.Parallel()
+	b := newTestBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if strings.Contains(string(body), "slow") {
+			sseHandler(6, 100*time.Millisecond)(w, r)
+			return
+		}
+		sseHandler(1, 0)(w, r)
+	})
+	cfg := classesConfig(b.URL)
+	cfg.Shaping.Global.MaxRequests = 1
+	cfg.Classes.Priority.QueueTimeout = 200 * time.Millisecond
+	gw := startGateway(t, cfg)
+	flex := make(chan string, 1)
+	go func() {
+		_, _, body := send(gw.URL, heldBody("slow"), bearer("sk-gold")...)
+		flex <- body
+	}()
+	waitRequests(t, b, 1)
+	time.Sleep(150 * time.Millisecond) // its first event is out
+	code, h, _ := send(gw.URL, priorityStream, bearer("sk-gold")...)
+	if code != 503 || h.Get("X-Infergate-Refusal") != "queue_timeout" {
+		t.Errorf("priority: %d refusal %q", code, h.Get("X-Infergate-Refusal"))
+	}
+	if body := <-flex; !strings.Contains(body, "[DONE]") || strings.Contains(body, "preempted") {
+		t.Errorf("the flex stream was cut: %s", body)
+	}
+}
+
+// With mid-stream eviction a flex stream past its first byte is
+// preempted: it ends with an SSE error event (code preempted, no
+// [DONE]), its backend connection closes, and its slot is released once.
+func TestMidStreamEviction(t *testing.T) {
+	t.Parallel()
+	b, closed := holdBackend(t)
+	cfg := classesConfig(b.URL)
+	cfg.Shaping.Global.MaxRequests = 1
+	cfg.Classes.MidStreamEviction = true
+	gw := startGateway(t, cfg)
+	conn, br := rawStream(t, gw.Addr, heldBody("hold-after"))
+	defer conn.Close()
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("flex stream: %v %v", resp, err)
+	}
+	rd := bufio.NewReader(resp.Body)
+	line, _ := rd.ReadString('\n')
+	if !strings.Contains(line, "first") {
+		t.Fatalf("first event %q", line)
+	}
+	code, _, body := send(gw.URL, priorityStream, bearer("sk-gold")...)
+	if code != 200 || !strings.Contains(body, "[DONE]") {
+		t.Fatalf("priority: %d %s", code, body)
+	}
+	rest, _ := io.ReadAll(rd)
+	if !strings.Contains(string(rest), `"code":"preempted"`) || strings.Contains(string(rest), "[DONE]") {
+		t.Errorf("the flex stream ended %q", rest)
+	}
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the backend never saw the evicted stream's connection close")
+	}
+	waitFor(t, 2*time.Second, "slots given back", func() bool { return gw.lim.Stats().InFlightRequests == 0 })
+	// Released once: another request gets the one slot, and only one.
+	if code, _, _ := send(gw.URL, priorityStream, bearer("sk-gold")...); code != 200 {
+		t.Errorf("after the eviction: %d", code)
+	}
+	if s := gw.lim.Stats(); s.InFlightRequests != 0 || s.Classes[shaping.ClassFlex].Preempted != 1 {
+		t.Errorf("after: %d in flight, %+v", s.InFlightRequests, s.Classes[shaping.ClassFlex])
+	}
+}
+
+// A full queue sheds the lowest class's newest waiter for a higher class
+// (503, code shed); every request is answered or refused with a reason,
+// none hangs, and the counts add up.
+func TestShedAndTotalsOverHTTP(t *testing.T) {
+	t.Parallel()
+	b := newTestBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(50 * time.Millisecond)
+		sseHandler(1, 0)(w, r)
+	})
+	cfg := classesConfig(b.URL)
+	cfg.Shaping.Global.MaxRequests = 2
+	cfg.Shaping.Queue = shaping.QueueConfig{MaxWaiting: 4, MaxWaitingPerTenant: -1, Timeout: 5 * time.Second}
+	cfg.Classes.Preempt = preemptOff // shedding alone
+	gw := startGateway(t, cfg)
+	var wg sync.WaitGroup
+	var ok, shed, other atomic.Int64
+	counts := map[string]*atomic.Int64{}
+	var mu sync.Mutex
+	for i := range 60 {
+		tier := shaping.ClassesByRank[i%3].String()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body := fmt.Sprintf(`{"model":"m","stream":true,"service_tier":%q,"messages":[{"role":"user","content":"%d"}]}`, tier, i)
+			code, h, resp := send(gw.URL, body, bearer("sk-gold")...)
+			switch {
+			case code == 200 && strings.Contains(resp, "[DONE]"):
+				ok.Add(1)
+			case (code == 503 || code == 429) && h.Get("X-Infergate-Refusal") != "" && h.Get("Retry-After") != "":
+				mu.Lock()
+				if counts[h.Get("X-Infergate-Refusal")] == nil {
+					counts[h.Get("X-Infergate-Refusal")] = new(atomic.Int64)
+				}
+				counts[h.Get("X-Infergate-Refusal")].Add(1)
+				mu.Unlock()
+				if h.Get("X-Infergate-Refusal") == "shed" {
+					shed.Add(1)
+					if h.Get("X-Infergate-Class") == "priority" {
+						t.Error("a priority request was shed")
+					}
+				}
+			default:
+				other.Add(1)
+				t.Errorf("%s: %d %v %s", tier, code, h, resp)
+			}
+		}()
+	}
+	wg.Wait()
+	if other.Load() != 0 || ok.Load() == 0 {
+		t.Errorf("ok %d, other %d", ok.Load(), other.Load())
+	}
+	s := gw.lim.Stats()
+	var sheds int64
+	for _, c := range s.Classes {
+		sheds += c.Shed
+	}
+	if sheds != shed.Load() {
+		t.Errorf("the limiter shed %d, clients were told %d", sheds, shed.Load())
+	}
+	if s.InFlightRequests != 0 || s.Waiting != 0 {
+		t.Errorf("after: %+v", s)
+	}
+	if s.Classes[shaping.ClassPriority].Shed != 0 {
+		t.Error("priority shed")
+	}
+}
+
+// A pool with class_priority passes the class to the engine in its
+// convention; a default request is sent as it came.
+func TestClassReachesEngine(t *testing.T) {
+	t.Parallel()
+	b := newTestBackend(t, jsonHandler(200, `{}`))
+	for _, c := range []struct{ mode, tier, want string }{
+		{"vllm", "priority", `"priority":-1`}, {"vllm", "flex", `"priority":1`}, {"vllm", "default", ""},
+		{"sglang", "priority", `"priority":1`}, {"sglang", "flex", `"priority":-1`}, {"none", "priority", ""},
+	} {
+		cfg := classesConfig(b.URL)
+		pc := cfg.Pools["p"]
+		pc.ClassPriority = c.mode
+		cfg.Pools["p"] = pc
+		gw := startGateway(t, cfg)
+		code, _, _ := post(t, gw.URL, "/v1/chat/completions", `{"model":"m","service_tier":"`+c.tier+`","messages":[]}`, bearer("sk-gold")...)
+		_, got := b.last()
+		if code != 200 || (c.want == "" && strings.Contains(got, `"priority":`)) || (c.want != "" && !strings.Contains(got, c.want)) {
+			t.Errorf("%s %s: %d, backend got %s", c.mode, c.tier, code, got)
+		}
+	}
+}
+
+func FuzzParseClassValue(f *testing.F) {
+	for _, s := range []string{"priority", `"flex"`, `"auto"`, "auto", `""`, `"`, `"\u0066lex"`, strings.Repeat("x", 40)} {
+		f.Add([]byte(s), true)
+		f.Add([]byte(s), false)
+	}
+	f.Fuzz(func(t *testing.T, v []byte, quoted bool) {
+		c, set, ok := parseClassValue(v, quoted)
+		if !ok {
+			return
+		}
+		name := string(v)
+		if quoted {
+			name = name[1 : len(name)-1]
+		}
+		if set != (name != "auto") || (set && c.String() != name) {
+			t.Fatalf("%q quoted=%v: %s set=%v", v, quoted, c, set)
+		}
+	})
+}
