@@ -209,9 +209,14 @@ func (c *Client) do(ctx context.Context, body []byte, header [2]string, stream b
 	resp := trip.Resp
 	r.TTFB = time.Since(r.Sent)
 	r.Status = resp.StatusCode()
-	if r.Status == fasthttp.StatusTooManyRequests || r.Status == fasthttp.StatusServiceUnavailable {
+	refused := r.Status == fasthttp.StatusTooManyRequests || r.Status == fasthttp.StatusServiceUnavailable
+	var preempted, refusal []byte
+	if refused {
 		r.RetryAfter = retryAfter(resp.Header.Peek("Retry-After"), time.Now())
+		preempted = bytes.Clone(resp.Header.Peek(headerPreempted))
+		refusal = bytes.Clone(resp.Header.Peek(headerRefusal))
 	}
+	r.ServedClass = servedClass(resp.Header.Peek(headerClass))
 	isSSE := stream && r.Status == 200 && bytes.HasPrefix(resp.Header.ContentType(), textEventStream)
 	// Kept for an error's text: what came back when it was not a completion.
 	p.contentType = append(p.contentType[:0], resp.Header.ContentType()...)
@@ -227,6 +232,9 @@ func (c *Client) do(ctx context.Context, body []byte, header [2]string, stream b
 	release()
 	p.tally.Responses = c.responses
 	p.read(ctx, &trip.Body, r, isSSE)
+	if refused && r.ErrClass != ErrCancelled {
+		r.ShedReason = refusalReason(r.Status, preempted, refusal, p.body)
+	}
 	// Finish pools the connection only if the body was read to its end
 	// with nothing after it, and the server did not say it closes it.
 	trip.Finish(true)

@@ -31,6 +31,11 @@ type row struct {
 	finishLength, lengthByPolicy    bool
 	jsonAsked, schemaAsked          bool
 	schemaInvalid                   bool
+	// class and served are the class sent and the class the gateway said
+	// it served, each 1 + its index in Classes (served: 1+len(Classes)
+	// for another value), 0 for none; shed is 1 + the index of a 429 or
+	// 503's reason in the collector's reasons.
+	class, served, shed uint8
 }
 
 // Collector gathers the results of a run, stage by stage. It is safe for
@@ -45,7 +50,14 @@ type Collector struct {
 	// live figures for the progress display
 	done, failed int64
 	liveTTFT     *Dist
+	// reasons are the refusal reasons seen (Result.ShedReason), at most
+	// maxReasons; rows name them by index.
+	reasons []string
 }
+
+// maxReasons bounds the distinct refusal reasons a run tells apart;
+// later ones count as "other".
+const maxReasons = 32
 
 // stageData is one stage's raw material.
 type stageData struct {
@@ -140,6 +152,10 @@ func (c *Collector) Add(r *Result) {
 	if r.ReasoningEvents > 0 || r.ReasoningTokens > 0 {
 		w.ttfo = int64(r.TTFO)
 	}
+	w.class, w.served = classTag(r.Class), classTag(r.ServedClass)
+	if r.ShedReason != "" {
+		w.shed = c.reason(r.ShedReason)
+	}
 	sd.seen++
 	if len(sd.rows) < maxRows {
 		sd.rows = append(sd.rows, w)
@@ -199,4 +215,35 @@ func (w *row) tokensIn(from, to int64) float64 {
 		return 0
 	}
 	return float64(w.out) * float64(hi-lo) / float64(b-a)
+}
+
+// classTag is a row's tag of class c: 1 + its index in Classes,
+// 1+len(Classes) for another value, 0 for none.
+func classTag(c string) uint8 {
+	if c == "" {
+		return 0
+	}
+	if i := classIndex(c); i >= 0 {
+		return uint8(i + 1)
+	}
+	return uint8(len(Classes) + 1)
+}
+
+// reason is the tag of refusal reason s (1 + its index in c.reasons),
+// adding it while there is room; beyond maxReasons distinct ones, the
+// last tag stands for "other". Call with c.mu held.
+func (c *Collector) reason(s string) uint8 {
+	for i, r := range c.reasons {
+		if r == s {
+			return uint8(i + 1)
+		}
+	}
+	if len(c.reasons) < maxReasons-1 {
+		c.reasons = append(c.reasons, s)
+		return uint8(len(c.reasons))
+	}
+	if len(c.reasons) == maxReasons-1 {
+		c.reasons = append(c.reasons, "other")
+	}
+	return maxReasons
 }

@@ -192,6 +192,9 @@ func (c *Config) Validate() error {
 	if c.Workload.SessionKey != "" && c.Load.Mode != "sessions" {
 		return fmt.Errorf("bench: workload.session_key (--session-key) %s: only sessions (--sessions) have a key", c.Workload.SessionKey)
 	}
+	if _, err := parseClassMix(c.Workload.ClassMix); err != nil {
+		return fmt.Errorf("bench: workload.class_mix (--class-mix) %w", err)
+	}
 	if c.Workload.Speedup < 0 {
 		return errors.New("bench: workload.speedup (--speedup): must not be negative")
 	}

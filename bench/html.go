@@ -20,7 +20,15 @@ type htmlPage struct {
 	NoKnee     string
 	Stopped    string
 	Turns      []htmlTurns
+	Classes    []htmlClasses
 	Charts     []template.HTML
+}
+
+// htmlClasses is a stage's table by service class.
+type htmlClasses struct {
+	Stage   int
+	Columns []string
+	Rows    [][]string
 }
 
 // htmlTurns is a stage's note on a reasoning model and its table by turn.
@@ -49,7 +57,12 @@ var pageHTML = svgchart.Page(`{{define "body"}}<h2>Conditions</h2>
 <tr><th>turn</th><th>n</th><th>failed</th><th>TTFT p50 ms</th><th>TTFT p90 ms</th><th>e2e p50 ms</th><th>prompt tokens p50</th><th>cached</th></tr>
 {{template "rows" .Rows}}</table>
 {{if .FollowUps}}<p>2+: turns 2 and later pooled.</p>
-{{end}}{{end}}{{end}}<h2>Charts</h2>
+{{end}}{{end}}{{end}}{{range .Classes}}<h3>Stage {{.Stage}} by class</h3>
+<table class="num">
+<tr>{{range .Columns}}<th>{{.}}</th>{{end}}</tr>
+{{template "rows" .Rows}}</table>
+<p>refused: 429 and 503 answers by reason; queue: the gateway's own wait (--gateway-timing); slo met: the share of the class's requests meeting every SLO.</p>
+{{end}}<h2>Charts</h2>
 {{range .Charts}}{{.}}
 {{end}}{{end}}`)
 
@@ -86,6 +99,16 @@ func (r *Record) WriteHTML(w io.Writer) error {
 		if t.Reasoning != "" || len(t.Rows) > 0 {
 			pg.Turns = append(pg.Turns, t)
 		}
+	}
+	for _, s := range r.Stages {
+		if len(s.Classes) == 0 {
+			continue
+		}
+		c := htmlClasses{Stage: s.Stage, Columns: classColumns}
+		for _, cs := range s.Classes {
+			c.Rows = append(c.Rows, cs.cells("%.1f"))
+		}
+		pg.Classes = append(pg.Classes, c)
 	}
 	pg.Charts = r.htmlCharts()
 	if err := svgchart.WritePage(w, pageHTML, pg); err != nil {

@@ -149,7 +149,8 @@ func Differences(a, b *Conditions) []string {
 	diff("workload.tools", wa.Tools, wb.Tools)
 	// The session key is not a condition: a keyed run against an unkeyed
 	// one is the question "does pinning sessions help", with the same
-	// prompts.
+	// prompts. Nor is the class mix, for the same reason: with classes
+	// against without is "do classes help" (per class in each report).
 	diff("workload.trace_window", wa.TraceWindow, wb.TraceWindow)
 	diff("workload.speedup", wa.Speedup, wb.Speedup)
 	la, lb := a.Load, b.Load

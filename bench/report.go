@@ -134,6 +134,7 @@ func (s *Summary) writeText(w io.Writer, mode string, sweep bool) {
 			fmt.Fprintln(w, "(2+: turns 2 and later pooled)")
 		}
 	}
+	s.writeClasses(w)
 	if len(s.Errors) > 0 {
 		fmt.Fprintln(w, "\nerrors:")
 		keys := make([]string, 0, len(s.Errors))

@@ -35,6 +35,12 @@ type Result struct {
 	ReasoningTokens int
 	// ReasoningEvents counts the content events that were thinking.
 	ReasoningEvents int
+	// Class is the service_tier the request sent (a class mix), "" for
+	// none; ServedClass the class an infergate gateway says it served
+	// (X-Infergate-Class: one of Classes, "other", "" when it did not
+	// say). ShedReason is why a 429 or 503 was refused ("503 preempted",
+	// "429 tenant_limit_reached": refusalReason), "" otherwise.
+	Class, ServedClass, ShedReason string
 	// Session and Turn say which session (from 0) and which of its
 	// turns (from 1) the request was; Turn 0 outside sessions.
 	Session, Turn int

@@ -336,7 +336,7 @@ func (s *stage) doWith(ctx context.Context, p *parser, i int, warm bool, intende
 	rn := s.rn
 	rn.inFlight.Add(1)
 	defer rn.inFlight.Add(-1)
-	r := &Result{Index: i, Stage: s.n, Warmup: warm || rn.prime, Prime: rn.prime, Intended: intended, InputTokens: req.InputTokens, MaxTokens: req.MaxTokens, Ask: req.Ask}
+	r := &Result{Index: i, Stage: s.n, Warmup: warm || rn.prime, Prime: rn.prime, Intended: intended, InputTokens: req.InputTokens, MaxTokens: req.MaxTokens, Ask: req.Ask, Class: req.Class}
 	if rn.HonorRetryAfter {
 		// Outside the request's own timeout: the hold is not its time.
 		rn.waitHold(ctx)

@@ -110,6 +110,9 @@ type Summary struct {
 	// cache, or a router that keeps a session where its cache is, should
 	// find mostly cached, beside turn 1 in Turns. Nil without them.
 	FollowUps *TurnSummary `json:"follow_ups,omitempty"`
+	// Classes is the figures by service class of a run with a class mix
+	// (Config.Workload.ClassMix), in Classes order, nil without one.
+	Classes []ClassSummary `json:"classes,omitempty"`
 	// Timeline is one bucket per second of the stage.
 	Timeline []Bucket `json:"timeline,omitempty"`
 	// Samples are per-request values for comparisons (at most maxSamples
@@ -179,6 +182,7 @@ func (c *Collector) Summarize(n int, l LoadSpec, win Window, slos []verdict.SLO)
 	s.Primed = sd.primed
 	exact := sd.seen // rows may be a reservoir of it
 	begin := sd.begin
+	reasons := slices.Clone(c.reasons)
 	c.mu.Unlock()
 
 	s.Quality.JSONChecked = false
@@ -360,6 +364,7 @@ func (c *Collector) Summarize(n int, l LoadSpec, win Window, slos []verdict.SLO)
 	}
 	s.Timeline = timeline(rows, scale)
 	s.Turns, s.FollowUps = turnSummaries(rows)
+	s.Classes = classSummaries(rows, reasons, slos)
 	s.Samples = map[string][]float64{}
 	for _, k := range []string{"ttft", "ttft_sched", "tpot", "e2e", "speed"} {
 		s.Samples[k] = verdict.Thin(vals[k], maxSamples)

@@ -28,6 +28,9 @@ type Request struct {
 	// Header is a header this request alone sends (a session's key),
 	// zero for none.
 	Header [2]string
+	// Class is the service_tier the body carries (a class mix's draw),
+	// "" without a mix.
+	Class string
 }
 
 // Workload makes the requests of a run. Request(i) is deterministic for
@@ -106,6 +109,11 @@ type WorkloadSpec struct {
 	TraceWindow  string `json:"trace_window,omitempty"`
 	TraceSHA256  string `json:"trace_sha256,omitempty"`
 	TraceSkipped int    `json:"trace_skipped,omitempty"`
+	// ClassMix sends each request with OpenAI's service_tier drawn from
+	// these shares by the seed (class.go), e.g.
+	// "priority=0.2,default=0.5,flex=0.3", recorded in its canonical,
+	// normalised form; "" sends none.
+	ClassMix string `json:"class_mix,omitempty"`
 }
 
 // Replays reports whether the workload sends on its own times (a request
@@ -135,8 +143,23 @@ func (s *WorkloadSpec) messagesKey() string {
 	return `,"messages":[`
 }
 
-// newWorkload builds the workload of s, hashing any file it reads into s.
+// newWorkload builds the workload of s, hashing any file it reads into s,
+// with its class mix when it has one.
 func newWorkload(s *WorkloadSpec, tok *tokens.Tokenizer) (Workload, error) {
+	mix, err := parseClassMix(s.ClassMix)
+	if err != nil {
+		return nil, fmt.Errorf("bench: class mix: %w", err)
+	}
+	w, err := newBaseWorkload(s, tok)
+	if err != nil || mix.none() {
+		return w, err
+	}
+	s.ClassMix = mix.String()
+	return withClassMix(w, mix, s.Seed), nil
+}
+
+// newBaseWorkload builds the workload of s without its class mix.
+func newBaseWorkload(s *WorkloadSpec, tok *tokens.Tokenizer) (Workload, error) {
 	if !validEndpoint(s.Endpoint) {
 		return nil, fmt.Errorf("bench: endpoint %q: want chat, completions or responses", s.Endpoint)
 	}

@@ -70,6 +70,7 @@ type benchFlags struct {
 	trace, traceFormat, traceWindow    *string
 	sessions, turns, tools             *int
 	sessionKey                         *string
+	classMix                           *string
 	noSweepStop                        *bool
 	thinkTime                          *time.Duration
 	speedup                            *float64
@@ -123,6 +124,7 @@ func registerBenchFlags(fs *flag.FlagSet) *benchFlags {
 	f.turns = fs.Int("turns", 0, "user turns per session (default 3; with a ShareGPT --dataset, its conversations' turns)")
 	f.thinkTime = fs.Duration("think-time", 0, "a session user's pause between an answer and its next turn")
 	f.sessionKey = fs.String("session-key", "", "how each session names itself to a router, the same key every turn, fresh keys each run: none, prompt_cache_key (in the body) or header:NAME (e.g. header:x-session-id) (default none)")
+	f.classMix = fs.String("class-mix", "", "send OpenAI's service_tier on each request, drawn by the seed from these shares, and report each class: e.g. priority=0.2,default=0.5,flex=0.3 (classes priority, default, flex, auto; weights normalised)")
 	f.tools = fs.Int("tools", 0, "send this many function definitions in every request's tools array, the same for the whole run (an agent's tool list, ~100 tokens each)")
 	f.concurrency = fs.Int("concurrency", 0, "closed loop: virtual users (default 1)")
 	f.rate = fs.Float64("rate", 0, "open loop: requests per second")
@@ -164,7 +166,7 @@ func (f *benchFlags) config(set map[string]bool, stderr io.Writer) (bench.Config
 	cfg.Workload = bench.WorkloadSpec{Endpoint: *f.endpoint, Model: *f.model, Stream: !*f.noStream, InputTokens: *f.input, OutputTokens: *f.output,
 		SharedPrefix: *f.shared, PrefixGroups: *f.prefixGroups, PrefixTokens: *f.prefixTokens, ForceOutputLength: *f.force, JSON: *f.json, Seed: *f.seed, Dataset: *f.dataset, Replay: *f.replay, Speedup: *f.speedup,
 		Trace: *f.trace, TraceFormat: *f.traceFormat, TraceWindow: *f.traceWindow, Turns: *f.turns,
-		SessionKey: *f.sessionKey, Tools: *f.tools}
+		SessionKey: *f.sessionKey, Tools: *f.tools, ClassMix: *f.classMix}
 	if set["output-tokens"] && *f.output == "" {
 		cfg.Workload.OutputTokens = "none" // --output-tokens "": leave max_tokens unset, as before "none"
 	}
