@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/internal/adminapi"
+	"github.com/infergate/infergate/internal/promtext"
 	"github.com/infergate/infergate/internal/safehttp"
 	"github.com/infergate/infergate/proxy"
 	"golang.org/x/term"
@@ -21,7 +23,10 @@ Shows a running gateway's live view in the terminal, read from its admin
 listener's /admin/stats: requests in flight and queued, then per model and
 backend over the last minute the request rate, errors, TTFT, TPOT, output
 speed and end-to-end percentiles, and where the time went (the mean of each
-part of the gateway's attribution; the means add up to the mean total).
+part of the gateway's attribution; the means add up to the mean total);
+with service classes, per class since the previous frame (from /metrics):
+requests, successes, shed and preempted counts, queue wait and TTFT
+percentiles, and the share that met its class's SLO.
 On a terminal the screen is redrawn; otherwise one frame is printed per
 interval. Ctrl-C stops it.`
 
@@ -44,6 +49,7 @@ func runTop(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	f, isFile := stdout.(*os.File)
 	redraw := isFile && term.IsTerminal(int(f.Fd()))
 	client := &adminapi.Client{URL: base, Key: *adminKey, HTTP: safehttp.Client(5 * time.Second)}
+	var classes classView
 	tick := time.NewTicker(*interval)
 	defer tick.Stop()
 	for frame := 1; ; frame++ {
@@ -55,6 +61,13 @@ func runTop(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			fmt.Fprint(stdout, "\x1b[H\x1b[2J")
 		}
 		renderStats(stdout, base, snap)
+		// The per-class rows come from /metrics; a gateway that does not
+		// serve them (an older one, or one whose key is refused) shows none.
+		if text, err := client.Metrics(ctx); err == nil {
+			if sc, err := promtext.Parse(bytes.NewReader(text), time.Now()); err == nil {
+				classes.render(stdout, sc)
+			}
+		}
 		if *count > 0 && frame >= *count {
 			return nil
 		}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/infergate/infergate/internal/promtext"
 	"github.com/infergate/infergate/internal/safehttp"
 )
 
@@ -139,4 +140,36 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any, lim
 		return fmt.Errorf("adminapi: %s %s: the answer is not the expected JSON: %w", method, u, err)
 	}
 	return nil
+}
+
+// Metrics reads the gateway's Prometheus exposition (/metrics on the admin
+// listener), at most promtext.MaxBytes of it.
+func (c *Client) Metrics(ctx context.Context) ([]byte, error) {
+	base := strings.TrimRight(c.URL, "/")
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	if err != nil {
+		return nil, fmt.Errorf("adminapi: %w", err)
+	}
+	if c.Key != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Key)
+	}
+	resp, err := safehttp.Guard(c.HTTP).Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("adminapi: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("adminapi: GET %s/metrics: %s", base, resp.Status)
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, promtext.MaxBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("adminapi: GET %s/metrics: %w", base, err)
+	}
+	if len(b) > promtext.MaxBytes {
+		return nil, fmt.Errorf("adminapi: GET %s/metrics: larger than %d bytes", base, promtext.MaxBytes)
+	}
+	return b, nil
 }
