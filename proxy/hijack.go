@@ -7,7 +7,6 @@ import (
 	"net"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -53,7 +52,7 @@ func (x *exchange) streamResponse(rc *fasthttp.RequestCtx, s streamer) {
 	cw := chunkPool.Get().(*chunkWriter)
 	cw.headBuf = h.AppendBytes(cw.headBuf[:0])
 	cw.raw = !chunked
-	claimed := new(atomic.Bool)
+	claimed := &x.claimed
 	// One watch on the request's end serves both phases: before the body
 	// runs it abandons the stream; while it runs, a total timeout or a
 	// shutdown fails a write blocked on a client that stopped reading.
