@@ -14,6 +14,8 @@ import (
 
 	"github.com/infergate/infergate/policy"
 	"github.com/infergate/infergate/shaping"
+	"github.com/infergate/infergate/sim"
+	"github.com/infergate/infergate/sim/simtest"
 )
 
 // classesConfig is a gateway with classes on in front of url: tenant
@@ -374,6 +376,19 @@ func TestShedAndTotalsOverHTTP(t *testing.T) {
 	if s.Classes[shaping.ClassPriority].Shed != 0 {
 		t.Error("priority shed")
 	}
+	// The metrics say the same (names kept stable for top and dashboards).
+	_, _, m := do(t, "GET", gw.AdminURL+"/metrics", "")
+	var metricSheds float64
+	for _, l := range strings.Split(m, "\n") {
+		if strings.HasPrefix(l, "infergate_class_shed_total{") {
+			var v float64
+			fmt.Sscan(l[strings.LastIndexByte(l, ' ')+1:], &v)
+			metricSheds += v
+		}
+	}
+	if int64(metricSheds) != sheds || !strings.Contains(m, "infergate_class_queue_time_seconds_bucket") || !strings.Contains(m, "infergate_class_admitted_total") {
+		t.Errorf("metrics: %v sheds (limiter %d), or class metrics missing", metricSheds, sheds)
+	}
 }
 
 // A pool with class_priority passes the class to the engine in its
@@ -416,4 +431,131 @@ func FuzzParseClassValue(f *testing.F) {
 			t.Fatalf("%q quoted=%v: %s set=%v", v, quoted, c, set)
 		}
 	})
+}
+
+// simGauge reads one of the simulator's vLLM gauges from its /metrics.
+func simGauge(t *testing.T, url, name string) float64 {
+	t.Helper()
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, name+"{") || strings.HasPrefix(line, name+" ") {
+			var v float64
+			fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v)
+			return v
+		}
+	}
+	t.Fatalf("%s not in the simulator's metrics", name)
+	return 0
+}
+
+// On the simulator (one sequence at a time, a slow prefill): a flex
+// request in prefill is preempted for a priority request, the engine
+// aborts it at once (the priority request is answered long before the
+// flex prompt's prefill would have ended), and the engine's running
+// count goes back to 0 once the priority request is done.
+func TestPreemptionFreesTheSimulator(t *testing.T) {
+	t.Parallel()
+	sc := sim.DefaultConfig()
+	sc.Model = "m"
+	sc.Engine.MaxNumSeqs = 1
+	sc.Engine.PrefillTokensPerS = 100
+	sc.Engine.MaxBatchedTokens = 32 // chunked prefill: steps of 0.32 s
+	sc.Engine.PrefixCaching = false
+	s := simtest.Start(t, sc)
+	cfg := classesConfig(s.URL)
+	cfg.Shaping.Global.MaxRequests = 1
+	gw := startGateway(t, cfg)
+	long := strings.Repeat("the flex batch job's long prompt ", 60)
+	flex := make(chan int, 1)
+	go func() {
+		c, _, _ := send(gw.URL, `{"model":"m","stream":true,"max_tokens":4,"service_tier":"flex","messages":[{"role":"user","content":"`+long+`"}]}`)
+		flex <- c
+	}()
+	waitFor(t, 5*time.Second, "the flex request running", func() bool { return simGauge(t, s.URL, "vllm:num_requests_running") == 1 })
+	start := time.Now()
+	// The engine's running count drops as soon as it sees the close.
+	dropped := make(chan time.Duration, 1)
+	go func() {
+		for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			if simGauge(t, s.URL, "vllm:num_requests_running") == 0 {
+				dropped <- time.Since(start)
+				return
+			}
+		}
+		dropped <- -1
+	}()
+	code, _, body := send(gw.URL, `{"model":"m","stream":true,"max_tokens":2,"service_tier":"priority","messages":[{"role":"user","content":"hi"}]}`, bearer("sk-gold")...)
+	took := time.Since(start)
+	if code != 200 || !strings.Contains(body, "[DONE]") {
+		t.Fatalf("priority: %d %s", code, body)
+	}
+	if c := <-flex; c != 503 {
+		t.Errorf("flex: %d, want 503 preempted", c)
+	}
+	if d := <-dropped; d < 0 || d > 100*time.Millisecond {
+		t.Errorf("the engine's running count dropped %v after the priority request came (-1: never), want within 100ms", d)
+	}
+	// The flex prompt (some 400 tokens at 100 a second) would hold the
+	// engine's one sequence for seconds; aborted, it gives the engine up
+	// at the end of the step in flight.
+	if took > time.Second {
+		t.Errorf("the priority request took %v: the engine did not abort the preempted one", took)
+	}
+	waitFor(t, time.Second, "the engine idle", func() bool { return simGauge(t, s.URL, "vllm:num_requests_running") == 0 })
+}
+
+// Saturated with priority requests (always some waiting), back-to-back
+// flex clients still get the stated share: one grant in lower_share (10)
+// while they wait. Counted, not timed.
+func TestFlexShareUnderPrioritySaturation(t *testing.T) {
+	t.Parallel()
+	b := newTestBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(5 * time.Millisecond)
+		jsonHandler(200, `{}`)(w, r)
+	})
+	cfg := classesConfig(b.URL)
+	cfg.Shaping.Global.MaxRequests = 1
+	cfg.Shaping.Queue = shaping.QueueConfig{MaxWaiting: 100, MaxWaitingPerTenant: -1, Timeout: 30 * time.Second}
+	gw := startGateway(t, cfg)
+	var served [shaping.NumClasses]atomic.Int64
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(2 * time.Second)
+	for i := range 8 {
+		c := shaping.ClassPriority
+		if i < 2 {
+			c = shaping.ClassFlex
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 0; n < 2000 && time.Now().Before(deadline); n++ {
+				code, h, _ := send(gw.URL, `{"model":"m","service_tier":"`+c.String()+`","messages":[]}`, bearer("sk-gold")...)
+				switch {
+				case code == 200:
+					served[c].Add(1)
+				case c == shaping.ClassFlex && h.Get("X-Infergate-Refusal") == "preempted":
+					// Granted while no priority request waited, then
+					// preempted for one: not the share's grant.
+				default:
+					t.Errorf("%s: %d", c, code)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	p, f := served[shaping.ClassPriority].Load(), served[shaping.ClassFlex].Load()
+	share := float64(f) / float64(p+f)
+	t.Logf("priority %d, flex %d: flex share %.3f", p, f, share)
+	// Six priority clients keep the queue full of priority: flex gets its
+	// 1 in 10 (a little more when no priority request happens to wait).
+	if p+f < 50 || share < 0.07 || share > 0.3 {
+		t.Errorf("flex got %.3f of %d grants, want about 0.1", share, p+f)
+	}
 }

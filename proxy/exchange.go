@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/infergate/infergate/affinity"
@@ -73,10 +72,6 @@ type exchange struct {
 	routeWhy string
 	pair     *mirror.Flight // the mirrored pair this request is the primary of, or nil
 	held     *heldRequest   // ureq, while a mirrored copy reads its body
-	// copy is the mirrored copy to start once the primary's request is
-	// sent, while copyDue is set (startCopy).
-	copy    pendingCopy
-	copyDue atomic.Bool
 	// tally accounts a stream's events (relay.go); with a pair, it keeps
 	// the primary's answer text too.
 	tally   openai.Tally
@@ -90,10 +85,6 @@ type exchange struct {
 	err     error
 
 	conn clientConn // the hijacked connection while a stream's body runs
-	// claimed is taken by whichever comes first of a stream's body and
-	// its abandonment (streamResponse); here rather than on the heap of
-	// its own.
-	claimed atomic.Bool
 
 	// The flags, together (each alone would take a word).
 	stream   bool
@@ -389,7 +380,6 @@ func (x *exchange) finishWith(status int, outcome string) {
 			x.route.pool.prefix.learnResponse(x.tally.ResponseID, x.backend)
 		}
 	}
-	x.startCopy() // the primary was never sent: its copy still goes
 	if x.held != nil {
 		x.held.release() // the copy may still be reading its body
 		x.held, x.ureq = nil, nil

@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -52,7 +53,7 @@ func (x *exchange) streamResponse(rc *fasthttp.RequestCtx, s streamer) {
 	cw := chunkPool.Get().(*chunkWriter)
 	cw.headBuf = h.AppendBytes(cw.headBuf[:0])
 	cw.raw = !chunked
-	claimed := &x.claimed
+	claimed := new(atomic.Bool)
 	// One watch on the request's end serves both phases: before the body
 	// runs it abandons the stream; while it runs, a total timeout or a
 	// shutdown fails a write blocked on a client that stopped reading.

@@ -97,35 +97,9 @@ func (x *exchange) mirror(rc *fasthttp.RequestCtx) {
 		x.pair = f
 		x.held = &heldRequest{req: x.ureq}
 		x.held.refs.Store(2)
-		// The copy starts once the primary's request is on its way to its
-		// backend (startCopy): a goroutine started here would wake a
-		// thread and run beside the primary, on a small machine in its
-		// place, before the primary's bytes left.
-		x.copy = pendingCopy{flight: f, tap: t, held: x.held}
-		x.copyDue.Store(true)
+		go x.g.runCopies(f, t, x.route.pool, x.held, x.rawPath+x.query, x.st.cfg.Timeouts, x.st.cfg.Server.MaxResponseBytes)
 		return
 	}
-}
-
-// pendingCopy is a mirrored copy waiting for its primary's request to be
-// sent: set by mirror, never changed after, read by startCopy.
-type pendingCopy struct {
-	flight *mirror.Flight
-	tap    tapRule
-	held   *heldRequest
-}
-
-// startCopy starts the request's mirrored copy, when one waits: once
-// the primary's request is written to its backend (Sent), or as the
-// request finishes when it never was (no backend, a refused connection),
-// so a copy is made whatever becomes of the primary, as before. Only the
-// first call starts it.
-func (x *exchange) startCopy() {
-	if !x.copyDue.CompareAndSwap(true, false) {
-		return
-	}
-	c := &x.copy
-	go x.g.runCopies(c.flight, c.tap, x.route.pool, c.held, x.rawPath+x.query, x.st.cfg.Timeouts, x.st.cfg.Server.MaxResponseBytes)
 }
 
 // runCopies makes the copy's body from the primary's and sends it to the

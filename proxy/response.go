@@ -53,6 +53,9 @@ func (x *exchange) commit(rc *fasthttp.RequestCtx) {
 	if err != nil {
 		rc.Response.Reset()
 		rc.Response.Header.Set("X-Request-Id", x.id)
+		if x.cls.on {
+			rc.Response.Header.Set(hdrClass, x.cls.class.String())
+		}
 		ce := errorResponse(err)
 		x.err = err
 		x.finishWith(ce.status, ce.outcome)

@@ -90,10 +90,9 @@ func (x *exchange) Sent(conn net.Conn) {
 			dc.rtt, dc.rttAt = tcpRTT(conn), now
 		}
 		x.tl.UpstreamRTT = dc.rtt
-	} else {
-		x.tl.UpstreamRTT = tcpRTT(conn)
+		return
 	}
-	x.startCopy() // the primary's bytes are on their way: its copy may go
+	x.tl.UpstreamRTT = tcpRTT(conn)
 }
 
 // Reader is the backend pool's reader; headers larger than it fail.

@@ -60,6 +60,9 @@ func TestLowerClassShareBoundsStarvation(t *testing.T) {
 	for range 43 {
 		g := <-grants
 		order = append(order, g.class)
+		if g.class == ClassFlex && g.p.Arm(func(Class) {}) {
+			t.Error("a grant of the lower classes' share was armed for preemption")
+		}
 		g.p.Release()
 	}
 	// The 10th, 20th and 30th grants go to flex; the rest to priority,

@@ -221,6 +221,7 @@ type Permit struct {
 	tenant                         *tenant
 	class                          Class
 	rec                            *armed // set while it may be preempted (preempt.go)
+	byShare                        bool   // granted by the lower classes' share: never preempted
 	tokens                         int64
 	since                          time.Time
 	lease                          *lease // held in Redis; nil with local caps
@@ -284,12 +285,15 @@ func (l *Limiter) Acquire(ctx context.Context, r Request) (Permit, error) {
 		classFull = p.classCt != nil && !p.classCt.fits(r.Tokens)
 	}
 	queueFull := l.cfg.Queue.MaxWaiting < 0 || l.q.n >= l.cfg.Queue.MaxWaiting
-	if queueFull && l.cfg.Queue.MaxWaiting > 0 && l.shed(p.class) {
-		queueFull = false // a waiter of a lower class made room
-	}
 	// A tenant past its share of a queue that still has room is refused
 	// as its own cap's doing (429): that room is kept for the others.
-	overShare := !queueFull && l.cfg.Queue.MaxWaitingPerTenant > 0 && p.tenant.nWaiting >= l.cfg.Queue.MaxWaitingPerTenant
+	overShare := l.cfg.Queue.MaxWaitingPerTenant > 0 && p.tenant.nWaiting >= l.cfg.Queue.MaxWaitingPerTenant
+	// A full queue makes room by shedding a waiter of a lower class, but
+	// not for a request that would be refused anyway.
+	if queueFull && !overShare && l.cfg.Queue.MaxWaiting > 0 && l.shed(p.class) {
+		queueFull = false
+	}
+	overShare = overShare && !queueFull
 	if overShare {
 		tenantFull = true
 	}

@@ -23,13 +23,14 @@ type armed struct {
 }
 
 // Arm makes p preemptible while its request has sent nothing to its
-// client: cancel is called (once, outside the limiter's lock) with the
+// client (unless it was granted by the lower classes' share, the floor
+// they can count on): cancel is called (once, outside the limiter's lock) with the
 // class that took its slot. It reports false, and arms nothing, when
 // classes are off or p's class is not preemptible. Call it on the
 // goroutine that holds p, before Disarm or Release.
 func (p *Permit) Arm(cancel func(by Class)) bool {
 	l := p.l
-	if l == nil || p.classCt == nil || p.rec != nil {
+	if l == nil || p.classCt == nil || p.rec != nil || p.byShare {
 		return false
 	}
 	l.mu.Lock()

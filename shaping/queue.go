@@ -178,6 +178,9 @@ func (q *fairQueue) next(fits func(*waiter) bool) *waiter {
 	if q.share > 1 && q.streak >= q.share-1 {
 		if w := q.nextLower(fits); w != nil {
 			q.streak = 0
+			// The share is the floor a lower class can count on: a
+			// request granted by it is not preempted (Permit.Arm).
+			w.permit.byShare = true
 			return w
 		}
 	}
