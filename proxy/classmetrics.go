@@ -16,17 +16,20 @@ import (
 // what each request's end records (queue time, TTFT, attainment of the
 // class's slo_ttft). Metric names (Prometheus form in docs/classes.md):
 //
+//	infergate.class.requests                                          counter, by class and outcome
 //	infergate.class.admitted, .queued, .shed, .preempted, .timed_out  counters
 //	infergate.class.waiting, .in_flight                               gauges
-//	infergate.class.slo_judged, .slo_met                              counters
-//	infergate.class.queue_time, .ttft                                 histograms (s)
+//	infergate.class.slo_judged, .slo_attained                         counters
+//	infergate.class.queue, .ttft                                      histograms (s)
 //
-// each with attribute class (priority, default, flex).
+// each with attribute class (priority, default, flex); cmd/infergate top
+// reads them (topclass.go).
 
 // classMetrics are the instruments recorded as requests end, and the
 // attainment counts /admin/stats shows.
 type classMetrics struct {
 	queueTime, ttft metric.Float64Histogram
+	requests        metric.Int64Counter
 	at              [shaping.NumClasses]metric.MeasurementOption
 	judged, met     [shaping.NumClasses]atomic.Int64
 }
@@ -40,7 +43,11 @@ var classBounds = []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 
 func (g *Gateway) observeClasses(meter metric.Meter) error {
 	cm := &classMetrics{}
 	var err error
-	if cm.queueTime, err = meter.Float64Histogram("infergate.class.queue_time", metric.WithUnit("s"),
+	if cm.requests, err = meter.Int64Counter("infergate.class.requests", metric.WithUnit("{request}"),
+		metric.WithDescription("Requests that ended, by service class and outcome (ok, shed, preempted, ...; bad requests are not counted).")); err != nil {
+		return err
+	}
+	if cm.queueTime, err = meter.Float64Histogram("infergate.class.queue", metric.WithUnit("s"),
 		metric.WithDescription("Time requests waited for an admission slot, by service class."), metric.WithExplicitBucketBoundaries(classBounds...)); err != nil {
 		return err
 	}
@@ -61,7 +68,7 @@ func (g *Gateway) observeClasses(meter metric.Meter) error {
 	waiting := in.gauge("infergate.class.waiting", "{request}", "Requests waiting for a slot, by service class.")
 	inFlight := in.gauge("infergate.class.in_flight", "{request}", "Requests holding a slot, by service class (this replica).")
 	judged := in.counter("infergate.class.slo_judged", "{request}", "Requests judged against their class's slo_ttft (answered or refused; not bad requests).")
-	met := in.counter("infergate.class.slo_met", "{request}", "Requests answered within their class's slo_ttft.")
+	met := in.counter("infergate.class.slo_attained", "{request}", "Requests answered within their class's slo_ttft.")
 	return in.register(func(_ context.Context, o metric.Observer) error {
 		if !g.state.Load().cfg.Classes.Enabled {
 			return nil
@@ -91,6 +98,7 @@ func (x *exchange) recordClass() {
 	}
 	c, tl := x.cls.class, &x.tl
 	ctx := context.Background()
+	cm.requests.Add(ctx, 1, metric.WithAttributes(attribute.String("class", c.String()), attribute.String("outcome", x.outcome)))
 	if !tl.Admitted.IsZero() {
 		cm.queueTime.Record(ctx, tl.QueueWait().Seconds(), cm.at[c])
 	}
