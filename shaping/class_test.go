@@ -409,3 +409,62 @@ func TestClassesRedisLostMidRun(t *testing.T) {
 		})
 	}
 }
+
+// A class cap holds across replicas sharing Redis: two limiters, a flex
+// cap of 2, eight flex workers: never more than 2 flex requests in flight
+// at once over both, while default requests beside them are not held to it.
+func TestClassCapSharedAcrossReplicas(t *testing.T) {
+	addr := testredis.Addr(t)
+	prefix := fmt.Sprintf("classes-%d", time.Now().UnixNano())
+	var lims []*Limiter
+	for range 2 {
+		cfg := sharedConfig(addr, 100)
+		cfg.Redis.KeyPrefix = prefix
+		cfg.Redis.PollInterval = 50 * time.Millisecond
+		cfg.Classes = Classes{Enabled: true, Flex: ClassConfig{Cap: Cap{MaxRequests: 2}}}
+		lims = append(lims, newShared(t, cfg))
+	}
+	var inside [NumClasses]atomic.Int64
+	var peak [NumClasses]atomic.Int64
+	var granted atomic.Int64
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	for w := range 12 {
+		c := ClassFlex
+		if w >= 8 {
+			c = ClassDefault
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l := lims[w%2]
+			for n := 0; n < 10000 && time.Now().Before(deadline); n++ {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				p, err := l.Acquire(ctx, Request{Tenant: fmt.Sprint("t", w), Class: c})
+				cancel()
+				if err != nil {
+					continue
+				}
+				granted.Add(1)
+				cur := inside[c].Add(1)
+				for old := peak[c].Load(); cur > old && !peak[c].CompareAndSwap(old, cur); old = peak[c].Load() {
+				}
+				time.Sleep(2 * time.Millisecond)
+				inside[c].Add(-1)
+				p.Release()
+			}
+		}()
+	}
+	wg.Wait()
+	if p := peak[ClassFlex].Load(); p > 2 {
+		t.Errorf("%d flex requests in flight at once under a shared flex cap of 2", p)
+	}
+	if peak[ClassFlex].Load() < 2 || peak[ClassDefault].Load() < 3 || granted.Load() < 50 {
+		t.Errorf("peaks flex %d default %d, %d grants: the caps held more than they should", peak[ClassFlex].Load(), peak[ClassDefault].Load(), granted.Load())
+	}
+	for _, l := range lims {
+		if s := l.Stats(); s.InFlightRequests != 0 || s.Waiting != 0 {
+			t.Errorf("after the load: %d in flight, %d waiting", s.InFlightRequests, s.Waiting)
+		}
+	}
+}
