@@ -2,11 +2,13 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/infergate/infergate/openai"
 	"github.com/infergate/infergate/shaping"
@@ -31,7 +33,9 @@ type ClassesConfig struct {
 	// Preempt is what happens to a request of a preemptible class that
 	// has sent nothing to its client when a higher class must queue:
 	// "answer" (default) cancels it at the backend and answers it 503
-	// with X-Infergate-Preempted; "off" never preempts.
+	// with X-Infergate-Preempted; "requeue" cancels it at the backend and
+	// puts it back in the queue (at most maxRequeues times; then it is
+	// answered); "off" never preempts.
 	Preempt string `yaml:"preempt"`
 	// MidStreamEviction lets a preemptible stream be preempted after its
 	// first byte too; it then ends with an SSE error event (code
@@ -41,9 +45,14 @@ type ClassesConfig struct {
 
 // Preemption modes.
 const (
-	preemptOff    = "off"
-	preemptAnswer = "answer"
+	preemptOff     = "off"
+	preemptAnswer  = "answer"
+	preemptRequeue = "requeue"
 )
+
+// maxRequeues bounds how often one request goes back to the queue under
+// classes.preempt requeue; preempted once more, it is answered.
+const maxRequeues = 3
 
 func (c *ClassesConfig) defaults() {
 	setDefault(&c.Header, hdrClass)
@@ -51,8 +60,11 @@ func (c *ClassesConfig) defaults() {
 }
 
 func (c *ClassesConfig) validate() error {
-	if c.Preempt != preemptOff && c.Preempt != preemptAnswer {
-		return fmt.Errorf("classes.preempt: %q: want answer or off", c.Preempt)
+	if c.Preempt != preemptOff && c.Preempt != preemptAnswer && c.Preempt != preemptRequeue {
+		return fmt.Errorf("classes.preempt: %q: want answer, requeue or off", c.Preempt)
+	}
+	if c.Preempt == preemptRequeue && c.MidStreamEviction {
+		return errors.New("classes.preempt: requeue cannot go with mid_stream_eviction (a stream that has begun cannot start again)")
 	}
 	if len(c.Header) == 0 || len(c.Header) > 64 || !printable([]byte(c.Header)) || bytes.ContainsAny([]byte(c.Header), ":") {
 		return fmt.Errorf("classes.header: %q is not a header name", c.Header)
@@ -66,6 +78,7 @@ const (
 	hdrClassLowered = "X-Infergate-Class-Lowered" // "asked->served" when held to the tenant's ceiling
 	hdrPreempted    = "X-Infergate-Preempted"     // the class that took a preempted request's slot
 	hdrRefusal      = "X-Infergate-Refusal"       // why admission refused the request
+	hdrRequeued     = "X-Infergate-Requeued"      // times the request went back to the queue (preempt requeue)
 )
 
 // Engine priority conventions (pools.<name>.class_priority).
@@ -104,6 +117,8 @@ type classNote struct {
 	lowered bool
 	tier    bool // the body set service_tier: a plain answer echoes it
 	armed   bool // preemptible until its first byte (Permit.Arm)
+	// requeues counts its returns to the queue (classes.preempt requeue).
+	requeues int
 	// refusal is why admission refused it (hdrRefusal), "" otherwise.
 	refusal string
 }
@@ -259,10 +274,106 @@ func (x *exchange) classReject(rc *fasthttp.RequestCtx, status int, code, param,
 // class is and classes.preempt says so.
 func (x *exchange) armPreempt() {
 	cc := &x.st.cfg.Classes
-	if cc.Preempt != preemptAnswer || !x.st.cfg.Shaping.Classes.Preemptible(x.cls.class) {
+	if cc.Preempt == preemptOff || !x.st.cfg.Shaping.Classes.Preemptible(x.cls.class) {
+		return
+	}
+	// A keep-alive stream forwards off the handler: it cannot go back to
+	// the queue, and is answered.
+	if cc.Preempt == preemptRequeue && (x.st.cfg.KeepAlive.Delay == 0 || !x.stream) {
+		a := &classAttempt{done: make(chan struct{})}
+		a.ctx, a.cancel = context.WithCancelCause(&x.ctx)
+		if x.cls.armed = x.permit.Arm(a.preempted); x.cls.armed {
+			x.att = a
+		} else {
+			a.cancel(nil)
+		}
 		return
 	}
 	x.cls.armed = x.permit.Arm(x.preempt)
+}
+
+// classAttempt is one admission of a request under classes.preempt
+// requeue: a preemption ends its backend exchange (ctx, a child of the
+// request's) and marks it, and the request goes back to the queue. Each
+// admission has its own, so a late preemption of an earlier one touches
+// nothing of the next.
+type classAttempt struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	by     atomic.Int32  // the class that took the slot, plus 1; 0: not preempted
+	done   chan struct{} // closed once preempted has ended the exchange
+}
+
+// errRequeued ends a preempted attempt under classes.preempt requeue.
+var errRequeued = errors.New("proxy: preempted for a request of a higher class; back to the queue")
+
+// preempted is the attempt's preemption (the limiter calls it).
+func (a *classAttempt) preempted(by shaping.Class) {
+	a.by.Store(int32(by) + 1)
+	a.cancel(errRequeued)
+	close(a.done)
+}
+
+// attemptCtx is the context of the request's backend exchange: its own,
+// or under classes.preempt requeue the attempt's.
+func (x *exchange) attemptCtx() context.Context {
+	if x.att != nil {
+		return x.att.ctx
+	}
+	return &x.ctx
+}
+
+// attemptCause is why the backend exchange was ended, nil while it runs.
+func (x *exchange) attemptCause() error {
+	if c := x.ctx.Cause(); c != nil || x.att == nil {
+		return c
+	}
+	return context.Cause(x.att.ctx)
+}
+
+// requeue decides, after forward returned err, whether the request goes
+// back to the queue (classes.preempt requeue): it does when it was
+// preempted before its first byte, fewer than maxRequeues times. Its
+// backend exchange was closed by the preemption; what the attempt held is
+// given back and the request waits for a slot again. again false: err
+// (or the preemption, past the bound) is its end, or nil to commit.
+func (x *exchange) requeue(rc *fasthttp.RequestCtx, body []byte, err error) (again bool, _ error) {
+	a := x.att
+	if a.by.Load() == 0 {
+		if err != nil || !x.cls.armed || x.permit.Disarm() {
+			// Failed on its own, or past its preemptible time: its
+			// permit is disarmed (or Release will see to it).
+			x.cls.armed = x.cls.armed && err != nil
+			x.att = nil
+			if err != nil {
+				a.cancel(nil)
+			} // else the exchange goes on under the attempt's context, a child of the request's: it ends with it
+			return false, err
+		}
+		<-a.done // preempted just now: its cancel has run
+	}
+	by := shaping.Class(a.by.Load() - 1)
+	x.att, x.cls.armed = nil, false
+	if x.up != nil {
+		x.up.finish(false)
+		x.up = nil
+	}
+	if x.backend != nil {
+		x.dropAttempt(true) // not the backend's doing
+	}
+	if x.er != nil {
+		x.putReader(x.er)
+	}
+	x.permit = shaping.Permit{} // the limiter took its slot back
+	if x.cls.requeues >= maxRequeues {
+		return false, errPreemptedBy[by]
+	}
+	x.cls.requeues++
+	rc.Response.Header.Set(hdrRequeued, strconv.Itoa(x.cls.requeues))
+	if err := x.admit(rc, body); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // preempt is called by the limiter when a higher class took the

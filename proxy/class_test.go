@@ -560,3 +560,87 @@ func TestFlexShareUnderPrioritySaturation(t *testing.T) {
 		t.Errorf("flex got %.3f of %d grants, want about 0.1", share, p+f)
 	}
 }
+
+// With preempt requeue, a flex request preempted before its first byte
+// is cancelled at the backend and goes back to the queue: once the
+// priority request is done it runs again and is answered 200, saying it
+// was requeued.
+func TestPreemptRequeue(t *testing.T) {
+	t.Parallel()
+	var flexSeen atomic.Int64
+	closed := make(chan struct{}, 4)
+	b := newTestBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if strings.Contains(string(body), "hold-first") && flexSeen.Add(1) == 1 {
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.WriteHeader(200)
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+				closed <- struct{}{}
+			case <-time.After(10 * time.Second):
+			}
+			return
+		}
+		sseHandler(2, 0)(w, r)
+	})
+	cfg := classesConfig(b.URL)
+	cfg.Shaping.Global.MaxRequests = 1
+	cfg.Classes.Preempt = preemptRequeue
+	gw := startGateway(t, cfg)
+	type answer struct {
+		code int
+		h    http.Header
+		body string
+	}
+	flex := make(chan answer, 1)
+	go func() {
+		c, h, body := send(gw.URL, heldBody("hold-first"))
+		flex <- answer{c, h, body}
+	}()
+	waitRequests(t, b, 1)
+	if code, _, body := send(gw.URL, priorityStream, bearer("sk-gold")...); code != 200 || !strings.Contains(body, "[DONE]") {
+		t.Fatalf("priority: %d %s", code, body)
+	}
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the backend never saw the preempted attempt's connection close")
+	}
+	f := <-flex
+	if f.code != 200 || !strings.Contains(f.body, "[DONE]") || f.h.Get("X-Infergate-Requeued") != "1" || f.h.Get("X-Infergate-Class") != "flex" {
+		t.Errorf("flex: %d %v %s", f.code, f.h, f.body)
+	}
+	if n := flexSeen.Load(); n != 2 {
+		t.Errorf("the backend saw the flex request %d times, want 2", n)
+	}
+	waitFor(t, 2*time.Second, "slots given back", func() bool { return gw.lim.Stats().InFlightRequests == 0 })
+	if s := gw.lim.Stats(); s.Classes[shaping.ClassFlex].Preempted != 1 || s.Classes[shaping.ClassFlex].Admitted != 2 {
+		t.Errorf("flex stats %+v", s.Classes[shaping.ClassFlex])
+	}
+}
+
+// Bad classes settings are refused by name.
+func TestClassesConfigErrors(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		want string
+		edit func(*Config)
+	}{
+		{"classes.preempt", func(c *Config) { c.Classes.Preempt = "sometimes" }},
+		{"mid_stream_eviction", func(c *Config) { c.Classes.Preempt, c.Classes.MidStreamEviction = preemptRequeue, true }},
+		{"classes.header", func(c *Config) { c.Classes.Header = "x class" }},
+		{"classes.lower_share", func(c *Config) { c.Classes.LowerShare = 1 }},
+		{"classes.above_ceiling", func(c *Config) { c.Classes.AboveCeiling = "maybe" }},
+		{"pools.p.class_priority", func(c *Config) { pc := c.Pools["p"]; pc.ClassPriority = "tgi"; c.Pools["p"] = pc }},
+		{"tenants.gold.max_class", func(c *Config) { c.Tenants["gold"] = TenantConfig{MaxClass: "platinum"} }},
+		{"default_class", func(c *Config) { c.Tenants["gold"] = TenantConfig{DefaultClass: "priority", MaxClass: "default"} }},
+	} {
+		cfg := classesConfig("http://127.0.0.1:1")
+		c.edit(&cfg)
+		_, err := New(cfg, nil)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v", c.want, err)
+		}
+	}
+}

@@ -65,6 +65,7 @@ type exchange struct {
 	prefill      prefillCharge
 	pol          policy.Decision // what the policy made of the request
 	cls          classNote       // its service class (class.go)
+	att          *classAttempt   // with classes.preempt requeue: the attempt a preemption ends
 	// key is the prompt's prefix, for a pool of selection prefix only
 	// (nil otherwise: the key is half a KiB, which every other request
 	// would carry for nothing); routeWhy is why the backend was picked.
@@ -277,7 +278,15 @@ func (g *Gateway) serveAPI(rc *fasthttp.RequestCtx, kind apiRoute) {
 	}
 	// A preemptible stream awaits its first event before its headers go
 	// out: until then it has sent nothing, and may be preempted.
-	if err := x.forward(x.cls.armed && x.stream); err != nil {
+	err = x.forward(x.cls.armed && x.stream)
+	for x.att != nil { // classes.preempt requeue: back to the queue (class.go)
+		var again bool
+		if again, err = x.requeue(rc, body, err); !again {
+			break
+		}
+		err = x.forward(x.cls.armed && x.stream)
+	}
+	if err != nil {
 		x.fail(rc, err)
 		return
 	}

@@ -41,9 +41,9 @@ func (x *exchange) forward(fill bool) error {
 		x.g.fail.at("attempt", x.id)
 		x.prepare(b)
 		x.tl.Attempts++
-		up, err := b.roundTrip(&x.ctx, x, &cfg.Timeouts)
+		up, err := b.roundTrip(x.attemptCtx(), x, &cfg.Timeouts)
 		if err != nil {
-			cause := x.ctx.Cause()
+			cause := x.attemptCause()
 			// A client that left or a total timeout is not the backend's fault.
 			x.dropAttempt(cause != nil)
 			// Connect errors and resets before any response byte move on;
