@@ -25,8 +25,9 @@ backend over the last minute the request rate, errors, TTFT, TPOT, output
 speed and end-to-end percentiles, and where the time went (the mean of each
 part of the gateway's attribution; the means add up to the mean total);
 with service classes, per class since the previous frame (from /metrics):
-requests, successes, shed and preempted counts, queue wait and TTFT
-percentiles, and the share that met its class's SLO.
+admitted, shed, preempted and timed-out counts, what waits and runs now,
+queue wait and TTFT percentiles, and the share that met the class's
+slo_ttft.
 On a terminal the screen is redrawn; otherwise one frame is printed per
 interval. Ctrl-C stops it.`
 

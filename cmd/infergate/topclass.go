@@ -9,15 +9,19 @@ import (
 	"github.com/infergate/infergate/internal/promtext"
 )
 
-// The gateway's per-class series (issue 45), read from its /metrics.
+// The gateway's per-class series (issue 45; proxy/classmetrics.go), read
+// from its /metrics: counters and gauges by class, and two histograms.
 const (
-	metricClassQueue     = "infergate_class_queue_seconds"      // histogram, class
-	metricClassTTFT      = "infergate_class_ttft_seconds"       // histogram, class
-	metricClassRequests  = "infergate_class_requests_total"     // counter, class and outcome
-	metricClassShed      = "infergate_class_shed_total"         // counter, class
-	metricClassPreempted = "infergate_class_preempted_total"    // counter, class
-	metricClassSLO       = "infergate_class_slo_attained_total" // counter, class
-	outcomeOK            = "ok"
+	metricClassAdmitted  = "infergate_class_admitted_total"
+	metricClassShed      = "infergate_class_shed_total"
+	metricClassPreempted = "infergate_class_preempted_total"
+	metricClassTimedOut  = "infergate_class_timed_out_total"
+	metricClassWaiting   = "infergate_class_waiting"
+	metricClassInFlight  = "infergate_class_in_flight"
+	metricClassJudged    = "infergate_class_slo_judged_total"
+	metricClassMet       = "infergate_class_slo_met_total"
+	metricClassQueue     = "infergate_class_queue_time_seconds"
+	metricClassTTFT      = "infergate_class_ttft_seconds"
 )
 
 // classOrder is the order of the classes' rows: highest first, then any
@@ -36,10 +40,10 @@ type classView struct {
 func (v *classView) render(w io.Writer, cur *promtext.Scrape) {
 	prev := v.prev
 	v.prev = cur
-	if !cur.Has(metricClassRequests) {
+	if !cur.Has(metricClassAdmitted) {
 		return
 	}
-	classes := cur.LabelValues(metricClassRequests, "class")
+	classes := cur.LabelValues(metricClassAdmitted, "class")
 	slices.SortStableFunc(classes, func(a, b string) int { return classRank(a) - classRank(b) })
 	span := "since the gateway started"
 	window := 0.0
@@ -47,20 +51,24 @@ func (v *classView) render(w io.Writer, cur *promtext.Scrape) {
 		window = cur.At.Sub(prev.At).Seconds()
 		span = fmt.Sprintf("last %.1f s", window)
 	}
-	fmt.Fprintf(w, "\nby class (%s):\n", span)
+	fmt.Fprintf(w, "\nby class (%s; waiting and in flight now):\n", span)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "class\trequests\treq/s\tok\tshed\tpreempted\tqueue p50\tp99\tTTFT p50\tp99\tSLO met\t")
+	fmt.Fprintln(tw, "class\tadmitted\t/s\twaiting\tin flight\tshed\tpreempted\ttimed out\tqueue p50\tp99\tTTFT p50\tp99\tSLO met\t")
 	for _, c := range classes {
 		where := [2]string{"class", c}
-		count := func(name string, extra ...[2]string) float64 {
-			now, _ := cur.Sum(name, append(extra, where)...)
+		count := func(name string) float64 {
+			now, _ := cur.Sum(name, where)
 			if prev != nil {
-				before, _ := prev.Sum(name, append(extra, where)...)
+				before, _ := prev.Sum(name, where)
 				if now >= before { // else the gateway restarted: all of now
 					now -= before
 				}
 			}
 			return now
+		}
+		gauge := func(name string) float64 {
+			v, _ := cur.Sum(name, where)
+			return v
 		}
 		hist := func(name string) []promtext.Bucket {
 			now := cur.Buckets(name, where)
@@ -69,18 +77,18 @@ func (v *classView) render(w io.Writer, cur *promtext.Scrape) {
 			}
 			return now
 		}
-		reqs := count(metricClassRequests)
+		admitted := count(metricClassAdmitted)
 		rate := "-"
 		if window > 0 {
-			rate = fmt.Sprintf("%.1f", reqs/window)
+			rate = fmt.Sprintf("%.1f", admitted/window)
 		}
 		met := "-"
-		if cur.Has(metricClassSLO) && reqs > 0 {
-			met = fmt.Sprintf("%.1f%%", 100*count(metricClassSLO)/reqs)
+		if judged := count(metricClassJudged); judged > 0 {
+			met = fmt.Sprintf("%.1f%%", 100*count(metricClassMet)/judged)
 		}
 		queue, ttft := hist(metricClassQueue), hist(metricClassTTFT)
-		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%.0f\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%s\t\n", c, reqs, rate, count(metricClassRequests, [2]string{"outcome", outcomeOK}),
-			count(metricClassShed), count(metricClassPreempted), histMs(queue, 0.5), histMs(queue, 0.99), histMs(ttft, 0.5), histMs(ttft, 0.99), met)
+		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%s\t\n", c, admitted, rate, gauge(metricClassWaiting), gauge(metricClassInFlight),
+			count(metricClassShed), count(metricClassPreempted), count(metricClassTimedOut), histMs(queue, 0.5), histMs(queue, 0.99), histMs(ttft, 0.5), histMs(ttft, 0.99), met)
 	}
 	tw.Flush()
 }

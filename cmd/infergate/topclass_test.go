@@ -17,24 +17,26 @@ import (
 )
 
 // classExposition is a gateway's per-class series after n rounds of
-// traffic: each round, 2 priority requests (TTFT 50 ms), 5 default (one
-// shed; TTFT 200 ms) and 3 flex (one preempted, one shed).
+// traffic: each round, 2 priority requests admitted (TTFT 50 ms), 4
+// default admitted and 1 shed (TTFT 200 ms), 2 flex admitted, 1 of them
+// preempted, and 1 shed; 3 flex waiting, 1 priority in flight now.
 func classExposition(n int) string {
 	var b strings.Builder
-	b.WriteString("# TYPE infergate_class_requests_total counter\n")
-	for _, c := range []struct {
-		class        string
-		ok, shed, pr int
-	}{{"flex", 1, 1, 1}, {"default", 4, 1, 0}, {"priority", 2, 0, 0}} {
-		fmt.Fprintf(&b, "infergate_class_requests_total{class=%q,outcome=\"ok\"} %d\n", c.class, c.ok*n)
-		fmt.Fprintf(&b, "infergate_class_requests_total{class=%q,outcome=\"shed\"} %d\n", c.class, (c.shed+c.pr)*n)
+	for _, m := range []struct {
+		name, kind     string
+		pri, def, flex int
+	}{
+		{"infergate_class_admitted_total", "counter", 2 * n, 4 * n, 2 * n},
+		{"infergate_class_shed_total", "counter", 0, n, n},
+		{"infergate_class_preempted_total", "counter", 0, 0, n},
+		{"infergate_class_timed_out_total", "counter", 0, 0, 0},
+		{"infergate_class_waiting", "gauge", 0, 0, 3},
+		{"infergate_class_in_flight", "gauge", 1, 0, 0},
+		{"infergate_class_slo_judged_total", "counter", 2 * n, 5 * n, 0},
+		{"infergate_class_slo_met_total", "counter", 2 * n, 2 * n, 0},
+	} {
+		fmt.Fprintf(&b, "# TYPE %s %s\n%s{class=\"priority\"} %d\n%s{class=\"default\"} %d\n%s{class=\"flex\"} %d\n", m.name, m.kind, m.name, m.pri, m.name, m.def, m.name, m.flex)
 	}
-	b.WriteString("# TYPE infergate_class_shed_total counter\n")
-	fmt.Fprintf(&b, "infergate_class_shed_total{class=\"flex\"} %d\ninfergate_class_shed_total{class=\"default\"} %d\ninfergate_class_shed_total{class=\"priority\"} 0\n", n, n)
-	b.WriteString("# TYPE infergate_class_preempted_total counter\n")
-	fmt.Fprintf(&b, "infergate_class_preempted_total{class=\"flex\"} %d\n", n)
-	b.WriteString("# TYPE infergate_class_slo_attained_total counter\n")
-	fmt.Fprintf(&b, "infergate_class_slo_attained_total{class=\"priority\"} %d\ninfergate_class_slo_attained_total{class=\"default\"} %d\n", 2*n, 2*n)
 	b.WriteString("# TYPE infergate_class_ttft_seconds histogram\n")
 	for _, c := range []struct {
 		class string
@@ -78,7 +80,7 @@ func TestTopShowsClasses(t *testing.T) {
 		t.Fatalf("%d frames:\n%s", len(frames)-1, text)
 	}
 	first, second := frames[1], frames[2]
-	if !strings.Contains(first, "by class (since the gateway started)") || !regexp.MustCompile(`by class \(last 0\.\d s\)`).MatchString(second) {
+	if !strings.Contains(first, "by class (since the gateway started;") || !regexp.MustCompile(`by class \(last 0\.\d s;`).MatchString(second) {
 		t.Errorf("spans wrong:\n%s", text)
 	}
 	row := func(frame, class string) []string {
@@ -90,15 +92,15 @@ func TestTopShowsClasses(t *testing.T) {
 		t.Fatalf("no %s row in:\n%s", class, frame)
 		return nil
 	}
-	// class requests req/s ok shed preempted queue-p50 p99 TTFT-p50 p99 SLO
-	if got := strings.Join(row(first, "priority"), " "); !strings.HasPrefix(got, "priority 20 - 20 0 0 - - 50.0 99.0 100.0%") {
+	// class admitted /s waiting in-flight shed preempted timed-out queue-p50 p99 TTFT-p50 p99 SLO
+	if got := strings.Join(row(first, "priority"), " "); got != "priority 20 - 0 1 0 0 0 - - 50.0 99.0 100.0%" {
 		t.Errorf("first frame, priority: %q", got)
 	}
-	if got := row(second, "flex"); got[1] != "9" || got[3] != "3" || got[4] != "3" || got[5] != "3" || got[10] != "0.0%" {
-		t.Errorf("second frame, flex (3 rounds: 9 requests, 3 ok, 3 shed, 3 preempted, none met its SLO): %q", got)
+	if got := strings.Join(row(second, "flex"), " "); !regexp.MustCompile(`^flex 6 [0-9.]+ 3 0 3 3 0 - - 175 248 -$`).MatchString(got) {
+		t.Errorf("second frame, flex (3 rounds: 6 admitted, 3 waiting, 3 shed, 3 preempted, no SLO): %q", got)
 	}
-	if got := row(second, "default"); got[1] != "15" || got[10] != "40.0%" {
-		t.Errorf("second frame, default (15 requests, 6 of them met the SLO): %q", got)
+	if got := row(second, "default"); got[1] != "12" || got[12] != "40.0%" {
+		t.Errorf("second frame, default (12 admitted, 6 of 15 judged met the SLO): %q", got)
 	}
 	at := func(class string) int { return regexp.MustCompile(`\n\s*` + class + ` `).FindStringIndex(second)[0] }
 	if i, j, k := at("priority"), at("default"), at("flex"); i > j || j > k {
