@@ -46,7 +46,12 @@ session keys: TTFT and cached share of the follow-up turns, spread of
 requests over the sims) and replicas (the keyed sessions through one
 gateway against --replicas gateways behind a round-robin HTTP front, with
 the --redis Redis and without); both sized by --sessions and --turns, each
-run ending when its sessions do (--round-time does not apply).
+run ending when its sessions do (--round-time does not apply); classes
+(issue 45: the memory-bound sim scheduling by priority at twice its
+capacity with a 20/50/30 priority/default/flex mix, through a gateway
+without classes, with them, and with them on three replicas sharing the
+--redis Redis, against an idle baseline; --classes-run is each arm's
+time).
 --gateway-bin runs another binary in the gateway's place, started as
 infergate serve is: another build, or the floor, the least a fasthttp
 proxy does (go build -o floorproxy ./internal/overhead/floorproxy; its
@@ -66,6 +71,7 @@ func runOverhead(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	sessions := fs.Int("sessions", 32, "sessions and replicas scenarios: sessions at once")
 	turns := fs.Int("turns", 8, "sessions and replicas scenarios: turns per session")
 	replicas := fs.Int("replicas", 4, "replicas scenario: gateway processes behind the round-robin front")
+	classesRun := fs.Duration("classes-run", 20*time.Second, "classes scenario: each loaded arm's time (the full size: 2m)")
 	streams := fs.Int("streams", overhead.DefaultStreams, "stream suites (stream1): streams per target per round, one at a time")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -88,7 +94,7 @@ func runOverhead(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 	}
 	o := &overhead.Overhead{Binary: self, Nginx: ng, Rounds: *rounds, RoundTime: *roundTime, IdleStreams: *idle, GatewayBinary: *gwBin, Report: stdout, Progress: stderr, Redis: *redisAddr,
-		Sessions: *sessions, Turns: *turns, Replicas: *replicas, Streams: *streams}
+		Sessions: *sessions, Turns: *turns, Replicas: *replicas, Streams: *streams, ClassesRun: *classesRun}
 	if *gwEnv != "" {
 		o.GatewayEnv = strings.Split(*gwEnv, ",")
 	}

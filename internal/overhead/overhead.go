@@ -43,6 +43,9 @@ type Overhead struct {
 	// sessions of 8 turns); Replicas is the replicas scenario's gateway
 	// processes (0: 4).
 	Sessions, Turns, Replicas int
+	// ClassesRun is each loaded arm's time in the classes scenario (0:
+	// 20 s, a run of about two minutes).
+	ClassesRun time.Duration
 	// Streams is a stream suite's streams per target per round (0:
 	// DefaultStreams).
 	Streams int
@@ -132,6 +135,8 @@ func (o *Overhead) runOne(ctx context.Context, dir, name string) error {
 		return o.sessionsScenario(ctx, dir)
 	case "replicas":
 		return o.replicasScenario(ctx, dir)
+	case "classes":
+		return o.classesScenario(ctx, dir)
 	}
 	if i := slices.IndexFunc(StreamSuites(), func(s StreamSuite) bool { return s.Name == name }); i >= 0 {
 		return o.streamSuite(ctx, dir, StreamSuites()[i])
