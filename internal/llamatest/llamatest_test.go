@@ -137,21 +137,28 @@ func slotsBusy(t *testing.T, s *Server) int {
 }
 
 // TestClientCloseFreesSlot: what a gateway's preemption before the first
-// byte relies on. A client that closes its connection before it has
-// received anything (a stream still in its prompt's prefill; a whole
-// answer mid-generation) gets its slot freed: /slots shows it idle. The
-// time it takes is logged: llama-server notices a closed client by
-// polling it every HTTP_POLLING_SECONDS (1 s in server-context.cpp) while
-// it waits for results, so up to about a second, not vLLM's immediate
-// abort; the test holds it to that bound (1.5 s with the batch in flight).
+// byte relies on: a client that closes its connection before its first
+// token gets its slot freed (/slots shows it idle), and how soon. A
+// stream in its prompt's prefill: llama-server notices a closed client by
+// polling it every HTTP_POLLING_SECONDS (1 s, server-context.cpp) while
+// it waits for results, and cancels the task between batches, so the
+// slot frees within about a second plus the batch in flight (-b 256
+// here), not at vLLM's next step; held to 2.5 s (1.19 s measured). A
+// whole (non-streamed) answer: 3.21.1 does not cancel it for a client
+// that left but generates it to its end (599 of 600 tokens, no "cancel
+// task" in its log; slot idle 2.97 s after the close), so a gateway that
+// preempts a non-streamed request frees nothing on llama.cpp until then;
+// the test holds it to the generation's length.
 func TestClientCloseFreesSlot(t *testing.T) {
-	s := Start(t, Options{Predict: 4096, Context: 8192})
+	s := Start(t, Options{Predict: 4096, Context: 8192, Args: []string{"-b", "256", "-ub", "256"}})
 	long := strings.Repeat("The sea is wide and the ships are slow. ", 150) // ~1,500 tokens of prefill
 	tests := []struct {
 		name, body string
+		bound      time.Duration
 	}{
-		{"stream in prefill", fmt.Sprintf(`{"model":"x","max_tokens":4000,"stream":true,"messages":[{"role":"user","content":%q}]}`, long)},
-		{"whole answer mid-generation", `{"model":"x","max_tokens":4000,"messages":[{"role":"user","content":"Tell me about the sea."}]}`},
+		{"stream in prefill", fmt.Sprintf(`{"model":"x","max_tokens":4000,"stream":true,"messages":[{"role":"user","content":%q}]}`, long), 2500 * time.Millisecond},
+		// 600 tokens: a few seconds of generation, the longest it may hold the slot.
+		{"whole answer mid-generation", `{"model":"x","max_tokens":600,"messages":[{"role":"user","content":"Tell me about the sea."}]}`, 15 * time.Second},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -168,11 +175,12 @@ func TestClientCloseFreesSlot(t *testing.T) {
 				}
 				time.Sleep(2 * time.Millisecond)
 			}
-			// Nothing has reached the client: the first byte of a stream
-			// comes with its first token, a whole answer at its end.
-			_ = conn.SetReadDeadline(time.Now().Add(time.Millisecond))
-			if n, _ := conn.Read(make([]byte, 1)); n > 0 {
-				t.Fatal("the client got a byte before it closed; the prompt prefilled too fast to test this")
+			time.Sleep(50 * time.Millisecond) // well into the prefill, or the generation
+			// Headers (and a stream's role chunk) may be out; no token is.
+			_ = conn.SetReadDeadline(time.Now().Add(5 * time.Millisecond))
+			got, _ := io.ReadAll(conn)
+			if strings.Contains(string(got), `"content":"`) && !strings.Contains(string(got), `"content":""`) || strings.Contains(string(got), `"choices"`) && !strings.Contains(string(got), "data:") {
+				t.Fatalf("a token reached the client before it closed; the prompt prefilled too fast to test this: %.300s", got)
 			}
 			closed := time.Now()
 			conn.Close()
@@ -182,15 +190,12 @@ func TestClientCloseFreesSlot(t *testing.T) {
 					freed = time.Since(closed)
 					break
 				}
-				if time.Since(closed) > 5*time.Second {
-					t.Fatal("5 s after the client closed, its slot is still processing")
+				if time.Since(closed) > tc.bound {
+					t.Fatalf("%v after the client closed, its slot is still processing", tc.bound)
 				}
 				time.Sleep(2 * time.Millisecond)
 			}
-			t.Logf("%s: slot idle %v after the client closed (vLLM-like target: 100ms; llama-server polls closed clients every 1 s)", tc.name, freed)
-			if freed > 1500*time.Millisecond {
-				t.Errorf("slot freed %v after the client closed, want within llama-server's 1 s poll (1.5 s)", freed)
-			}
+			t.Logf("%s: slot idle %v after the client closed (vLLM frees at its next step: the 100 ms target)", tc.name, freed)
 		})
 	}
 }
