@@ -26,6 +26,10 @@ const (
 	headerClass     = "X-Infergate-Class"
 	headerRefusal   = "X-Infergate-Refusal"
 	headerPreempted = "X-Infergate-Preempted"
+	// headerRequeued: the gateway preempted the request and put it back
+	// in its queue this many times before it was served (classes.preempt
+	// requeue).
+	headerRequeued = "X-Infergate-Requeued"
 )
 
 // Bounds on a class mix as the user writes it.

@@ -226,6 +226,11 @@ func classGateway(t *testing.T) (string, *atomic.Int64) {
 			return
 		}
 		w.Header().Set("X-Infergate-Class", req.Tier)
+		if req.Tier == "priority" {
+			w.Header().Set("X-Infergate-Requeued", "0")
+		} else if req.Tier == "default" {
+			w.Header().Set("X-Infergate-Requeued", "1")
+		}
 		w.Header().Set("Content-Type", "text/event-stream")
 		if req.Tier == "default" {
 			time.Sleep(30 * time.Millisecond) // over the SLO below
@@ -273,6 +278,9 @@ func TestRunReportsByClass(t *testing.T) {
 	}
 	if d.Refused["429 tenant_limit_reached"] == 0 || len(d.Refused) != 1 {
 		t.Errorf("default refusals %v, want 429 tenant_limit_reached (the body's code, tidied)", d.Refused)
+	}
+	if p.Requeued != 0 || d.Requeued != d.OK {
+		t.Errorf("requeued: priority %d (their header said 0), default %d of %d answered", p.Requeued, d.Requeued, d.OK)
 	}
 	if p.OK != p.Requests || p.Served["priority"] != p.Requests || p.TTFTP50 == nil {
 		t.Errorf("priority %+v: want all served as priority, with a TTFT", p)

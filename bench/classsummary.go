@@ -29,6 +29,9 @@ type ClassSummary struct {
 	// (X-Infergate-Class), when it said: a class above a tenant's ceiling
 	// shows as served lower.
 	Served map[string]int `json:"served,omitempty"`
+	// Requeued counts the requests the gateway preempted and queued
+	// again before it answered them (classes.preempt requeue).
+	Requeued int `json:"requeued,omitempty"`
 	// Queue is the gateway's queue wait of the successes (its timeline,
 	// --gateway-timing), nil when it reported none.
 	QueueP50 *float64 `json:"queue_p50_ms,omitempty"`
@@ -95,6 +98,9 @@ func classSummary(class string, ws []*row, reasons []string, slos []verdict.SLO)
 				cs.Served = map[string]int{}
 			}
 			cs.Served[tagName(w.served)]++
+		}
+		if w.requeued {
+			cs.Requeued++
 		}
 		if !w.ok {
 			if w.shed > 0 && int(w.shed) <= len(reasons) {
@@ -200,5 +206,14 @@ func (s *Summary) writeClasses(w io.Writer) {
 	if len(served) > 0 {
 		slices.Sort(served)
 		fmt.Fprintf(w, "(the gateway served another class than asked: %s)\n", strings.Join(served, ", "))
+	}
+	var requeued []string
+	for _, c := range s.Classes {
+		if c.Requeued > 0 {
+			requeued = append(requeued, fmt.Sprintf("%s %d", c.Class, c.Requeued))
+		}
+	}
+	if len(requeued) > 0 {
+		fmt.Fprintf(w, "(preempted and queued again before being answered: %s)\n", strings.Join(requeued, ", "))
 	}
 }

@@ -217,6 +217,9 @@ func (c *Client) do(ctx context.Context, body []byte, header [2]string, stream b
 		refusal = bytes.Clone(resp.Header.Peek(headerRefusal))
 	}
 	r.ServedClass = servedClass(resp.Header.Peek(headerClass))
+	if n := resp.Header.Peek(headerRequeued); len(n) > 0 && string(n) != "0" {
+		r.Requeued = true
+	}
 	isSSE := stream && r.Status == 200 && bytes.HasPrefix(resp.Header.ContentType(), textEventStream)
 	// Kept for an error's text: what came back when it was not a completion.
 	p.contentType = append(p.contentType[:0], resp.Header.ContentType()...)

@@ -36,6 +36,7 @@ type row struct {
 	// for another value), 0 for none; shed is 1 + the index of a 429 or
 	// 503's reason in the collector's reasons.
 	class, served, shed uint8
+	requeued            bool // the gateway preempted and requeued it
 }
 
 // Collector gathers the results of a run, stage by stage. It is safe for
@@ -152,7 +153,7 @@ func (c *Collector) Add(r *Result) {
 	if r.ReasoningEvents > 0 || r.ReasoningTokens > 0 {
 		w.ttfo = int64(r.TTFO)
 	}
-	w.class, w.served = classTag(r.Class), classTag(r.ServedClass)
+	w.class, w.served, w.requeued = classTag(r.Class), classTag(r.ServedClass), r.Requeued
 	if r.ShedReason != "" {
 		w.shed = c.reason(r.ShedReason)
 	}

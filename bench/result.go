@@ -41,6 +41,9 @@ type Result struct {
 	// say). ShedReason is why a 429 or 503 was refused ("503 preempted",
 	// "429 tenant_limit_reached": refusalReason), "" otherwise.
 	Class, ServedClass, ShedReason string
+	// Requeued is set when the gateway preempted the request and queued
+	// it again before serving it (X-Infergate-Requeued).
+	Requeued bool
 	// Session and Turn say which session (from 0) and which of its
 	// turns (from 1) the request was; Turn 0 outside sessions.
 	Session, Turn int
