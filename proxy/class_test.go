@@ -386,7 +386,7 @@ func TestShedAndTotalsOverHTTP(t *testing.T) {
 			metricSheds += v
 		}
 	}
-	if int64(metricSheds) != sheds || !strings.Contains(m, "infergate_class_queue_seconds_bucket") || !strings.Contains(m, "infergate_class_admitted_total") ||
+	if int64(metricSheds) != sheds || !strings.Contains(m, "infergate_class_queue_time_seconds_bucket") || !strings.Contains(m, "infergate_class_admitted_total") ||
 		!strings.Contains(m, `infergate_class_requests_total{class="priority",outcome="ok"`) || !strings.Contains(m, "infergate_class_ttft_seconds_bucket") {
 		t.Errorf("metrics: %v sheds (limiter %d), or class metrics missing", metricSheds, sheds)
 	}

@@ -19,11 +19,11 @@ import (
 //	infergate.class.requests                                          counter, by class and outcome
 //	infergate.class.admitted, .queued, .shed, .preempted, .timed_out  counters
 //	infergate.class.waiting, .in_flight                               gauges
-//	infergate.class.slo_judged, .slo_attained                         counters
-//	infergate.class.queue, .ttft                                      histograms (s)
+//	infergate.class.slo_judged, .slo_met                              counters
+//	infergate.class.queue_time, .ttft                                 histograms (s)
 //
 // each with attribute class (priority, default, flex); cmd/infergate top
-// reads them (topclass.go).
+// (topclass.go) and the Grafana dashboard read them: keep the names.
 
 // classMetrics are the instruments recorded as requests end, and the
 // attainment counts /admin/stats shows.
@@ -47,7 +47,7 @@ func (g *Gateway) observeClasses(meter metric.Meter) error {
 		metric.WithDescription("Requests that ended, by service class and outcome (ok, shed, preempted, ...; bad requests are not counted).")); err != nil {
 		return err
 	}
-	if cm.queueTime, err = meter.Float64Histogram("infergate.class.queue", metric.WithUnit("s"),
+	if cm.queueTime, err = meter.Float64Histogram("infergate.class.queue_time", metric.WithUnit("s"),
 		metric.WithDescription("Time requests waited for an admission slot, by service class."), metric.WithExplicitBucketBoundaries(classBounds...)); err != nil {
 		return err
 	}
@@ -68,7 +68,7 @@ func (g *Gateway) observeClasses(meter metric.Meter) error {
 	waiting := in.gauge("infergate.class.waiting", "{request}", "Requests waiting for a slot, by service class.")
 	inFlight := in.gauge("infergate.class.in_flight", "{request}", "Requests holding a slot, by service class (this replica).")
 	judged := in.counter("infergate.class.slo_judged", "{request}", "Requests judged against their class's slo_ttft (answered or refused; not bad requests).")
-	met := in.counter("infergate.class.slo_attained", "{request}", "Requests answered within their class's slo_ttft.")
+	met := in.counter("infergate.class.slo_met", "{request}", "Requests answered within their class's slo_ttft.")
 	return in.register(func(_ context.Context, o metric.Observer) error {
 		if !g.state.Load().cfg.Classes.Enabled {
 			return nil
