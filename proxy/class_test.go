@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +18,7 @@ import (
 	"github.com/infergate/infergate/shaping"
 	"github.com/infergate/infergate/sim"
 	"github.com/infergate/infergate/sim/simtest"
+	"github.com/infergate/infergate/tracing"
 )
 
 // classesConfig is a gateway with classes on in front of url: tenant
@@ -277,6 +280,12 @@ func TestMidStreamEviction(t *testing.T) {
 	cfg.Shaping.Global.MaxRequests = 1
 	cfg.Classes.MidStreamEviction = true
 	gw := startGateway(t, cfg)
+	defer func() {
+		gw.syncTelemetry()
+		if !strings.Contains(gw.logs.String(), "class=flex refusal=preempted") {
+			t.Errorf("the evicted stream's log line names no refusal:\n%s", gw.logs.String())
+		}
+	}()
 	conn, br := rawStream(t, gw.Addr, heldBody("hold-after"))
 	defer conn.Close()
 	resp, err := http.ReadResponse(br, nil)
@@ -324,6 +333,8 @@ func TestShedAndTotalsOverHTTP(t *testing.T) {
 	cfg.Shaping.Global.MaxRequests = 2
 	cfg.Shaping.Queue = shaping.QueueConfig{MaxWaiting: 4, MaxWaitingPerTenant: -1, Timeout: 5 * time.Second}
 	cfg.Classes.Preempt = preemptOff // shedding alone
+	logPath := filepath.Join(t.TempDir(), "requests.jsonl")
+	cfg.RequestLog = tracing.LogConfig{Path: logPath}
 	gw := startGateway(t, cfg)
 	var wg sync.WaitGroup
 	var ok, shed, other atomic.Int64
@@ -385,6 +396,39 @@ func TestShedAndTotalsOverHTTP(t *testing.T) {
 			fmt.Sscan(l[strings.LastIndexByte(l, ' ')+1:], &v)
 			metricSheds += v
 		}
+	}
+	// The request log has every request once, with its class, and the
+	// refused ones with their reason.
+	var entries []tracing.Entry
+	waitFor(t, 2*time.Second, "60 request-log lines", func() bool {
+		b, _ := os.ReadFile(logPath)
+		entries = entries[:0]
+		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			var e tracing.Entry
+			if json.Unmarshal([]byte(l), &e) == nil {
+				entries = append(entries, e)
+			}
+		}
+		return len(entries) == 60
+	})
+	var logOK, logShed, logRefused int64
+	for _, e := range entries {
+		switch {
+		case e.Class == "":
+			t.Errorf("a log entry without its class: %+v", e)
+		case e.Status == 200:
+			logOK++
+		case e.Refusal == "":
+			t.Errorf("a refused entry without its reason: %+v", e)
+		default:
+			logRefused++
+			if e.Refusal == "shed" {
+				logShed++
+			}
+		}
+	}
+	if logOK != ok.Load() || logShed != shed.Load() || logOK+logRefused != 60 {
+		t.Errorf("request log: %d ok, %d shed, %d refused; clients saw %d ok, %d shed", logOK, logShed, logRefused, ok.Load(), shed.Load())
 	}
 	if int64(metricSheds) != sheds || !strings.Contains(m, "infergate_class_queue_time_seconds_bucket") || !strings.Contains(m, "infergate_class_admitted_total") ||
 		!strings.Contains(m, `infergate_class_requests_total{class="priority",outcome="ok"`) || !strings.Contains(m, "infergate_class_ttft_seconds_bucket") {

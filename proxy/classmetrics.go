@@ -114,6 +114,16 @@ func (x *exchange) recordClass() {
 	}
 }
 
+// refusal is why admission refused the request or took its slot back,
+// "" otherwise: a stream evicted after its first byte has no header to
+// say it, but its log entry does.
+func (x *exchange) refusal() string {
+	if x.cls.refusal == "" && x.outcome == outcomePreempted {
+		return "preempted"
+	}
+	return x.cls.refusal
+}
+
 // firstSeen is when the client saw its first token: a stream's TTFT, a
 // plain answer's whole time; 0 when it saw none.
 func (x *exchange) firstSeen() time.Duration {

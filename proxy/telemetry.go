@@ -128,8 +128,8 @@ func (x *exchange) logLine() {
 			attrs = append(attrs, slog.String("class_requested", x.cls.asked.String()))
 		}
 	}
-	if x.cls.refusal != "" {
-		attrs = append(attrs, slog.String("refusal", x.cls.refusal))
+	if r := x.refusal(); r != "" {
+		attrs = append(attrs, slog.String("refusal", r))
 	}
 	if x.err != nil {
 		attrs = append(attrs, slog.String("err", x.err.Error()))
@@ -172,7 +172,7 @@ func (x *exchange) logEntry() {
 			e.ClassRequested = x.cls.asked.String()
 		}
 	}
-	e.Refusal = x.cls.refusal
+	e.Refusal = x.refusal()
 	x.g.rlog.Log(e)
 }
 

@@ -72,6 +72,9 @@ func (e *Entry) AppendJSON(dst []byte) []byte {
 			dst = append(append(dst, `,"body":`...), buf.Bytes()...)
 		}
 	}
+	dst = optString(dst, `,"class":`, e.Class)
+	dst = optString(dst, `,"class_requested":`, e.ClassRequested)
+	dst = optString(dst, `,"refusal":`, e.Refusal)
 	return append(dst, '}')
 }
 

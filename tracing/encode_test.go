@@ -34,7 +34,7 @@ func TestEntryAppendJSON(t *testing.T) {
 	q, p, cached := 1.5, 0.0, 96
 	full := Entry{Time: time.Date(2026, 12, 2, 10, 0, 0, 123456789, time.UTC), ID: "r1", Path: "/v1/chat/completions", Tenant: "t",
 		Model: "m", Backend: "http://b:1", Route: "prefix_warm", CachedTokens: &cached, Stream: true, Status: 200, Outcome: "ok", InputTokens: 3, OutputTokens: 5, Events: 7, Attempts: 1,
-		TTFT: 12.345, FinishReason: "stop", Error: "x", Body: json.RawMessage("{\n  \"model\": \"m\"\n}"),
+		TTFT: 12.345, FinishReason: "stop", Error: "x", Body: json.RawMessage("{\n  \"model\": \"m\"\n}"), Class: "default", ClassRequested: "priority", Refusal: "shed",
 		Timing: &openai.Timing{TTFT: 1, Queue: 0.001, Gateway: 2, Total: 10, Relay: 0.5, RelayMax: 0.1, Backend: &openai.BackendTiming{Source: "vllm", Queue: &q, Prefill: &p}}}
 	tests := []struct {
 		name string
