@@ -68,6 +68,9 @@ type Config struct {
 	Output    OutputConfig    `yaml:"output"`
 	Quality   QualityConfig   `yaml:"quality"`
 	Faults    Faults          `yaml:"faults"`
+	// KVEvents publishes the prefix cache's events as vLLM's
+	// --kv-events-config does (kvevents.go); off by default.
+	KVEvents KVEventsConfig `yaml:"kv_events"`
 }
 
 // EngineConfig shapes the continuous-batching engine.
@@ -294,6 +297,9 @@ func (c *Config) ApplyVariant(v string) error {
 // Validate reports the first invalid field by its config name.
 func (c *Config) Validate() error {
 	e := &c.Engine
+	if err := c.KVEvents.validate(); err != nil {
+		return err
+	}
 	switch {
 	case c.Listen == "":
 		return errors.New("sim: listen: must be set")
@@ -418,6 +424,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&q.MalformedJSONRate, "malformed-json-rate", q.MalformedJSONRate, "share of json_object answers that are invalid JSON (0..1)")
 	fs.Float64Var(&q.TruncationRate, "truncation-rate", q.TruncationRate, "share of answers cut short (0..1)")
 	fs.Float64Var(&q.RefusalRate, "refusal-rate", q.RefusalRate, "share of answers that refuse (0..1)")
+	c.KVEvents.registerFlags(fs)
 	f := &c.Faults
 	fs.Float64Var(&f.ErrorRate, "error-rate", f.ErrorRate, "share of requests answered with --error-status (0..1)")
 	fs.IntVar(&f.ErrorStatus, "error-status", f.ErrorStatus, "status of injected errors: 500, 502, 503 or 429")

@@ -115,6 +115,11 @@ type engine struct {
 	freeBlocks  int
 	totalBlocks int
 	cache       *prefixCache // nil without prefix caching
+	// kv, when set, is sent the cache's events once per step (kvevents.go).
+	kv        *kvPublisher
+	kvPending []kvEvent
+	// control runs a function on the loop (a cache reset).
+	control chan func(*engine)
 
 	// busy is the scheduler's own compute time, in ns, for overhead checks.
 	busy  atomic.Int64
@@ -125,7 +130,7 @@ func newEngine(cfg EngineConfig, speedup float64, m *metrics) *engine {
 	total := cfg.KVCacheTokens / cfg.BlockSize
 	e := &engine{
 		cfg: cfg, speedup: speedup, metrics: m,
-		submit: make(chan *seq, 1024), kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+		submit: make(chan *seq, 1024), control: make(chan func(*engine)), kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		freeBlocks: total, totalBlocks: total,
 	}
 	if cfg.PrefixCaching {
@@ -142,7 +147,9 @@ func (e *engine) takeBlocks(n int) bool {
 		return false
 	}
 	for e.freeBlocks < n {
-		e.cache.evict()
+		if h, ok := e.cache.evict(); ok && e.kv != nil {
+			e.kvRemoved(h)
+		}
 		e.freeBlocks++
 	}
 	e.freeBlocks -= n
@@ -177,6 +184,9 @@ func (e *engine) register(s *seq) {
 		}
 		b := &cachedBlock{hash: h, refs: 1}
 		e.cache.blocks[h] = b
+		if e.kv != nil {
+			e.kvStored(s.hashes, i)
+		}
 		s.shared = append(s.shared, b)
 		s.blocks--
 	}
@@ -232,6 +242,10 @@ func (e *engine) loop() {
 				e.enqueue(s)
 			case <-e.kick:
 				continue // an abort of a sequence that is already gone
+			case f := <-e.control:
+				f(e)
+				e.kvFlush()
+				continue
 			case <-e.stop:
 				return
 			}
@@ -275,6 +289,7 @@ func (e *engine) loop() {
 			s.wake()
 			touched[i] = nil
 		}
+		e.kvFlush()
 		e.busy.Add(int64(time.Since(t1)))
 	}
 }

@@ -2,9 +2,9 @@ package sim
 
 import (
 	"encoding/json"
-	"hash/maphash"
 	"strconv"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/infergate/infergate/internal/tokens"
 	"github.com/infergate/infergate/openai"
 )
@@ -20,10 +20,12 @@ import (
 // to the end of block i. Messages (and the tools before them) are framed
 // as promptText counts them (4 tokens before each content); a block that ends inside a word closes
 // with it (tokens.Blocks). Completion prompts given as token ids are
-// hashed 16 ids... block size ids at a time.
-func promptBlocks(t *tokens.Tokenizer, seed maphash.Seed, r *openai.Request, bs int) []uint64 {
-	var h maphash.Hash
-	h.SetSeed(seed)
+// hashed 16 ids... block size ids at a time. The hash has no seed: every
+// simulator names a prompt's blocks alike, as vLLM's sha256 block hashes
+// do, so the KV events of two engines agree (kvevents.go).
+func promptBlocks(t *tokens.Tokenizer, r *openai.Request, bs int) []uint64 {
+	var h xxhash.Digest
+	h.Reset()
 	var out []uint64
 	n := 0
 	text := func(s string) {
@@ -151,16 +153,16 @@ func (c *prefixCache) ref(h uint64) *cachedBlock {
 	return b
 }
 
-// evict drops the least recently used unreferenced block; false when
-// every cached block is in use.
-func (c *prefixCache) evict() bool {
+// evict drops the least recently used unreferenced block and returns
+// its hash; false when every cached block is in use.
+func (c *prefixCache) evict() (uint64, bool) {
 	b := c.lru.next
 	if b == &c.lru {
-		return false
+		return 0, false
 	}
 	c.unlink(b)
 	delete(c.blocks, b.hash)
-	return true
+	return b.hash, true
 }
 
 // release drops a sequence's references, the last block first, so that

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"hash/maphash"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -35,8 +34,8 @@ type Server struct {
 	created int64
 	nonce   atomic.Uint64
 	clock   clock
-	// hashSeed names the prefix cache's blocks.
-	hashSeed maphash.Seed
+	// kv publishes the prefix cache's events (kvevents.go); nil when off.
+	kv *kvPublisher
 }
 
 // New fills in cfg's defaults, validates it and builds a simulator; it loads the tokenizer and, in
@@ -53,11 +52,17 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{cfg: cfg, tok: tok, metrics: newMetrics(cfg.Model, cfg.Engine), watch: hangup.New(0), log: log, created: time.Now().Unix(), hashSeed: maphash.MakeSeed()}
+	s := &Server{cfg: cfg, tok: tok, metrics: newMetrics(cfg.Model, cfg.Engine), watch: hangup.New(0), log: log, created: time.Now().Unix()}
 	s.admit = &admission{cfg: cfg.Admission, rejected: s.metrics.rejected}
 	if cfg.Mode == ModeEngine {
 		s.eng = newEngine(cfg.Engine, cfg.Quality.DecodeSpeedup, s.metrics)
 		s.eng.priority = cfg.SchedulingPolicy == PolicyPriority
+		if cfg.KVEvents.Endpoint != "" && cfg.Engine.PrefixCaching {
+			if s.kv, err = newKVPublisher(cfg.KVEvents, log); err != nil {
+				return nil, err
+			}
+			s.eng.kv = s.kv
+		}
 		eng := s.eng
 		s.metrics.reg.MustRegister(
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "infergate_sim_scheduler_busy_seconds_total",
@@ -103,6 +108,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	err := s.srv.ShutdownWithContext(ctx)
 	s.watch.Close()
+	if s.kv != nil {
+		s.kv.close()
+	}
 	return err
 }
 
@@ -142,7 +150,8 @@ func (s *Server) handle(rc *fasthttp.RequestCtx) {
 
 // tokenize counts a prompt as vLLM's /tokenize does, from messages (with
 // the chat template's framing) or a prompt, as the completions count it.
-// It answers the count and the context length; not the token ids.
+// It answers the count, the context length and token ids: those of the
+// prompt's full blocks are the ones its KV events carry (tokenIDs).
 func (s *Server) tokenize(rc *fasthttp.RequestCtx) {
 	var req openai.Request
 	if !s.decode(rc, &req) {
@@ -154,9 +163,10 @@ func (s *Server) tokenize(rc *fasthttp.RequestCtx) {
 		return
 	}
 	b, _ := json.Marshal(struct {
-		Count       int `json:"count"`
-		MaxModelLen int `json:"max_model_len"`
-	}{n, s.cfg.Output.MaxModelLen})
+		Count       int      `json:"count"`
+		MaxModelLen int      `json:"max_model_len"`
+		Tokens      []uint32 `json:"tokens"`
+	}{n, s.cfg.Output.MaxModelLen, s.tokenIDs(&req, n)})
 	rc.SetContentType("application/json")
 	rc.SetBody(b)
 }
@@ -309,7 +319,7 @@ func (s *Server) complete(rc *fasthttp.RequestCtx, chat, responses bool) {
 		sq.charge = charge
 		sq.priority = priority
 		if s.cfg.Engine.PrefixCaching {
-			sq.hashes = promptBlocks(s.tok, s.hashSeed, &req, s.cfg.Engine.BlockSize)
+			sq.hashes = promptBlocks(s.tok, &req, s.cfg.Engine.BlockSize)
 			r.prefixCaching = true
 		}
 		if !s.eng.add(sq) {
