@@ -136,29 +136,45 @@ func slotsBusy(t *testing.T, s *Server) int {
 	return n
 }
 
+// firstTokenAfter is how long a one-token stream waits for its token
+// (its own prefill and anything ahead of it in the one slot).
+func firstTokenAfter(t *testing.T, s *Server) time.Duration {
+	t.Helper()
+	start := time.Now()
+	resp, err := http.Post(s.URL+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"x","max_tokens":1,"stream":true,"messages":[{"role":"user","content":"Hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if !strings.Contains(string(b), "data: [DONE]") {
+		t.Fatalf("the next request did not complete: %.300s", b)
+	}
+	return time.Since(start)
+}
+
 // TestClientCloseFreesSlot: what a gateway's preemption before the first
 // byte relies on: a client that closes its connection before its first
-// token gets its slot freed (/slots shows it idle), and how soon. A
-// stream in its prompt's prefill: llama-server notices a closed client by
-// polling it every HTTP_POLLING_SECONDS (1 s, server-context.cpp) while
-// it waits for results, and cancels the task between batches, so the
-// slot frees within about a second plus the batch in flight (-b 256
-// here), not at vLLM's next step; held to 2.5 s (1.19 s measured). A
-// whole (non-streamed) answer: 3.21.1 does not cancel it for a client
-// that left but generates it to its end (599 of 600 tokens, no "cancel
-// task" in its log; slot idle 2.97 s after the close), so a gateway that
-// preempts a non-streamed request frees nothing on llama.cpp until then;
-// the test holds it to the generation's length.
+// token gets its slot freed, and how soon: the next request (one slot)
+// gets its token that much later than on an idle server. The server is
+// not polled meanwhile: llama-server notices a closed client only when
+// its wait for results times out (HTTP_POLLING_SECONDS, 1 s), and other
+// requests' results (a /slots or /metrics poll every few ms) keep
+// restarting that wait, so a polled server kept a closed plain request
+// generating to its end (6.3 s for 1,000 tokens). A stream in its
+// prompt's prefill, and a plain answer mid-generation, are both let go
+// within about a second (not at vLLM's next step: the 100 ms target is
+// the simulator's); held to 2.5 s.
 func TestClientCloseFreesSlot(t *testing.T) {
 	s := Start(t, Options{Predict: 4096, Context: 8192, Args: []string{"-b", "256", "-ub", "256"}})
+	base := firstTokenAfter(t, s)
 	long := strings.Repeat("The sea is wide and the ships are slow. ", 150) // ~1,500 tokens of prefill
 	tests := []struct {
 		name, body string
-		bound      time.Duration
 	}{
-		{"stream in prefill", fmt.Sprintf(`{"model":"x","max_tokens":4000,"stream":true,"messages":[{"role":"user","content":%q}]}`, long), 2500 * time.Millisecond},
-		// 600 tokens: a few seconds of generation, the longest it may hold the slot.
-		{"whole answer mid-generation", `{"model":"x","max_tokens":600,"messages":[{"role":"user","content":"Tell me about the sea."}]}`, 15 * time.Second},
+		{"stream in prefill", fmt.Sprintf(`{"model":"x","max_tokens":4000,"stream":true,"messages":[{"role":"user","content":%q}]}`, long)},
+		{"whole answer mid-generation", `{"model":"x","max_tokens":2000,"messages":[{"role":"user","content":"Tell me about the sea."}]}`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -173,29 +189,21 @@ func TestClientCloseFreesSlot(t *testing.T) {
 				if time.Now().After(deadline) {
 					t.Fatal("the request never took a slot")
 				}
-				time.Sleep(2 * time.Millisecond)
+				time.Sleep(5 * time.Millisecond)
 			}
-			time.Sleep(50 * time.Millisecond) // well into the prefill, or the generation
+			time.Sleep(100 * time.Millisecond) // well into the prefill, or the generation
 			// Headers (and a stream's role chunk) may be out; no token is.
 			_ = conn.SetReadDeadline(time.Now().Add(5 * time.Millisecond))
 			got, _ := io.ReadAll(conn)
 			if strings.Contains(string(got), `"content":"`) && !strings.Contains(string(got), `"content":""`) || strings.Contains(string(got), `"choices"`) && !strings.Contains(string(got), "data:") {
 				t.Fatalf("a token reached the client before it closed; the prompt prefilled too fast to test this: %.300s", got)
 			}
-			closed := time.Now()
 			conn.Close()
-			var freed time.Duration
-			for {
-				if slotsBusy(t, s) == 0 {
-					freed = time.Since(closed)
-					break
-				}
-				if time.Since(closed) > tc.bound {
-					t.Fatalf("%v after the client closed, its slot is still processing", tc.bound)
-				}
-				time.Sleep(2 * time.Millisecond)
+			freed := firstTokenAfter(t, s) - base
+			t.Logf("%s: the slot was let go about %v after the client closed (the next request's token %v later than on an idle server)", tc.name, freed.Round(time.Millisecond), freed.Round(time.Millisecond))
+			if freed > 2500*time.Millisecond {
+				t.Errorf("the slot was held %v after the client closed, want within llama-server's 1 s poll (2.5 s)", freed)
 			}
-			t.Logf("%s: slot idle %v after the client closed (vLLM frees at its next step: the 100 ms target)", tc.name, freed)
 		})
 	}
 }
