@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"runtime/trace"
 	"strings"
 	"syscall"
 
@@ -184,6 +185,26 @@ func (e exitError) Error() string {
 		return e.err.Error()
 	}
 	return fmt.Sprintf("exit status %d", e.code)
+}
+
+// startTrace starts a runtime execution trace to path (none when it is
+// empty); stop ends it and closes the file.
+func startTrace(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--trace: %w", err)
+	}
+	if err := trace.Start(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--trace: %w", err)
+	}
+	return func() {
+		trace.Stop()
+		f.Close()
+	}, nil
 }
 
 // startProfiles starts a CPU profile to cpu and arranges an allocation

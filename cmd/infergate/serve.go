@@ -101,6 +101,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	pidFile := fs.String("pid-file", "", "write the process id to this file once the listeners are bound (kill -HUP \"$(cat FILE)\"); removed at exit; serve refuses to start while it names a running infergate")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile (pprof) to this file until exit")
 	memprofile := fs.String("memprofile", "", "write an allocation profile (pprof) to this file at exit")
+	traceFile := fs.String("trace", "", "write a runtime execution trace (go tool trace: GC pauses, scheduling latency, goroutine hand-offs) to this file until exit")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -109,6 +110,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer stopProfiles()
+	stopTrace, err := startTrace(*traceFile)
+	if err != nil {
+		return err
+	}
+	defer stopTrace()
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
