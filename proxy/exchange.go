@@ -72,7 +72,10 @@ type exchange struct {
 	key      *affinity.Key
 	routeWhy string
 	pair     *mirror.Flight // the mirrored pair this request is the primary of, or nil
-	held     *heldRequest   // ureq, while a mirrored copy reads its body
+	// held is ureq while a mirrored copy reads its body, and the copy to
+	// start once ureq is sent (startCopy); nil without a copy. Set
+	// before the request is forwarded and never after.
+	held *heldRequest
 	// tally accounts a stream's events (relay.go); with a pair, it keeps
 	// the primary's answer text too.
 	tally   openai.Tally
@@ -95,6 +98,9 @@ type exchange struct {
 	started  bool // start ran: the request holds a context, a watch, a request
 	streamed bool // the hijacked connection owns the rest (streamResponse)
 	finished bool // finishWith ran
+	// claimed is taken, under conn.mu, by whichever comes first of a
+	// stream's body and its abandonment (streamResponse, claim).
+	claimed bool
 }
 
 // maxModelBytes bounds a model name: longer ones get 400 before they can
@@ -389,9 +395,10 @@ func (x *exchange) finishWith(status int, outcome string) {
 			x.route.pool.prefix.learnResponse(x.tally.ResponseID, x.backend)
 		}
 	}
+	x.startCopy() // the primary was never sent: its copy still goes
 	if x.held != nil {
 		x.held.release() // the copy may still be reading its body
-		x.held, x.ureq = nil, nil
+		x.ureq = nil
 	} else if x.ureq != nil {
 		fasthttp.ReleaseRequest(x.ureq)
 		x.ureq = nil

@@ -7,7 +7,6 @@ import (
 	"net"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -53,12 +52,11 @@ func (x *exchange) streamResponse(rc *fasthttp.RequestCtx, s streamer) {
 	cw := chunkPool.Get().(*chunkWriter)
 	cw.headBuf = h.AppendBytes(cw.headBuf[:0])
 	cw.raw = !chunked
-	claimed := new(atomic.Bool)
 	// One watch on the request's end serves both phases: before the body
 	// runs it abandons the stream; while it runs, a total timeout or a
 	// shutdown fails a write blocked on a client that stopped reading.
 	stop := ctx.AfterFunc(func() {
-		if claimed.CompareAndSwap(false, true) {
+		if x.claim() {
 			s.abandon()
 			return
 		}
@@ -71,7 +69,7 @@ func (x *exchange) streamResponse(rc *fasthttp.RequestCtx, s streamer) {
 	rc.Hijack(func(c net.Conn) {
 		cc := &x.conn
 		cc.set(c, &cw.dl)
-		if !claimed.CompareAndSwap(false, true) {
+		if !x.claim() {
 			cc.set(nil, nil)
 			c.Close() // abandoned: the request is over
 			return
@@ -128,6 +126,16 @@ func (x *exchange) streamResponse(rc *fasthttp.RequestCtx, s streamer) {
 		}
 		g.serveAgain(c)
 	})
+}
+
+// claim reports whether the caller is the first of a stream's body and
+// its abandonment to claim it.
+func (x *exchange) claim() bool {
+	x.conn.mu.Lock()
+	defer x.conn.mu.Unlock()
+	first := !x.claimed
+	x.claimed = true
+	return first
 }
 
 // streamer is a response body written after the handler returns: what

@@ -44,6 +44,12 @@ type tapSplit struct {
 type heldRequest struct {
 	req  *fasthttp.Request
 	refs atomic.Int32
+	// The copy to start once the primary's request is sent: its pair
+	// and rule, set by mirror, and started, which the first startCopy
+	// takes.
+	flight  *mirror.Flight
+	tap     tapRule
+	started atomic.Bool
 }
 
 func (h *heldRequest) release() {
@@ -95,11 +101,27 @@ func (x *exchange) mirror(rc *fasthttp.RequestCtx) {
 		// when its client goes away (primaryDone).
 		f.Ctx, f.Stop = context.WithTimeout(x.g.base, x.st.cfg.Timeouts.Total)
 		x.pair = f
-		x.held = &heldRequest{req: x.ureq}
+		x.held = &heldRequest{req: x.ureq, flight: f, tap: t}
 		x.held.refs.Store(2)
-		go x.g.runCopies(f, t, x.route.pool, x.held, x.rawPath+x.query, x.st.cfg.Timeouts, x.st.cfg.Server.MaxResponseBytes)
+		// The copy starts once the primary's request is on its way to its
+		// backend (startCopy): a goroutine started here would wake a
+		// thread and run beside the primary, on a small machine in its
+		// place, before the primary's bytes left.
 		return
 	}
+}
+
+// startCopy starts the request's mirrored copy, when one waits: once
+// the primary's request is written to its backend (Sent), or as the
+// request finishes when it never was (no backend, a refused connection),
+// so a copy is made whatever becomes of the primary, as before. Only the
+// first call starts it.
+func (x *exchange) startCopy() {
+	h := x.held
+	if h == nil || !h.started.CompareAndSwap(false, true) {
+		return
+	}
+	go x.g.runCopies(h.flight, h.tap, x.route.pool, h, x.rawPath+x.query, x.st.cfg.Timeouts, x.st.cfg.Server.MaxResponseBytes)
 }
 
 // runCopies makes the copy's body from the primary's and sends it to the

@@ -341,6 +341,27 @@ func TestMirrorCopyEndsWithTheClient(t *testing.T) {
 	}
 }
 
+// TestMirrorCopyOfAnUnsentPrimary: a copy starts once its primary's
+// request is written to a backend; a primary that never is (its backend
+// refuses the connection) still has its copy made, as the request ends,
+// and the pair recorded with the primary's failure beside it.
+func TestMirrorCopyOfAnUnsentPrimary(t *testing.T) {
+	t.Parallel()
+	candidate := simtest.Start(t, simtest.Fixed(time.Millisecond, time.Millisecond))
+	cfg := mirrorConfig(deadURL(t), candidate.URL)
+	cfg.Models[0].UpstreamModel = "sim-model"
+	gw := startGateway(t, cfg)
+	status, _, b := post(t, gw.URL, "/v1/chat/completions", `{"model":"m","max_tokens":4,"ignore_eos":true,"messages":[{"role":"user","content":"hi"}]}`)
+	if status < 500 {
+		t.Fatalf("the primary's backend refuses connections, yet %d %s", status, b)
+	}
+	p := pairStats(t, gw, 1).Pairs[0]
+	if p.Primary.Status != status || !p.Candidate.OK() || p.Candidate.OutputTokens != 4 {
+		t.Errorf("pair %+v: want the primary's %d beside the candidate's whole answer", p, status)
+	}
+	waitFor(t, 3*time.Second, "the rule's slot back", func() bool { return gw.MirrorsInFlight() == 0 })
+}
+
 // median is the middle of xs (the upper one of an even count), 0 when
 // empty.
 func median(xs []float64) float64 {

@@ -90,9 +90,10 @@ func (x *exchange) Sent(conn net.Conn) {
 			dc.rtt, dc.rttAt = tcpRTT(conn), now
 		}
 		x.tl.UpstreamRTT = dc.rtt
-		return
+	} else {
+		x.tl.UpstreamRTT = tcpRTT(conn)
 	}
-	x.tl.UpstreamRTT = tcpRTT(conn)
+	x.startCopy() // the primary's bytes are on their way: its copy may go
 }
 
 // Reader is the backend pool's reader; headers larger than it fail.
