@@ -34,6 +34,11 @@ type Tally struct {
 	// Done is set by data: [DONE]; ErrorEvent by an in-stream error
 	// object; ToolCalls by a chunk carrying tool calls.
 	Done, ErrorEvent, ToolCalls bool
+	// Responses reads the events as the Responses API's (responses.go)
+	// rather than chat or completion chunks; Reset keeps it. (Beside the
+	// other flags, in the word they share: a Tally is part of every
+	// request the gateway serves.)
+	Responses bool
 	// Text collects the answer's text (AppendContent) while it is shorter
 	// than TextLimit; TextLimit 0 collects none. A reasoning model's
 	// thinking is not part of it.
@@ -47,9 +52,6 @@ type Tally struct {
 	// kind.
 	ReasoningEvents int
 	FirstOutput     time.Time
-	// Responses reads the events as the Responses API's (responses.go)
-	// rather than chat or completion chunks; Reset keeps it.
-	Responses bool
 	// ResponseID is the xxhash (64-bit) of a Responses answer's id
 	// (ResponseID), 0 until its response.created event or body: what a
 	// later request's previous_response_id names, kept as a hash only.

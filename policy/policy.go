@@ -185,9 +185,8 @@ type Decision struct {
 	// Body is the rewritten body; nil means forward the bytes received.
 	Body []byte
 	// InputTokens is the prompt as counted (after any trimming); 0 when
-	// not counted. Estimated is set when the count is an estimate.
+	// not counted (Estimated, below, when the count is an estimate).
 	InputTokens int
-	Estimated   bool
 	Tokenizer   string
 	// TrimmedTokens and TrimmedMessages are what trimming removed.
 	TrimmedTokens, TrimmedMessages int
@@ -206,6 +205,10 @@ type Decision struct {
 	// history the gateway never saw, so InputTokens counts only what was
 	// sent and no limit can hold the whole.
 	UnknownHistory bool
+	// Estimated is set when InputTokens is an estimate. (With the other
+	// flags, in the word they share: a Decision is part of every request
+	// the gateway serves.)
+	Estimated bool
 }
 
 // Apply decides a request of a tenant Identify named: refuses a model the

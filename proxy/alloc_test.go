@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/infergate/infergate/affinity"
@@ -78,6 +79,18 @@ func TestGatewayRequestAllocations(t *testing.T) {
 				t.Errorf("one %s request allocated %v times, over its ceiling of %v", tc.name, got, tc.ceiling)
 			}
 		})
+	}
+}
+
+// The exchange, every request's one allocation of its own, fits Go's
+// 1,792-byte size class with the 8-byte header the allocator puts before
+// an object of more than 512 bytes that holds pointers: 8 bytes more and
+// each request takes 2,048 (+256 B/op in BenchmarkGateway, as a field of
+// issue 46 once did). Optional state (a mirrored copy's) goes behind a
+// pointer it already has.
+func TestExchangeFitsItsSizeClass(t *testing.T) {
+	if n := unsafe.Sizeof(exchange{}); n+8 > 1792 {
+		t.Errorf("the exchange is %d bytes, with its allocation header past the 1,792-byte size class: each request allocates 2,048", n)
 	}
 }
 

@@ -27,9 +27,8 @@ type Timeline struct {
 	FirstOutputIn, FirstOutputOut time.Time
 	Done                          time.Time // the response was complete
 
-	// NewConn tells whether Connected is a fresh dial rather than a pooled
-	// connection; TLSHandshake is that dial's handshake time.
-	NewConn      bool
+	// TLSHandshake is the handshake time of Connected's dial, when it was
+	// a fresh one (NewConn, below).
 	TLSHandshake time.Duration
 	// UpstreamRTT is the kernel's round-trip time of the backend
 	// connection (TCP_INFO) when the request was sent; 0 when unknown.
@@ -50,6 +49,11 @@ type Timeline struct {
 	// (CachedReported).
 	CachedTokens   int
 	CachedReported bool
+	// NewConn tells whether Connected is a fresh dial rather than a pooled
+	// connection. Beside CachedReported: two flags in one word, where
+	// each alone took one (the gateway's per-request exchange holds a
+	// Timeline, and stays in its allocation size class by it).
+	NewConn bool
 	// ReasoningEvents counts the content events that carried only
 	// thinking; ReasoningTokens is the backend's count of them (usage's
 	// reasoning_tokens), when it reported one.
