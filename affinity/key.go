@@ -55,9 +55,20 @@ type Key struct {
 	// Session is the conversation the request names (SessionOf), set
 	// after the prompt is hashed (Hasher.Reset clears it).
 	Session Session
-	n       int
-	hash    [MaxCheckpoints]uint64
-	at      [MaxCheckpoints]uint16 // the block count each hash covers
+	// Exact is the prompt's token blocks as the exact index names them
+	// (affinity/kvevents), set by selection prefix's exact mode after a
+	// /tokenize; nil otherwise.
+	Exact *ExactBlocks
+	n     int
+	hash  [MaxCheckpoints]uint64
+	at    [MaxCheckpoints]uint16 // the block count each hash covers
+}
+
+// ExactBlocks are a prompt's blocks of BlockSize tokens, by the chained
+// hashes of their token ids (kvevents.NewPrompt).
+type ExactBlocks struct {
+	BlockSize int
+	Hashes    []uint64
 }
 
 // Len is the number of checkpoints.

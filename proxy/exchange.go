@@ -256,6 +256,9 @@ func (g *Gateway) serveAPI(rc *fasthttp.RequestCtx, kind apiRoute) {
 		if x.route.upstreamModel != "" {
 			body = openai.RewriteModel(body, env, x.route.upstreamModel)
 		}
+		if prefix != nil && prefix.exact != nil {
+			prefix.exact.tokenize(x.route.pool, body, x.key) // a round trip: exact mode's cost
+		}
 	}
 	if x.st.cfg.Classes.Enabled {
 		var ok bool

@@ -41,6 +41,10 @@ func newPool(name string, pc PoolConfig, connect time.Duration, log *slog.Logger
 		p.load = s
 	case *prefixSelector:
 		p.load, p.prefix = &s.loadSelector, s
+		var err error
+		if s.exact, err = newExactIndex(pc, log); err != nil {
+			return nil, fmt.Errorf("pool %s: %w", name, err)
+		}
 	}
 	for _, bc := range pc.Backends {
 		key := backendKey(bc, pc, connect)
@@ -139,6 +143,9 @@ func (p *pool) Close() { p.closeExcept(nil) }
 // closeExcept is Close that leaves the connections of kept backends alone
 // (a reload handed them to a new pool).
 func (p *pool) closeExcept(kept map[*backend]bool) {
+	if p.prefix != nil {
+		p.prefix.exact.close()
+	}
 	if p.health != nil {
 		p.health.close()
 	}

@@ -61,6 +61,11 @@ type BackendConfig struct {
 	APIKey    string     `yaml:"api_key"`
 	APIKeyEnv string     `yaml:"api_key_env"`
 	TLS       BackendTLS `yaml:"tls"`
+	// KVEvents is the engine's KV-event publisher, tcp://host:port
+	// (vLLM's kv-events-config endpoint); KVReplay its replay socket.
+	// Read with prefix.exact; default none.
+	KVEvents string `yaml:"kv_events"`
+	KVReplay string `yaml:"kv_replay"`
 }
 
 // BackendTLS configures HTTPS to a backend. System roots are trusted, plus
@@ -165,6 +170,8 @@ type PrefixConfig struct {
 	// and 2.
 	ColdLoadFactor float64 `yaml:"cold_load_factor"`
 	ColdLoadSlack  float64 `yaml:"cold_load_slack"`
+	// Exact routes by the engines' own KV-cache events (select_exact.go).
+	Exact ExactConfig `yaml:"exact"`
 }
 
 // DefaultSessionHeader is the header read as a session key unless
@@ -233,6 +240,7 @@ func (p *PoolConfig) defaults() {
 	for i := range p.Backends {
 		setDefault(&p.Backends[i].Weight, 1)
 	}
+	p.Prefix.Exact.defaults()
 }
 
 func (p PoolConfig) validate(at string) error {
@@ -276,6 +284,9 @@ func (p PoolConfig) validate(at string) error {
 	}
 	if len(p.Backends) == 0 {
 		return fmt.Errorf("%s.backends: at least one backend is needed", at)
+	}
+	if err := p.validateExact(at); err != nil {
+		return err
 	}
 	for i, b := range p.Backends {
 		bat := fmt.Sprintf("%s.backends[%d]", at, i)

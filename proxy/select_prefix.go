@@ -33,6 +33,9 @@ type prefixSelector struct {
 	// pool there.
 	bus    *atomic.Pointer[share.Bus]
 	poolID uint64
+	// exact, when set, is the engines' own account of their caches
+	// (select_exact.go), preferred to the index when it covers a pick.
+	exact *exactIndex
 }
 
 func newPrefixSelector(name string, pc PoolConfig) *prefixSelector {
@@ -106,7 +109,7 @@ func (x *prefixSelector) Select(s *pick) (int, reason) {
 		return cheapest(s, x.rr.Add(1), false), reasonLoad
 	}
 	why := reasonCold
-	if x.index.Match(k, s.candidateSet(), &s.matched) != 0 {
+	if x.warmAny(s, k) {
 		warm, m := -1, 0
 		for c, i := range s.pos {
 			n := s.matched[i%affinity.MaxBackends]
@@ -202,6 +205,10 @@ func responseIDSum(body []byte) uint64 {
 // blocksOf sets s.blocks to the prompt's blocks the index expects
 // candidate c to hold.
 func (x *prefixSelector) blocksOf(s *pick, c int) {
+	if x.exact != nil && x.exact.match(s) {
+		s.blocks = s.matched[s.pos[c]%affinity.MaxBackends]
+		return
+	}
 	if k := s.key; k.Len() > 0 {
 		i := s.pos[c]
 		x.index.Match(k, 1<<(uint(i)%affinity.MaxBackends), &s.matched)
