@@ -179,11 +179,13 @@ func (o *Overhead) streamReport(s StreamSuite, targets []target, runs map[string
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| added to direct | TTFT p50 | TTFT p90 | TTFT p99 | per-token p50 | per-token p90 | per-token p99 | rounds: added TTFT p50 | rounds: added TTFT p99 |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+	adds := map[string]added{}
 	for _, name := range []string{"infergate", "nginx"} {
 		if _, ok := figs[name]; !ok {
 			continue
 		}
 		a := addedOver(figs["direct"], figs[name])
+		adds[name] = a
 		var p50, p99 []float64
 		for i, r := range runs[name] {
 			ra := addedOver(streamFiguresOf(runs["direct"][i]), streamFiguresOf(r))
@@ -192,6 +194,25 @@ func (o *Overhead) streamReport(s StreamSuite, targets []target, runs map[string
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", name, a.TTFT.cells("%+.3f ms"), a.Gap.cells("%+.3f ms"), spread(p50), spread(p99))
 	}
 	fmt.Fprintln(w)
+	if a, ok := adds["infergate"]; ok {
+		fmt.Fprintf(w, "Targets (issue 46): infergate's added TTFT p99 ≤ 0.3 ms: %s; its added per-token p99 ≤ 0.05 ms: %s", judge(a.TTFT[2], 0.3), judge(a.Gap[2], 0.05))
+		if n, ok := adds["nginx"]; ok {
+			fmt.Fprintf(w, "; its added TTFT p50 ≤ nginx's + 0.05 ms: %s", judge(a.TTFT[0]-n.TTFT[0], 0.05))
+		}
+		fmt.Fprintf(w, ".\n\n")
+	}
+}
+
+// judge prints v (ms) and whether it is within limit; "-" when there
+// is no figure (too few streams for the percentile).
+func judge(v, limit float64) string {
+	switch {
+	case math.IsNaN(v):
+		return "-"
+	case v <= limit:
+		return fmt.Sprintf("%+.3f ms, met", v)
+	}
+	return fmt.Sprintf("%+.3f ms, not met", v)
 }
 
 // cells prints the three as table cells, "-" for one left out.

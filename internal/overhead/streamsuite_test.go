@@ -55,4 +55,12 @@ func TestStreamSuiteArithmetic(t *testing.T) {
 	if c := few.TTFT.cells("%.2f"); c != "20.25 | 20.45 | -" {
 		t.Errorf("cells %q", c)
 	}
+	for _, tc := range []struct {
+		v, limit float64
+		want     string
+	}{{0.3, 0.3, "+0.300 ms, met"}, {0.301, 0.3, "+0.301 ms, not met"}, {-0.2, 0.05, "-0.200 ms, met"}, {math.NaN(), 0.3, "-"}} {
+		if got := judge(tc.v, tc.limit); got != tc.want {
+			t.Errorf("judge(%v, %v) = %q, want %q", tc.v, tc.limit, got, tc.want)
+		}
+	}
 }
