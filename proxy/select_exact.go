@@ -11,6 +11,7 @@ import (
 
 	"github.com/infergate/infergate/affinity"
 	"github.com/infergate/infergate/affinity/kvevents"
+	"github.com/infergate/infergate/internal/adminapi"
 	"github.com/infergate/infergate/openai"
 )
 
@@ -103,7 +104,17 @@ type exactIndex struct {
 	// Counts for /admin and the closing note: requests matched exactly,
 	// and those that fell back (by cause).
 	matched, noTokens, unsynced atomic.Int64
+	// A backend's /tokenize that fails (no such route, a timeout) is not
+	// asked again before skipUntil (unix ns): a request does not wait
+	// out a failing round trip only to be routed approximately anyway.
+	skipUntil atomic.Int64
+	lastWarn  atomic.Int64
+	log       *slog.Logger
 }
+
+// tokenizeBackoff is how long exact mode routes approximately, without
+// asking, after a /tokenize failed.
+const tokenizeBackoff = time.Second
 
 // newExactIndex starts following the backends of pc that have
 // kv_events; nil when exact mode is off.
@@ -115,7 +126,7 @@ func newExactIndex(pc PoolConfig, log *slog.Logger) (*exactIndex, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	x := &exactIndex{cfg: e, idx: kvevents.NewIndex(e.MaxBlocks), names: make([]string, len(pc.Backends))}
+	x := &exactIndex{cfg: e, idx: kvevents.NewIndex(e.MaxBlocks), names: make([]string, len(pc.Backends)), log: log}
 	x.sub = kvevents.NewSubscriber(x.idx, kvevents.Config{Limits: kvevents.Limits{MaxFrameBytes: e.MaxFrameBytes}}, log)
 	for i, b := range pc.Backends {
 		if b.KVEvents == "" {
@@ -136,7 +147,10 @@ func (x *exactIndex) close() {
 	}
 }
 
-var errNoTokens = errors.New("proxy: no token ids from /tokenize")
+var (
+	errNoTokens        = errors.New("proxy: no token ids from /tokenize")
+	errTokenizeBackend = errors.New("proxy: /tokenize failed")
+)
 
 // tokenize asks an available backend of p for body's token ids and
 // writes the prompt's blocks, as the index names them, into k. Any
@@ -155,9 +169,18 @@ func (x *exactIndex) tokenize(p *pool, body []byte, k *affinity.Key) {
 		x.noTokens.Add(1)
 		return // no engine has said its block size yet
 	}
+	now := time.Now()
+	if now.UnixNano() < x.skipUntil.Load() {
+		x.noTokens.Add(1)
+		return
+	}
 	ids, err := x.tokenIDs(p, body)
 	if err != nil {
 		x.noTokens.Add(1)
+		if errors.Is(err, errTokenizeBackend) {
+			x.skipUntil.Store(now.Add(tokenizeBackoff).UnixNano())
+			warnEvery(&x.lastWarn, now, x.log, "exact routing: /tokenize failed; routing by the approximate index", "err", err)
+		}
 		return
 	}
 	pr := kvevents.NewPrompt(ids, bs)
@@ -201,10 +224,10 @@ func (x *exactIndex) tokenIDs(p *pool, body []byte) ([]uint32, error) {
 			Tokens []uint32 `json:"tokens"`
 		}
 		if err := b.countCall("/tokenize", tb, x.cfg.TokenizeTimeout, &r); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%w: %s: %w", errTokenizeBackend, b.name, err)
 		}
 		if len(r.Tokens) == 0 {
-			return nil, errNoTokens
+			return nil, fmt.Errorf("%w: %s: %w", errTokenizeBackend, b.name, errNoTokens)
 		}
 		return r.Tokens, nil
 	}
@@ -257,4 +280,18 @@ func (x *prefixSelector) warmAny(s *pick, k *affinity.Key) bool {
 		}
 	}
 	return false
+}
+
+// state is backend name's event stream for /admin/stats; nil when exact
+// mode is off or does not follow it.
+func (x *exactIndex) state(name string) *adminapi.BackendExact {
+	if x == nil {
+		return nil
+	}
+	st, ok := x.sub.Stats(name)
+	if !ok {
+		return nil
+	}
+	return &adminapi.BackendExact{Synced: x.idx.Synced(name), Blocks: x.idx.Blocks(name), Batches: st.Batches, Gaps: st.Gaps,
+		Replayed: st.Replayed, Cleared: st.Cleared, Rejected: st.Rejected, Restarts: st.Restarts, Connects: st.Connects, LastSeq: st.LastSeq}
 }

@@ -151,6 +151,9 @@ func TestExactModeSendsNothingToAnEvictedBackend(t *testing.T) {
 		t.Fatalf("%d of %d prompts went warm to the backend that holds them (routes %v / %v)", got, len(prompts),
 			backendStates(gw)[big.URL].Routes, backendStates(gw)[small.URL].Routes)
 	}
+	if st := backendStates(gw)[small.URL].Prefix; st == nil || st.Exact == nil || !st.Exact.Synced || st.Exact.Batches == 0 {
+		t.Fatalf("/admin/stats shows small's event stream as %+v", st)
+	}
 	if ex.matched.Load() < int64(len(prompts)) {
 		t.Fatalf("exact index matched %d requests, want %d", ex.matched.Load(), len(prompts))
 	}

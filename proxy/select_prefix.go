@@ -306,6 +306,7 @@ func (x *prefixSelector) state(b *backend, last *loadReading, bs *adminapi.Backe
 		p.BackendRatio = &r
 	}
 	bs.Prefix = p
+	p.Exact = x.exact.state(b.name)
 }
 
 func ratio(a, b int64) *float64 {

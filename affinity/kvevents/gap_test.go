@@ -184,3 +184,61 @@ func TestGarbagePublisher(t *testing.T) {
 		return st.Connects > before.Connects
 	})
 }
+
+// A gateway that starts after its engine learns what the engine already
+// holds from the replay buffer, without waiting for new traffic.
+func TestLateSubscriberLearnsHistory(t *testing.T) {
+	t.Parallel()
+	s := engine(t, 8192)
+	early := text("early", 60)
+	p := blocks(t, s, early)
+	complete(t, s, early)
+	complete(t, s, text("other", 60))
+	idx := kvevents.NewIndex(0)
+	subscribe(t, idx, "b", s, true)
+	eventually(t, "history replayed", func() bool {
+		n, ok := idx.Match("b", &p)
+		return ok && n == len(p.Hashes)
+	})
+}
+
+// A restarted engine numbers its batches from 0 again: its cache is
+// empty, and the index drops what the old one held.
+func TestRestartedEngineClears(t *testing.T) {
+	t.Parallel()
+	pub, ep := hostile(t)
+	idx := kvevents.NewIndex(0)
+	sub := kvevents.NewSubscriber(idx, kvevents.Config{BackoffMin: 10 * time.Millisecond}, slog.New(slog.DiscardHandler))
+	t.Cleanup(sub.Close)
+	if err := sub.Add(kvevents.Source{Backend: "b", Endpoint: ep}); err != nil {
+		t.Fatal(err)
+	}
+	// [ts, [["BlockStored", [h], None, [1, 2], 2, None, "GPU", None]]]
+	stored := func(h byte) []byte {
+		return []byte{0x92, 0x00, 0x91, 0x98, 0xab, 'B', 'l', 'o', 'c', 'k', 'S', 't', 'o', 'r', 'e', 'd',
+			0x91, h, 0xc0, 0x92, 0x01, 0x02, 0x02, 0xc0, 0xa3, 'G', 'P', 'U', 0xc0}
+	}
+	p := kvevents.NewPrompt([]uint32{1, 2}, 2)
+	for i := 0; ; i++ {
+		if i == 500 {
+			t.Fatal("the first batches never arrived")
+		}
+		for seq := range uint64(3) {
+			_ = pub.Send(zmq4.NewMsgFrom([]byte("t"), seqFrame(seq), stored(byte(seq+1))))
+		}
+		if st, _ := sub.Stats("b"); st.LastSeq == 2 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n, ok := idx.Match("b", &p); !ok || n != 1 {
+		t.Fatalf("before the restart: %d blocks, known %v", n, ok)
+	}
+	// The restarted engine's first batch removes nothing but is seq 0.
+	before, _ := sub.Stats("b")
+	_ = pub.Send(zmq4.NewMsgFrom([]byte("t"), seqFrame(0), []byte{0x92, 0x00, 0x90}))
+	eventually(t, "the restart seen", func() bool { st, _ := sub.Stats("b"); return st.Restarts > before.Restarts })
+	if n := idx.Blocks("b"); n != 0 {
+		t.Fatalf("after the restart %d blocks still indexed", n)
+	}
+}

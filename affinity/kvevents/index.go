@@ -84,6 +84,14 @@ func (x *Index) Clear(name string) {
 	x.mu.Unlock()
 }
 
+// Synced reports whether backend name's entries are in use.
+func (x *Index) Synced(name string) bool {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	h := x.backends[name]
+	return h != nil && h.synced
+}
+
 // Blocks is how many blocks backend name is indexed as holding.
 func (x *Index) Blocks(name string) int {
 	x.mu.RLock()

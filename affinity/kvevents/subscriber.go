@@ -93,6 +93,10 @@ type stream struct {
 	last  uint64
 	have  bool // last is set: a batch was applied
 	fresh bool // entries were cleared; synchronised again at the next batch in sequence
+	// dupFloor is the first sequence number the latest replay applied,
+	// or last+1 after a live batch: a live batch from it to last is a
+	// duplicate, one below it a restart.
+	dupFloor uint64
 
 	batches, gaps, replayed, cleared, rejected, restarts, connects atomic.Int64
 	lastSeq                                                        atomic.Uint64
@@ -196,7 +200,16 @@ func (s *Subscriber) connect(st *stream) (got bool, err error) {
 		return false, err
 	}
 	st.connects.Add(1)
-	if st.have && !st.fresh && s.replay(st, st.last+1, st.last+1) {
+	if !st.have && st.rep != "" {
+		// A subscriber that starts after its engine learns what it can
+		// of the engine's past from the replay buffer (the last 10,000
+		// batches): stores it replays are held unless a later batch
+		// removed them, and blocks stored before the buffer's start are
+		// only missing, never wrongly counted.
+		if s.replayHistory(st) {
+			s.idx.SetSynced(st.src.Backend, true)
+		}
+	} else if st.have && !st.fresh && s.replay(st, st.last+1, st.last+1) {
 		// Back after a disconnection, and the replay says nothing was
 		// missed (or brought it): synchronised without waiting for the
 		// engine's next batch.
@@ -227,13 +240,15 @@ func (s *Subscriber) receive(st *stream, seq uint64, payload []byte) {
 		// The first batch: what the engine cached before is unknown, but
 		// nothing indexed is wrong (only missing), so it counts at once.
 	case seq == st.last+1:
-	case seq == 0 || seq < st.last:
+	case seq <= st.last && seq >= st.dupFloor:
+		// A batch a replay already brought: the live socket delivers it
+		// too.
+		return
+	case seq <= st.last:
 		// The sequence started over: a restarted engine, whose cache is
 		// empty.
 		st.restarts.Add(1)
 		s.idx.Clear(name)
-	case seq <= st.last:
-		return // a duplicate (delivery is at least once)
 	default:
 		st.gaps.Add(1)
 		if s.replay(st, st.last+1, seq) {
@@ -250,6 +265,7 @@ func (s *Subscriber) receive(st *stream, seq uint64, payload []byte) {
 		}
 	}
 	s.apply(st, seq, payload)
+	st.dupFloor = seq + 1
 }
 
 // apply decodes and applies one batch in sequence.
@@ -277,6 +293,27 @@ func (s *Subscriber) apply(st *stream, seq uint64, payload []byte) {
 // replay asks the replay socket for the batches from start and applies
 // those before end in order; false when it cannot fill the whole gap.
 func (s *Subscriber) replay(st *stream, start, end uint64) bool {
+	return s.replayFrom(st, start, end, false)
+}
+
+// replayHistory applies every batch the replay buffer holds, from
+// whichever it starts with; true when the buffer answered and what it
+// holds was contiguous.
+func (s *Subscriber) replayHistory(st *stream) bool {
+	if !s.replayFrom(st, 0, 0, true) {
+		if st.have { // applied some, then a hole: trust none of it
+			s.idx.Clear(st.src.Backend)
+			st.fresh = true
+			st.cleared.Add(1)
+		}
+		return false
+	}
+	return true
+}
+
+// replayFrom is replay; anywhere accepts a buffer that begins after
+// start (the engine's history before it is then unknown, not wrong).
+func (s *Subscriber) replayFrom(st *stream, start, end uint64, anywhere bool) bool {
 	if st.rep == "" {
 		return false
 	}
@@ -293,7 +330,7 @@ func (s *Subscriber) replay(st *stream, start, end uint64) bool {
 	if err := d.Send(zmq4.NewMsgFrom(nil, sb[:])); err != nil {
 		return false
 	}
-	next := start
+	next, first := start, true
 	for range s.cfg.MaxReplayBatches + 1 {
 		m, err := d.Recv()
 		if err != nil {
@@ -309,11 +346,17 @@ func (s *Subscriber) replay(st *stream, start, end uint64) bool {
 		if seq == ^uint64(0) { // END_SEQ
 			return next >= end
 		}
+		if anywhere && !st.have {
+			next = seq // the buffer's first batch starts the history
+		}
 		switch {
 		case seq < next:
 			continue
 		case seq > next:
 			return false // the buffer no longer holds next
+		}
+		if first {
+			st.dupFloor, first = seq, false
 		}
 		s.apply(st, seq, m.Frames[2])
 		next = seq + 1

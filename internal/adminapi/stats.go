@@ -172,4 +172,22 @@ type BackendPrefix struct {
 	// From the backend's metrics (vllm:prefix_cache_hits/queries), since
 	// it started: every client's requests, not only the gateway's.
 	BackendRatio *float64 `json:"backend_hit_ratio,omitempty"`
+	// Exact is the backend's KV-event stream, with prefix.exact.
+	Exact *BackendExact `json:"exact,omitempty"`
+}
+
+// BackendExact is what exact mode knows of a backend's engine: whether
+// its event stream is in sync (else its pool routes approximately), the
+// blocks indexed, and the stream's counts.
+type BackendExact struct {
+	Synced   bool   `json:"synced"`
+	Blocks   int    `json:"blocks"`
+	Batches  int64  `json:"batches"`
+	Gaps     int64  `json:"gaps"`
+	Replayed int64  `json:"replayed"`
+	Cleared  int64  `json:"cleared"`
+	Rejected int64  `json:"rejected"`
+	Restarts int64  `json:"restarts"`
+	Connects int64  `json:"connects"`
+	LastSeq  uint64 `json:"last_seq"`
 }
