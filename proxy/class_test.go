@@ -688,3 +688,34 @@ func TestClassesConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// Classes turned on by a reload apply to the next request; turned off,
+// service_tier passes through untouched and no class header is sent.
+func TestClassesByReload(t *testing.T) {
+	t.Parallel()
+	b := newTestBackend(t, jsonHandler(200, `{"id":"x"}`))
+	off := testConfig(b.URL)
+	gw := startGateway(t, off)
+	tier := `{"model":"m","service_tier":"flex","messages":[]}`
+	if code, h, body := post(t, gw.URL, "/v1/chat/completions", tier); code != 200 || h.Get("X-Infergate-Class") != "" || strings.Contains(body, "service_tier") {
+		t.Fatalf("classes off: %d %q %s", code, h.Get("X-Infergate-Class"), body)
+	}
+	if _, got := b.last(); !strings.Contains(got, `"service_tier":"flex"`) {
+		t.Errorf("classes off: the backend got %s", got)
+	}
+	if err := gw.Reload(classesConfig(b.URL)); err != nil {
+		t.Fatal(err)
+	}
+	if code, h, body := post(t, gw.URL, "/v1/chat/completions", tier); code != 200 || h.Get("X-Infergate-Class") != "flex" || !strings.Contains(body, `"service_tier":"flex"`) {
+		t.Errorf("after the reload: %d %q %s", code, h.Get("X-Infergate-Class"), body)
+	}
+	if err := gw.Reload(testConfig(b.URL)); err != nil {
+		t.Fatal(err)
+	}
+	if code, h, _ := post(t, gw.URL, "/v1/chat/completions", tier); code != 200 || h.Get("X-Infergate-Class") != "" {
+		t.Errorf("off again: %d %q", code, h.Get("X-Infergate-Class"))
+	}
+	if s := gw.lim.Stats(); s.InFlightRequests != 0 {
+		t.Errorf("%d in flight", s.InFlightRequests)
+	}
+}
