@@ -37,7 +37,7 @@ type ExactConfig struct {
 	// each (kvevents.BytesPerBlock). Default 131072 (8 MiB a backend).
 	MaxBlocks int `yaml:"max_blocks"`
 	// MaxFrameBytes bounds one event message; a larger one drops the
-	// connection. Default 16 MiB.
+	// connection. Default 4 MiB.
 	MaxFrameBytes int `yaml:"max_frame_bytes"`
 	// Topic filters the engines' messages by topic prefix (vLLM's
 	// kv-events-config topic). Default "": all.
@@ -47,7 +47,7 @@ type ExactConfig struct {
 func (e *ExactConfig) defaults() {
 	setDefault(&e.TokenizeTimeout, 200*time.Millisecond)
 	setDefault(&e.MaxBlocks, kvevents.DefaultMaxBlocks)
-	setDefault(&e.MaxFrameBytes, 16<<20)
+	setDefault(&e.MaxFrameBytes, 4<<20)
 }
 
 // validateExact checks prefix.exact and the backends' kv_events and

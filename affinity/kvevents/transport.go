@@ -86,12 +86,13 @@ type limitedConn struct {
 	net.Conn
 	limit uint64
 	skip  uint64 // bytes of the greeting or of a frame body still to pass
+	msg   uint64 // bytes of the message's frames so far (they are held until its last)
 	hdr   []byte // the frame header read so far
 	cmd   bool   // the frame being passed is a command
 	ready bool   // the handshake's first command is through
 }
 
-var errFrameTooLarge = errors.New("kvevents: ZMQ frame larger than the limit")
+var errFrameTooLarge = errors.New("kvevents: ZMQ message larger than the limit")
 
 func (c *limitedConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
@@ -130,8 +131,14 @@ func (c *limitedConn) follow(b []byte) error {
 		} else {
 			size = binary.BigEndian.Uint64(c.hdr[1:9])
 		}
-		if size > c.limit {
+		// zmq4 holds a message's frames until its last one, and up to
+		// ten messages in its queue: the limit is on the whole message.
+		c.msg += size
+		if size > c.limit || c.msg > c.limit {
 			return errFrameTooLarge
+		}
+		if flags&0x01 == 0 || flags&0x04 != 0 { // the last frame (no MORE), or a command
+			c.msg = 0
 		}
 		c.cmd = flags&0x04 != 0
 		c.hdr = c.hdr[:0]

@@ -52,8 +52,9 @@ type Batch struct {
 // Limits bound what one message may make the decoder hold. The zero
 // value takes the defaults.
 type Limits struct {
-	// MaxFrameBytes is the largest ZMQ frame accepted; a larger one
-	// drops the connection. Default 16 MiB.
+	// MaxFrameBytes is the largest ZMQ message (its frames together)
+	// accepted; a larger one drops the connection before it is held.
+	// Default 4 MiB: one engine step's batch is tens to hundreds of KiB.
 	MaxFrameBytes int
 	// MaxEvents is the most events in one batch. Default 65,536.
 	MaxEvents int
@@ -64,7 +65,7 @@ type Limits struct {
 
 func (l Limits) withDefaults() Limits {
 	if l.MaxFrameBytes <= 0 {
-		l.MaxFrameBytes = 16 << 20
+		l.MaxFrameBytes = 4 << 20
 	}
 	if l.MaxEvents <= 0 {
 		l.MaxEvents = 1 << 16

@@ -81,6 +81,15 @@ func TestDecodeMapForm(t *testing.T) {
 	}
 }
 
+// deepExtraKeys is a BlockStored whose extra_keys (a field the decoder
+// skips) nests a million arrays: msgpack's own Skip would recurse once
+// per level.
+func deepExtraKeys() []byte {
+	b := []byte{0x92, 0x00, 0x91, 0x99, 0xab, 'B', 'l', 'o', 'c', 'k', 'S', 't', 'o', 'r', 'e', 'd',
+		0x90, 0xc0, 0x90, 0x01, 0xc0, 0xc0, 0xc0}
+	return append(b, bytes.Repeat([]byte{0x91}, 1<<20)...)
+}
+
 func TestDecodeRejects(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -96,6 +105,7 @@ func TestDecodeRejects(t *testing.T) {
 		{"too many hashes", arrayBatch, Limits{MaxHashes: 1}},
 		{"too large", arrayBatch, Limits{MaxFrameBytes: 10}},
 		{"truncated", arrayBatch[:len(arrayBatch)-3], Limits{}},
+		{"nested a million deep", deepExtraKeys(), Limits{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := Decode(tc.payload, tc.lim); !errors.Is(err, ErrMalformed) {
