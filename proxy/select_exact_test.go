@@ -3,7 +3,12 @@ package proxy
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	neturl "net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -207,5 +212,46 @@ func TestExactConfigValidation(t *testing.T) {
 				t.Fatalf("validate = %v, want an error with %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// A backend whose /tokenize fails (an engine image without it, a
+// timeout) costs one failed round trip, not one per request: exact mode
+// routes approximately, asking again a second later.
+func TestExactModeBacksOffAFailingTokenize(t *testing.T) {
+	t.Parallel()
+	s := kvSim(t, 8192)
+	target, _ := neturl.Parse(s.URL)
+	var tokenizes atomic.Int64
+	rp := httputil.NewSingleHostReverseProxy(target)
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/tokenize" {
+			tokenizes.Add(1)
+			http.NotFound(w, r)
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(front.Close)
+	cfg := exactConfig(s)
+	pc := cfg.Pools["p"]
+	pc.Backends[0].URL = front.URL
+	cfg.Pools["p"] = pc
+	gw := startGateway(t, cfg)
+	ex := exactOf(gw)
+	within(t, "the engine's block size heard", func() bool {
+		completion(t, s.URL, words("w", 30))
+		return ex.idx.BlockSize(front.URL) > 0
+	})
+	start := time.Now()
+	for i := range 20 {
+		completion(t, gw.URL, words(fmt.Sprintf("b%d-", i), 40))
+	}
+	elapsed := time.Since(start)
+	if ex.matched.Load() != 0 || ex.noTokens.Load() < 20 {
+		t.Fatalf("matched %d, without tokens %d: want all 20 routed approximately", ex.matched.Load(), ex.noTokens.Load())
+	}
+	if n, most := tokenizes.Load(), int64(elapsed/tokenizeBackoff)+1; n > most {
+		t.Fatalf("%d /tokenize calls in %v; the backoff allows %d", n, elapsed, most)
 	}
 }

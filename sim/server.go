@@ -139,6 +139,14 @@ func (s *Server) handle(rc *fasthttp.RequestCtx) {
 			return
 		}
 		s.tokenize(rc)
+	case "/reset_prefix_cache":
+		// vLLM's development endpoint: 200 when the cache was reset
+		// (AllBlocksCleared published), 400 while blocks are in use.
+		if !rc.IsPost() {
+			vllmError(rc, fasthttp.StatusMethodNotAllowed, "MethodNotAllowed", "use POST")
+		} else if !s.ResetPrefixCache() {
+			vllmError(rc, fasthttp.StatusBadRequest, "BadRequestError", "the prefix cache is in use or off")
+		}
 	case "/health":
 		rc.SetStatusCode(fasthttp.StatusOK)
 	case "/metrics":

@@ -242,3 +242,21 @@ func TestRestartedEngineClears(t *testing.T) {
 		t.Fatalf("after the restart %d blocks still indexed", n)
 	}
 }
+
+// The engine's cache reset (vLLM's /reset_prefix_cache) publishes
+// AllBlocksCleared: the backend holds nothing afterwards.
+func TestCacheResetClears(t *testing.T) {
+	t.Parallel()
+	s := engine(t, 8192)
+	idx := kvevents.NewIndex(0)
+	sub := subscribe(t, idx, "b", s, true)
+	warm(t, sub, "b", s)
+	p := blocks(t, s, text("held", 60))
+	complete(t, s, text("held", 60))
+	eventually(t, "indexed", func() bool { n, _ := idx.Match("b", &p); return n == len(p.Hashes) })
+	post(t, s.URL+"/reset_prefix_cache", map[string]any{}, nil)
+	eventually(t, "cleared", func() bool { return idx.Blocks("b") == 0 })
+	if n, ok := idx.Match("b", &p); !ok || n != 0 {
+		t.Fatalf("after the reset: %d blocks, known %v", n, ok)
+	}
+}
