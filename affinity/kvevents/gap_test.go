@@ -260,3 +260,48 @@ func TestCacheResetClears(t *testing.T) {
 		t.Fatalf("after the reset: %d blocks, known %v", n, ok)
 	}
 }
+
+// A publisher that goes away and comes back (an engine restarted on the
+// same address) is followed again from scratch: nothing the old one held
+// is still counted.
+func TestReconnectStartsOver(t *testing.T) {
+	t.Parallel()
+	pub, ep := hostile(t)
+	idx := kvevents.NewIndex(0)
+	sub := kvevents.NewSubscriber(idx, kvevents.Config{BackoffMin: 10 * time.Millisecond, BackoffMax: 20 * time.Millisecond}, slog.New(slog.DiscardHandler))
+	t.Cleanup(sub.Close)
+	if err := sub.Add(kvevents.Source{Backend: "b", Endpoint: ep}); err != nil {
+		t.Fatal(err)
+	}
+	stored := func(tok byte) []byte {
+		return []byte{0x92, 0x00, 0x91, 0x98, 0xab, 'B', 'l', 'o', 'c', 'k', 'S', 't', 'o', 'r', 'e', 'd',
+			0x91, tok, 0xc0, 0x92, tok, tok, 0x02, 0xc0, 0xa3, 'G', 'P', 'U', 0xc0}
+	}
+	old := kvevents.NewPrompt([]uint32{1, 1}, 2)
+	eventually(t, "the old engine's block indexed", func() bool {
+		_ = pub.Send(zmq4.NewMsgFrom([]byte("t"), seqFrame(5), stored(1))) // repeats are duplicates
+		n, ok := idx.Match("b", &old)
+		return ok && n == 1
+	})
+	pub.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	again := zmq4.NewPub(ctx)
+	t.Cleanup(func() { again.Close() })
+	if err := again.Listen(ep); err != nil {
+		t.Skipf("cannot listen on %s again: %v", ep, err)
+	}
+	fresh := kvevents.NewPrompt([]uint32{2, 2}, 2)
+	// Its numbers go on from the old one's (6, 7, ...): no gap, no
+	// restart to see in them.
+	next := uint64(6)
+	eventually(t, "the new engine's block indexed", func() bool {
+		_ = again.Send(zmq4.NewMsgFrom([]byte("t"), seqFrame(next), stored(2)))
+		next++
+		n, ok := idx.Match("b", &fresh)
+		return ok && n == 1
+	})
+	if n, _ := idx.Match("b", &old); n != 0 {
+		t.Fatal("the old engine's block is still counted after the reconnection")
+	}
+}

@@ -200,6 +200,14 @@ func (s *Subscriber) connect(st *stream) (got bool, err error) {
 		return false, err
 	}
 	st.connects.Add(1)
+	if st.have {
+		// Back after a disconnection: the engine may have restarted (its
+		// cache empty, its numbering from 0, and a replay from last+1
+		// cannot tell), so start over as a new subscriber: clear, and
+		// learn the past from the replay buffer.
+		s.idx.Clear(st.src.Backend)
+		st.have, st.fresh, st.dupFloor = false, false, 0
+	}
 	if !st.have && st.rep != "" {
 		// A subscriber that starts after its engine learns what it can
 		// of the engine's past from the replay buffer (the last 10,000
@@ -209,11 +217,6 @@ func (s *Subscriber) connect(st *stream) (got bool, err error) {
 		if s.replayHistory(st) {
 			s.idx.SetSynced(st.src.Backend, true)
 		}
-	} else if st.have && !st.fresh && s.replay(st, st.last+1, st.last+1) {
-		// Back after a disconnection, and the replay says nothing was
-		// missed (or brought it): synchronised without waiting for the
-		// engine's next batch.
-		s.idx.SetSynced(st.src.Backend, true)
 	}
 	for {
 		m, err := sub.Recv()
