@@ -2,7 +2,8 @@
 (vllm/distributed/kv_events.py): a PUB socket sending [topic, seq as 8 bytes
 big-endian, msgpack batch], a ROUTER socket answering a start sequence number
 with [identity, "", seq, payload] per buffered batch and [identity, "", -1, ""].
-Batches are msgpack arrays as msgspec writes array_like structs.
+Batches are msgpack arrays as msgspec writes array_like structs; the last
+two carry their events as maps, as newer vLLM writes them.
 
 Used by TestLibzmqPublisher: it prints the two endpoints, publishes empty
 batches until a line arrives on stdin, then the scenario below, then serves
@@ -61,8 +62,12 @@ while not select.select([sys.stdin], [], [], 0.05)[0]:
 sys.stdin.readline()
 publish([stored(H[0:2], None, 0)])           # blocks A, B
 publish([stored(H[2:3], H[1], 32)], False)   # block C: lost on the live socket
-publish([stored(H[3:4], H[2], 48)])          # block D: reveals the gap
-publish([["BlockRemoved", [H[3]], "GPU"]])   # D evicted
+# Newer vLLM (08ee3e54203f, vMaroon/vllm) writes events as tagged maps
+# inside the array batch: the last two batches are in that form.
+publish([{"type": "BlockStored", "block_hashes": H[3:4], "parent_block_hash": H[2],
+          "token_ids": list(range(48, 64)), "block_size": 16, "lora_id": None,
+          "medium": "GPU", "lora_name": None, "group_idx": 0}])  # block D: reveals the gap
+publish([{"type": "BlockRemoved", "block_hashes": [H[3]], "medium": "GPU"}])  # D evicted
 while True:
     serve_replay()
     if select.select([sys.stdin], [], [], 0.02)[0] and not sys.stdin.readline():
