@@ -93,6 +93,14 @@ type ClassConfig struct {
 	// SLOTTFT is the class's time-to-first-token objective; attainment
 	// against it is counted per class (0: none).
 	SLOTTFT time.Duration `yaml:"slo_ttft"`
+	// Reserved and ReservedTokens hold part of every capped global, pool
+	// and model cap (not tenant or class caps) for this class and those
+	// above it: a request of a lower class takes a slot only while the
+	// reserves of all the classes above its own stay free (priority's
+	// reserve is kept from default and flex, default's from flex; they
+	// add up). Nothing is reserved for flex: nothing is below it.
+	Reserved       int64 `yaml:"reserved"`
+	ReservedTokens int64 `yaml:"reserved_tokens"`
 }
 
 // Classes configures service classes. The zero value leaves them off:
@@ -113,6 +121,24 @@ type Classes struct {
 	Priority ClassConfig `yaml:"priority"`
 	Default  ClassConfig `yaml:"default"`
 	Flex     ClassConfig `yaml:"flex"`
+}
+
+// HeldFrom returns how much of a capped level's cap class k may not take:
+// the reserves of the classes above it (requests, tokens). Zero with
+// classes off.
+func (c *Classes) HeldFrom(k Class) (reqs, toks int64) {
+	if !c.Enabled {
+		return 0, 0
+	}
+	for _, above := range ClassesByRank {
+		if !above.Above(k) {
+			break
+		}
+		cc := c.Of(above)
+		reqs += cc.Reserved
+		toks += cc.ReservedTokens
+	}
+	return reqs, toks
 }
 
 // Of returns class k's settings.
@@ -162,6 +188,48 @@ func (c *Classes) validate() error {
 		}
 		if cc.QueueTimeout < 0 || cc.SLOTTFT < 0 {
 			return fmt.Errorf("shaping: classes.%s: queue_timeout and slo_ttft must not be negative", k)
+		}
+		if cc.Reserved < 0 || cc.ReservedTokens < 0 {
+			return fmt.Errorf("shaping: classes.%s: reserved and reserved_tokens must not be negative", k)
+		}
+	}
+	if c.Flex.Reserved != 0 || c.Flex.ReservedTokens != 0 {
+		return errors.New("shaping: classes.flex.reserved: nothing is below flex to reserve against; set it on priority or default")
+	}
+	return nil
+}
+
+// validateReserves refuses reserves that would leave a lower class no
+// room at some capped level: what is held from flex (every reserve added
+// up) must be below each global, pool and model cap of its kind.
+func (c *Config) validateReserves() error {
+	if !c.Classes.Enabled {
+		return nil
+	}
+	reqs, toks := c.Classes.HeldFrom(ClassFlex)
+	if reqs == 0 && toks == 0 {
+		return nil
+	}
+	check := func(field string, cp Cap) error {
+		if cp.MaxRequests > 0 && reqs >= cp.MaxRequests {
+			return fmt.Errorf("shaping: classes: %d requests reserved (priority.reserved + default.reserved) leave flex nothing of %s.max_requests %d; want fewer than the cap", reqs, field, cp.MaxRequests)
+		}
+		if cp.MaxTokens > 0 && toks >= cp.MaxTokens {
+			return fmt.Errorf("shaping: classes: %d tokens reserved (priority.reserved_tokens + default.reserved_tokens) leave flex nothing of %s.max_tokens %d; want fewer than the cap", toks, field, cp.MaxTokens)
+		}
+		return nil
+	}
+	if err := check("global", c.Global); err != nil {
+		return err
+	}
+	for name, p := range c.Pools {
+		if err := check("pools."+name, p); err != nil {
+			return err
+		}
+	}
+	for name, m := range c.Models {
+		if err := check("models."+name, m); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -179,6 +179,9 @@ func (c *Config) Validate() error {
 	if err := c.Classes.validate(); err != nil {
 		return err
 	}
+	if err := c.validateReserves(); err != nil {
+		return err
+	}
 	if c.DefaultOutputTokens < 0 {
 		return fmt.Errorf("shaping: default_output_tokens: cannot be negative")
 	}

@@ -48,10 +48,40 @@ type Request struct {
 type counter struct {
 	reqs, toks       int64
 	maxReqs, maxToks int64
+	// heldReqs and heldToks are what class k may not take of the cap: the
+	// reserves of the classes above it (classes.<class>.reserved). Set on
+	// global, pool and model caps only.
+	heldReqs, heldToks [NumClasses]int64
 }
 
+// fits reports whether the cap has room for a request of tokens, of the
+// highest class (nothing held from it).
 func (c *counter) fits(tokens int64) bool {
 	return (c.maxReqs == 0 || c.reqs < c.maxReqs) && (c.maxToks == 0 || c.toks+tokens <= c.maxToks || c.toks == 0)
+}
+
+// fitsAs is fits for a request of class k: the reserves above k count as
+// taken. A request larger than a whole token cap still goes alone.
+func (c *counter) fitsAs(tokens int64, k Class) bool {
+	return (c.maxReqs == 0 || c.reqs < c.maxReqs-c.heldReqs[k]) &&
+		(c.maxToks == 0 || c.toks+tokens <= c.maxToks-c.heldToks[k] || c.toks == 0)
+}
+
+// setMax sets the cap's limits, n requests and t tokens as configured,
+// and what each class may not take of them (the reserves above it, in
+// this process's share when the caps are shared and Redis is down).
+func (l *Limiter) setMax(c *counter, n, t int64) {
+	c.maxReqs, c.maxToks = l.localCap(n), l.localCap(t)
+	for _, k := range ClassesByRank {
+		hr, ht := l.cfg.Classes.HeldFrom(k)
+		c.heldReqs[k], c.heldToks[k] = 0, 0
+		if n > 0 && hr > 0 {
+			c.heldReqs[k] = c.maxReqs - l.localCap(max(n-hr, 1))
+		}
+		if t > 0 && ht > 0 {
+			c.heldToks[k] = c.maxToks - l.localCap(max(t-ht, 1))
+		}
+	}
 }
 
 // Limiter admits requests under the caps of a Config. It is safe for
@@ -142,7 +172,7 @@ func (l *Limiter) Reconfigure(cfg Config) error {
 // until its requests are done. Called with l.mu held (or before use).
 func (l *Limiter) apply(cfg Config) {
 	l.cfg = cfg
-	l.global.maxReqs, l.global.maxToks = l.localCap(cfg.Global.MaxRequests), l.localCap(cfg.Global.MaxTokens)
+	l.setMax(&l.global, cfg.Global.MaxRequests, cfg.Global.MaxTokens)
 	l.setCaps(l.pools, cfg.Pools)
 	l.setCaps(l.models, cfg.Models)
 	for _, k := range ClassesByRank {
@@ -171,7 +201,7 @@ func (l *Limiter) localCap(n int64) int64 {
 func (l *Limiter) setCaps(m map[string]*counter, caps map[string]Cap) {
 	for name, c := range m {
 		if _, ok := caps[name]; !ok {
-			c.maxReqs, c.maxToks = 0, 0
+			l.setMax(c, 0, 0)
 		}
 	}
 	for name, cp := range caps {
@@ -180,7 +210,7 @@ func (l *Limiter) setCaps(m map[string]*counter, caps map[string]Cap) {
 			c = &counter{}
 			m[name] = c
 		}
-		c.maxReqs, c.maxToks = l.localCap(cp.MaxRequests), l.localCap(cp.MaxTokens)
+		l.setMax(c, cp.MaxRequests, cp.MaxTokens)
 	}
 }
 
@@ -403,11 +433,12 @@ func (l *Limiter) slots(r Request) Permit {
 	return p
 }
 
-// fits reports whether every cap of p has room. Called with l.mu held.
+// fits reports whether every cap of p has room, the reserves of the
+// classes above p's counted as taken. Called with l.mu held.
 func (p *Permit) fits() bool {
-	l := p.l
-	return l.global.fits(p.tokens) && (p.pool == nil || p.pool.fits(p.tokens)) &&
-		(p.model == nil || p.model.fits(p.tokens)) && p.tenantCt.fits(p.tokens) && (p.classCt == nil || p.classCt.fits(p.tokens))
+	l, k := p.l, p.class
+	return l.global.fitsAs(p.tokens, k) && (p.pool == nil || p.pool.fitsAs(p.tokens, k)) &&
+		(p.model == nil || p.model.fitsAs(p.tokens, k)) && p.tenantCt.fits(p.tokens) && (p.classCt == nil || p.classCt.fits(p.tokens))
 }
 
 // take counts p in every cap. Called with l.mu held.

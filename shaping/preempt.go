@@ -147,8 +147,9 @@ func (l *Limiter) frees(v, p *Permit) bool {
 		if c == &l.global || c == v.pool || c == v.model || c == v.tenantCt || c == v.classCt {
 			reqs, toks = reqs-1, toks-v.tokens
 		}
-		after := counter{reqs: reqs, toks: toks, maxReqs: c.maxReqs, maxToks: c.maxToks}
-		if !after.fits(p.tokens) {
+		after := *c
+		after.reqs, after.toks = reqs, toks
+		if !after.fitsAs(p.tokens, p.class) {
 			return false
 		}
 	}

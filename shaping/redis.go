@@ -197,9 +197,13 @@ func (s *sharedCaps) capKeys(level, name string) (string, string) {
 
 // lease is a slot held in Redis.
 type lease struct {
-	id     string
-	keys   []string
-	caps   []any // max requests and max tokens per cap, for the release
+	id   string
+	keys []string
+	caps []any // max requests and max tokens per cap, as acquired
+	// wake is caps as the release judges them (when a slot it frees
+	// may let a waiter in): the lowest class's limits where reserves cut
+	// them (classes.<class>.reserved); nil when it is caps.
+	wake   []any
 	tokens int64
 }
 
@@ -207,7 +211,14 @@ type lease struct {
 type sharedCap struct {
 	level, name      string
 	maxReqs, maxToks int64
-	tenant           bool
+	// wakeReqs and wakeToks are the limits a release judges a cap by:
+	// maxReqs and maxToks, or below them the lowest class's where
+	// reserves apply (sharedCaps).
+	wakeReqs, wakeToks int64
+	tenant             bool
+	// reserveCut: the reserves above the request's class cut this cap
+	// (a full answer may leave room for a higher class).
+	reserveCut bool
 }
 
 // acquire tries to take a lease in every cap at once (one round trip).
@@ -306,10 +317,18 @@ return 0
 // newLease names the keys of caps for a lease id.
 func (s *sharedCaps) newLease(id string, caps []sharedCap, tokens int64) lease {
 	l := lease{id: id, tokens: tokens}
+	reserved := false
 	for _, c := range caps {
 		z, h := s.capKeys(c.level, c.name)
 		l.keys = append(l.keys, z, h)
 		l.caps = append(l.caps, c.maxReqs, c.maxToks)
+		reserved = reserved || c.wakeReqs != c.maxReqs || c.wakeToks != c.maxToks
+	}
+	if reserved {
+		l.wake = make([]any, 0, len(l.caps))
+		for _, c := range caps {
+			l.wake = append(l.wake, c.wakeReqs, c.wakeToks)
+		}
 	}
 	return l
 }
@@ -331,6 +350,9 @@ func (s *sharedCaps) reassert(ctx context.Context, l lease) error {
 }
 
 func (l lease) releaseArgs(channel string) []any {
+	if l.wake != nil {
+		return append([]any{l.id, channel}, l.wake...)
+	}
 	return append([]any{l.id, channel}, l.caps...)
 }
 

@@ -89,18 +89,40 @@ func (l *Limiter) sharedCaps(p *Permit) []sharedCap {
 	var out []sharedCap
 	add := func(level, name string, c Cap, tenant bool) {
 		if c.MaxRequests > 0 || c.MaxTokens > 0 {
-			out = append(out, sharedCap{level: level, name: name, maxReqs: c.MaxRequests, maxToks: c.MaxTokens, tenant: tenant})
+			out = append(out, sharedCap{level: level, name: name, maxReqs: c.MaxRequests, maxToks: c.MaxTokens, tenant: tenant,
+				wakeReqs: c.MaxRequests, wakeToks: c.MaxTokens})
 		}
 	}
-	add("global", "", l.cfg.Global, false)
+	// A capped level (global, pool, model) is passed to Redis with the
+	// reserves above p's class taken off: what p's class may fill of it
+	// (classes.<class>.reserved). Its release wakes waiters from the
+	// lowest class's limit up, for they may be waiting on it.
+	heldR, heldT := l.cfg.Classes.HeldFrom(p.class)
+	floorR, floorT := l.cfg.Classes.HeldFrom(ClassFlex)
+	addLevel := func(level, name string, c Cap) {
+		n := len(out)
+		add(level, name, c, false)
+		if len(out) == n {
+			return
+		}
+		sc := &out[n]
+		sc.reserveCut = heldR > 0 && c.MaxRequests > 0 || heldT > 0 && c.MaxTokens > 0
+		if c.MaxRequests > 0 {
+			sc.maxReqs, sc.wakeReqs = c.MaxRequests-heldR, c.MaxRequests-floorR
+		}
+		if c.MaxTokens > 0 {
+			sc.maxToks, sc.wakeToks = c.MaxTokens-heldT, c.MaxTokens-floorT
+		}
+	}
+	addLevel("global", "", l.cfg.Global)
 	for name, c := range l.pools {
 		if c == p.pool {
-			add("pool", name, l.cfg.Pools[name], false)
+			addLevel("pool", name, l.cfg.Pools[name])
 		}
 	}
 	for name, c := range l.models {
 		if c == p.model {
-			add("model", name, l.cfg.Models[name], false)
+			addLevel("model", name, l.cfg.Models[name])
 		}
 	}
 	t, ok := l.cfg.Tenants[p.tenant.name]
@@ -251,9 +273,13 @@ func (l *Limiter) dispatcher() {
 }
 
 // dispatchShared grants waiters, fairest first, while Redis has room.
-// A waiter whose own tenant cap is full does not stop the others.
+// A waiter whose own tenant cap is full does not stop the others; nor
+// does one whose class's cap is full, or one a capped level refused only
+// for the reserves of the classes above it: its class is passed over,
+// the classes above it still have room to try.
 func (l *Limiter) dispatchShared() {
 	blocked := map[*tenant]bool{}
+	var classBlocked [NumClasses]bool
 	for {
 		l.mu.Lock()
 		if !l.sharedUp.Load() {
@@ -261,7 +287,7 @@ func (l *Limiter) dispatchShared() {
 			l.mu.Unlock()
 			return
 		}
-		w := l.q.next(func(w *waiter) bool { return !blocked[w.permit.tenant] })
+		w := l.q.next(func(w *waiter) bool { return !blocked[w.permit.tenant] && !classBlocked[w.permit.class] })
 		if w == nil {
 			l.mu.Unlock()
 			return
@@ -279,6 +305,11 @@ func (l *Limiter) dispatchShared() {
 		w.permit.tenant.dispatching--
 		switch {
 		case err != nil || full != nil:
+			if w.permit.byShare {
+				// The lower classes' share was not used: it stays due.
+				w.permit.byShare = false
+				l.q.streak = max(l.q.streak, l.q.share-1)
+			}
 			if w.gone {
 				l.forget(w.permit.tenant)
 			} else {
@@ -293,6 +324,10 @@ func (l *Limiter) dispatchShared() {
 			}
 			if full.tenant {
 				blocked[w.permit.tenant] = true
+				continue
+			}
+			if full.level == "class" || full.reserveCut {
+				classBlocked[w.permit.class] = true
 				continue
 			}
 			return
