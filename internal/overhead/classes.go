@@ -247,9 +247,18 @@ shaping:
 	}
 	cfg += fmt.Sprintf("classes:\n  enabled: %v\n", classes)
 	if classes {
-		cfg += fmt.Sprintf("  priority:\n    queue_timeout: 5s\n    slo_ttft: %[1]v\n  default:\n    slo_ttft: %[1]v\n  flex:\n    queue_timeout: 20s\n    slo_ttft: %[1]v\n", slo)
+		// Priority keeps an eighth of the cap (at least 1) from default
+		// and flex (classes.priority.reserved): without it, at the
+		// engine's knee, priority waits behind their running requests.
+		cfg += fmt.Sprintf("  priority:\n    queue_timeout: 5s\n    slo_ttft: %[1]v\n    reserved: %[2]d\n  default:\n    slo_ttft: %[1]v\n  flex:\n    queue_timeout: 20s\n    slo_ttft: %[1]v\n", slo, classReserve(knee))
 	}
 	return cfg + fmt.Sprintf("request_log:\n  path: %s\n", logPath)
+}
+
+// classReserve is the requests the classes arms reserve for priority at
+// a cap of knee: an eighth, at least 1, less than the cap.
+func classReserve(knee int) int {
+	return min(max(knee/8, 1), max(knee-1, 0))
 }
 
 // countLog adds the request log's lines at path to by, by outcome.

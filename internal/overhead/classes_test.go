@@ -40,7 +40,7 @@ func TestClassGatewayConfig(t *testing.T) {
 		if want := map[bool]string{true: "vllm"}[tc.classes]; cfg.Pools["sim"].ClassPriority != want {
 			t.Errorf("%s: class_priority %q, want %q", tc.name, cfg.Pools["sim"].ClassPriority, want)
 		}
-		if tc.classes && (cfg.Classes.Default.SLOTTFT != time.Second || cfg.Classes.Flex.QueueTimeout != 20*time.Second) {
+		if tc.classes && (cfg.Classes.Default.SLOTTFT != time.Second || cfg.Classes.Flex.QueueTimeout != 20*time.Second || cfg.Classes.Priority.Reserved != 3) {
 			t.Errorf("%s: classes %+v", tc.name, cfg.Classes.Classes)
 		}
 		if cfg.RequestLog.Path == "" {
