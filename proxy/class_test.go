@@ -679,6 +679,11 @@ func TestClassesConfigErrors(t *testing.T) {
 		{"pools.p.class_priority", func(c *Config) { pc := c.Pools["p"]; pc.ClassPriority = "tgi"; c.Pools["p"] = pc }},
 		{"tenants.gold.max_class", func(c *Config) { c.Tenants["gold"] = TenantConfig{MaxClass: "platinum"} }},
 		{"default_class", func(c *Config) { c.Tenants["gold"] = TenantConfig{DefaultClass: "priority", MaxClass: "default"} }},
+		{"leave flex nothing of global.max_requests 4", func(c *Config) {
+			c.Shaping.Global.MaxRequests = 4
+			c.Classes.Priority.Reserved, c.Classes.Default.Reserved = 3, 1
+		}},
+		{"nothing is below flex", func(c *Config) { c.Classes.Flex.Reserved = 1 }},
 	} {
 		cfg := classesConfig("http://127.0.0.1:1")
 		c.edit(&cfg)
@@ -717,5 +722,43 @@ func TestClassesByReload(t *testing.T) {
 	}
 	if s := gw.lim.Stats(); s.InFlightRequests != 0 {
 		t.Errorf("%d in flight", s.InFlightRequests)
+	}
+}
+
+// With priority reserving 1 of a cap of 3, two flex streams running and a
+// third flex request waiting (the reserve keeps it out), a priority
+// request is served at once, past the waiter; the flex waiter times out
+// and the backend never holds more than 2 flex requests.
+func TestReservedCapacityOverHTTP(t *testing.T) {
+	t.Parallel()
+	b, _ := holdBackend(t)
+	cfg := classesConfig(b.URL)
+	cfg.Shaping.Global.MaxRequests = 3
+	cfg.Classes.Priority.Reserved = 1
+	cfg.Classes.Flex.QueueTimeout = 600 * time.Millisecond
+	gw := startGateway(t, cfg)
+	for range 2 {
+		go send(gw.URL, heldBody("hold-after"), bearer("sk-gold")...)
+	}
+	waitRequests(t, b, 2)
+	third := make(chan int, 1)
+	go func() {
+		code, _, _ := send(gw.URL, heldBody("hold-after"), bearer("sk-gold")...)
+		third <- code
+	}()
+	waitFor(t, 2*time.Second, "the third flex request waiting", func() bool { return gw.lim.Stats().Waiting == 1 })
+	start := time.Now()
+	code, h, body := send(gw.URL, priorityStream, bearer("sk-gold")...)
+	if code != 200 || h.Get("X-Infergate-Class") != "priority" || !strings.Contains(body, "[DONE]") {
+		t.Fatalf("priority beside 2 flex of 3 with 1 reserved: %d %q %s", code, h.Get("X-Infergate-Class"), body)
+	}
+	if d := time.Since(start); d > 400*time.Millisecond {
+		t.Errorf("priority took %v: it waited behind the flex waiter", d)
+	}
+	if c := <-third; c != 503 {
+		t.Errorf("the third flex request, with 1 of 3 reserved for priority: %d, want 503 (queue timeout)", c)
+	}
+	if n := b.requests.Load(); n != 3 {
+		t.Errorf("the backend saw %d requests, want 3 (2 flex, 1 priority)", n)
 	}
 }
