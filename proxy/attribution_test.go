@@ -55,25 +55,45 @@ func TestSimPrefillLandsInModel(t *testing.T) {
 	gw := startGateway(t, testConfig(url))
 	prompt := strings.Repeat("hello ", 1000)
 	body := fmt.Sprintf(`{"model":"m","stream":true,"stream_options":{"include_usage":true},"max_tokens":20,"ignore_eos":true,"messages":[{"role":"user","content":%q}]}`, prompt)
-	tm := timedStream(t, gw.URL, body)
-	addsUp(t, tm)
-	if tm.ModelTTFT < 95 || tm.ModelTTFT > 400 {
-		t.Errorf("model TTFT %.1f ms, want the sim's 100 ms of prefill (%+v)", tm.ModelTTFT, tm)
-	}
-	b := tm.Backend
-	if b == nil || b.Source != "vllm" || b.Prefill == nil || b.Queue == nil || b.Decode == nil {
-		t.Fatalf("backend split %+v, want vLLM's queue, prefill and decode", b)
-	}
-	if *b.Prefill < 95 || *b.Prefill > tm.ModelTTFT {
-		t.Errorf("backend prefill %.1f ms, want ≥ 100 ms and within model TTFT %.1f", *b.Prefill, tm.ModelTTFT)
-	}
-	// The engine's first → last token and the gateway's first → last in
-	// (less its relay time) see the same decode, up to delivery jitter.
-	if d := *b.Decode - tm.Decode; *b.Decode <= 0 || d > 0.1*tm.Decode+2 || d < -0.1*tm.Decode-2 {
-		t.Errorf("backend decode %.1f ms against the gateway's %.1f ms", *b.Decode, tm.Decode)
-	}
-	if tm.Queue > 5 || tm.Gateway > 10 {
-		t.Errorf("queue %.1f ms, gateway %.1f ms: nothing should be there (%+v)", tm.Queue, tm.Gateway, tm)
+	// The lower bounds are the sim's sleeps and hold on any machine; the
+	// upper ones (nothing in queue or gateway, the two decodes alike) are
+	// what a starved CPU breaks: a request whose only faults are those is
+	// measured once more, and the second must hold.
+	for attempt := 1; ; attempt++ {
+		tm := timedStream(t, gw.URL, body)
+		addsUp(t, tm)
+		if tm.ModelTTFT < 95 {
+			t.Errorf("model TTFT %.1f ms, want the sim's 100 ms of prefill (%+v)", tm.ModelTTFT, tm)
+		}
+		b := tm.Backend
+		if b == nil || b.Source != "vllm" || b.Prefill == nil || b.Queue == nil || b.Decode == nil {
+			t.Fatalf("backend split %+v, want vLLM's queue, prefill and decode", b)
+		}
+		if *b.Prefill < 95 || *b.Prefill > tm.ModelTTFT || *b.Decode <= 0 {
+			t.Errorf("backend prefill %.1f ms, decode %.1f ms; want prefill ≥ 100 ms and within model TTFT %.1f", *b.Prefill, *b.Decode, tm.ModelTTFT)
+		}
+		if t.Failed() {
+			return
+		}
+		var slow []string
+		if tm.ModelTTFT > 400 {
+			slow = append(slow, fmt.Sprintf("model TTFT %.1f ms, want the sim's 100 ms of prefill", tm.ModelTTFT))
+		}
+		// The engine's first → last token and the gateway's first → last in
+		// (less its relay time) see the same decode, up to delivery jitter.
+		if d := *b.Decode - tm.Decode; d > 0.1*tm.Decode+2 || d < -0.1*tm.Decode-2 {
+			slow = append(slow, fmt.Sprintf("backend decode %.1f ms against the gateway's %.1f ms", *b.Decode, tm.Decode))
+		}
+		if tm.Queue > 5 || tm.Gateway > 10 {
+			slow = append(slow, fmt.Sprintf("queue %.1f ms, gateway %.1f ms: nothing should be there", tm.Queue, tm.Gateway))
+		}
+		if len(slow) == 0 {
+			return
+		}
+		if attempt == 2 {
+			t.Fatalf("%s (%+v)", strings.Join(slow, "; "), tm)
+		}
+		t.Logf("attempt 1, starved? %s (%+v); once more", strings.Join(slow, "; "), tm)
 	}
 }
 
