@@ -272,3 +272,45 @@ func TestReserveValidation(t *testing.T) {
 		}
 	}
 }
+
+// A release wakes lower-class waiters on other replicas when it brings a
+// level below their limit, even where it leaves the cap itself short of
+// full: a priority slot given back at 3 of 4 (1 reserved) lets a flex
+// waiter on the other replica in at once, not at its 10 s poll.
+func TestReserveReleaseWakesOtherReplicas(t *testing.T) {
+	addr := testredis.Addr(t)
+	prefix := fmt.Sprintf("reserve-wake-%d", time.Now().UnixNano())
+	var lims []*Limiter
+	for range 2 {
+		cfg := sharedConfig(addr, 4)
+		cfg.Redis.KeyPrefix = prefix
+		cfg.Queue.MaxWaitingPerTenant = -1
+		cfg.Classes = Classes{Enabled: true, Priority: ClassConfig{Reserved: 1}}
+		lims = append(lims, newShared(t, cfg))
+	}
+	a, b := lims[0], lims[1]
+	if got := len(grab(t, a, ClassFlex, 2)); got != 2 {
+		t.Fatalf("flex got %d slots, want 2", got)
+	}
+	prio, err := a.Acquire(context.Background(), Request{Tenant: "p", Class: ClassPriority})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		p, err := b.Acquire(ctx, Request{Tenant: "w", Class: ClassFlex})
+		p.Release()
+		got <- err
+	}()
+	queued(t, b, 1)
+	start := time.Now()
+	prio.Release()
+	if err := <-got; err != nil {
+		t.Fatalf("the flex waiter on the other replica: %v", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("the flex waiter got the slot %v after the release: it was not woken", d)
+	}
+}
