@@ -124,10 +124,14 @@ func TestRankOrdersEndpointsAsTheirSettingsImply(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "gw.keys"), []byte("key-for-gateway\n"), 0o600)
 	gw := start(t, "serve", "--listen", "127.0.0.1:0", "--auth-keys", filepath.Join(dir, "gw.keys"),
 		"--upstream", start(t, "sim", "--listen", "127.0.0.1:0").url(t)).url(t)
-	slow := start(t, "sim", "--listen", "127.0.0.1:0", "--ttft", "180ms", "--itl", "5ms").url(t)
+	// The SLO (300 ms) sits far from both sides: a busy machine only adds
+	// to a TTFT, so the slow ones (400 ms) fail it on any machine, and the
+	// fast ones (40 ms) have 260 ms of slack for a starved CPU to take
+	// (with 150 ms against 40 they failed it in full -race runs).
+	slow := start(t, "sim", "--listen", "127.0.0.1:0", "--ttft", "400ms", "--itl", "5ms").url(t)
 	// Slow too, so that it fails the SLO whatever share its 429s take;
 	// few of them keep the run's Retry-After holds short.
-	limited := newRecorder(t, start(t, "sim", "--listen", "127.0.0.1:0", "--ttft", "180ms", "--itl", "5ms",
+	limited := newRecorder(t, start(t, "sim", "--listen", "127.0.0.1:0", "--ttft", "400ms", "--itl", "5ms",
 		"--error-rate", "0.15", "--error-status", "429", "--retry-after", "1s").url(t))
 	keyFile := filepath.Join(dir, "limited.key")
 	os.WriteFile(keyFile, []byte("key-for-limited\n"), 0o600)
@@ -141,7 +145,7 @@ func TestRankOrdersEndpointsAsTheirSettingsImply(t *testing.T) {
 		{"locked", gw, "api_key_env: RANK_TEST_LOCKED_KEY", 0.01, 0.01, 0.01},
 	})
 	hist := filepath.Join(dir, "runs")
-	cmd := []string{"rank", file, "--slo", "ttft=150ms", "--dir", hist, "--csv", filepath.Join(dir, "r.csv"), "--html", filepath.Join(dir, "r.html")}
+	cmd := []string{"rank", file, "--slo", "ttft=300ms", "--dir", hist, "--csv", filepath.Join(dir, "r.csv"), "--html", filepath.Join(dir, "r.html")}
 	code, out := exitCodeEnv(t, []string{"RANK_TEST_FAST_KEY=key-for-fast", "RANK_TEST_GW_KEY=key-for-gateway", "RANK_TEST_LOCKED_KEY=key-for-nothing"}, cmd...)
 	if code != 0 {
 		t.Fatalf("rank: exit %d\n%s", code, out)
