@@ -298,27 +298,44 @@ func findChange(cs []verdict.Change, metric string) *verdict.Change {
 // same server on both sides nothing is added: the spread of the
 // differences stays within a scheduler's noise, where sending the same
 // prompt twice made every other pair's second side a cache hit (±50 ms
-// here). The plan and the progress are said as it runs.
+// here). The plan and the progress are said as it runs. Not parallel: it
+// measures time.
 func TestPairedComparesLikeWithLike(t *testing.T) {
-	t.Parallel()
-	url := simtest.Start(t, sim.DefaultConfig()).URL
-	cfg := cacheConfig(url, 0, "")
-	cfg.Load.Requests, cfg.Workload.InputTokens, cfg.Workload.OutputTokens, cfg.Workload.ForceOutputLength = 4, "512", "16", false
-	cfg.DirectURL, cfg.Pairs = url, 12
-	var log strings.Builder
-	cfg.Log = &log
-	rec, err := Run(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := rec.Paired
-	if p == nil || p.Pairs != 12 || p.Failed != 0 || p.Unequal != 0 || p.OutputTokens != 16 || p.TTFT == nil || p.E2E == nil {
-		t.Fatalf("paired %+v: want 12 pairs held at the run's 16 tokens, all of one length", p)
-	}
-	// (End to end is left to the machine's scheduler: a busy one
-	// stretches the odd decode step.)
-	if p.TTFT.P10 < -20 || p.TTFT.P90 > 20 {
-		t.Errorf("added TTFT %+v: want both sides alike, within noise", *p.TTFT)
+	var (
+		rec *Record
+		log strings.Builder
+	)
+	// A pair's two sides run one after the other: on a starved CPU the
+	// scheduler can hold one side back 20 ms and more, twice in 12 pairs
+	// (what p10 and p90 read). That is noise, and a new run draws it
+	// again; the cache hit this guards against comes back every other
+	// pair of every run. So a run outside ±20 ms is made once more, on a
+	// fresh server, and the second must hold.
+	for attempt := 1; ; attempt++ {
+		url := simtest.Start(t, sim.DefaultConfig()).URL
+		cfg := cacheConfig(url, 0, "")
+		cfg.Load.Requests, cfg.Workload.InputTokens, cfg.Workload.OutputTokens, cfg.Workload.ForceOutputLength = 4, "512", "16", false
+		cfg.DirectURL, cfg.Pairs = url, 12
+		log.Reset()
+		cfg.Log = &log
+		var err error
+		rec, err = Run(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := rec.Paired
+		if p == nil || p.Pairs != 12 || p.Failed != 0 || p.Unequal != 0 || p.OutputTokens != 16 || p.TTFT == nil || p.E2E == nil {
+			t.Fatalf("paired %+v: want 12 pairs held at the run's 16 tokens, all of one length", p)
+		}
+		// (End to end is left to the machine's scheduler: a busy one
+		// stretches the odd decode step.)
+		if p.TTFT.P10 >= -20 && p.TTFT.P90 <= 20 {
+			break
+		}
+		if attempt == 2 {
+			t.Fatalf("added TTFT %+v: want both sides alike, within noise", *p.TTFT)
+		}
+		t.Logf("added TTFT %+v past ±20 ms: a busy scheduler? once more", *p.TTFT)
 	}
 	if !strings.Contains(log.String(), "paired timing: 12 pairs, one at a time") || !strings.Contains(log.String(), "paired timing: 10 of 12 pairs") {
 		t.Errorf("log:\n%s", log.String())
