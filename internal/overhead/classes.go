@@ -36,11 +36,17 @@ type classCase struct {
 	mix string
 	// replicas is the shared arm's gateway processes.
 	replicas int
+	// reserve is the share of the cap the classes arms reserve for
+	// priority (classes.priority.reserved).
+	reserve float64
 }
 
 func (o *Overhead) classCase() classCase {
 	cc := classCase{input: 128, output: 64, stage: 2 * time.Second, run: 20 * time.Second, slo: time.Second,
-		mix: "priority=0.2,default=0.5,flex=0.3", replicas: 3}
+		mix: "priority=0.2,default=0.5,flex=0.3", replicas: 3, reserve: 0.125}
+	if o.ClassesReserve > 0 {
+		cc.reserve = o.ClassesReserve
+	}
 	if o.ClassesRun > 0 {
 		cc.run = o.ClassesRun
 		cc.stage = max(cc.stage, o.ClassesRun/10)
@@ -171,7 +177,7 @@ func (o *Overhead) classOnce(ctx context.Context, dir string, cc classCase, fl c
 		if a.replicas > 1 {
 			redis = o.Redis
 		}
-		if err := os.WriteFile(cfgPath, []byte(classGatewayConfig(sim.addr, fl.knee, cc.slo, a.classes, redis, prefix, logPath)), 0o600); err != nil {
+		if err := os.WriteFile(cfgPath, []byte(classGatewayConfig(sim.addr, fl.knee, classReserve(fl.knee, cc.reserve), cc.slo, a.classes, redis, prefix, logPath)), 0o600); err != nil {
 			return classRun{}, err
 		}
 		gw, err := startInfergate(o.Binary, fmt.Sprintf("gateway%d", i), "serve", "--config", cfgPath, "--log-level", "warn")
@@ -226,7 +232,7 @@ func (o *Overhead) classOnce(ctx context.Context, dir string, cc classCase, fl c
 // of the sim, capped at the knee with a queue twice that (all of it open
 // to the one tenant the load is), every tenant allowed priority; with classes, the class passed to the sim as vLLM's
 // priority and each class judged by slo; with redis, the cap shared.
-func classGatewayConfig(sim string, knee int, slo time.Duration, classes bool, redis, prefix, logPath string) string {
+func classGatewayConfig(sim string, knee, reserve int, slo time.Duration, classes bool, redis, prefix, logPath string) string {
 	cfg := fmt.Sprintf(`pools:
   sim:
     backends:
@@ -247,18 +253,19 @@ shaping:
 	}
 	cfg += fmt.Sprintf("classes:\n  enabled: %v\n", classes)
 	if classes {
-		// Priority keeps an eighth of the cap (at least 1) from default
-		// and flex (classes.priority.reserved): without it, at the
-		// engine's knee, priority waits behind their running requests.
-		cfg += fmt.Sprintf("  priority:\n    queue_timeout: 5s\n    slo_ttft: %[1]v\n    reserved: %[2]d\n  default:\n    slo_ttft: %[1]v\n  flex:\n    queue_timeout: 20s\n    slo_ttft: %[1]v\n", slo, classReserve(knee))
+		// Priority keeps a share of the cap (an eighth unless
+		// --classes-reserve says otherwise) from default and flex
+		// (classes.priority.reserved): without it, at the engine's knee,
+		// priority waits behind their running requests.
+		cfg += fmt.Sprintf("  priority:\n    queue_timeout: 5s\n    slo_ttft: %[1]v\n    reserved: %[2]d\n  default:\n    slo_ttft: %[1]v\n  flex:\n    queue_timeout: 20s\n    slo_ttft: %[1]v\n", slo, reserve)
 	}
 	return cfg + fmt.Sprintf("request_log:\n  path: %s\n", logPath)
 }
 
 // classReserve is the requests the classes arms reserve for priority at
-// a cap of knee: an eighth, at least 1, less than the cap.
-func classReserve(knee int) int {
-	return min(max(knee/8, 1), max(knee-1, 0))
+// a cap of knee: share of it, at least 1, less than the cap.
+func classReserve(knee int, share float64) int {
+	return min(max(int(float64(knee)*share), 1), max(knee-1, 0))
 }
 
 // countLog adds the request log's lines at path to by, by outcome.

@@ -22,7 +22,7 @@ func TestClassGatewayConfig(t *testing.T) {
 		redis   string
 	}{{"without classes", false, ""}, {"with classes", true, ""}, {"replica", true, "127.0.0.1:6379"}} {
 		path := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-")+".yaml")
-		if err := os.WriteFile(path, []byte(classGatewayConfig("127.0.0.1:9", 24, time.Second, tc.classes, tc.redis, "ovtest", filepath.Join(dir, "log.jsonl"))), 0o600); err != nil {
+		if err := os.WriteFile(path, []byte(classGatewayConfig("127.0.0.1:9", 24, classReserve(24, 0.125), time.Second, tc.classes, tc.redis, "ovtest", filepath.Join(dir, "log.jsonl"))), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		var cfg proxy.Config

@@ -24,7 +24,7 @@ func (o *Overhead) classReport(cc classCase, fl classFleet, sweep *bench.Record,
 		fmt.Fprintf(w, "| %g | %.2f | %.0f | %s | %s |\n", s.Level, s.RequestThroughput, s.OutputTokenThroughput, p50, p99s(s.Metrics["ttft"]))
 	}
 	fmt.Fprintf(w, "\nCapacity %.2f req/s (the peak's rate); the gateways' cap: %d in flight (the first level within 5%% of the peak), a queue of %d all open to the one tenant (10 s wait; with classes priority 5 s, flex 20 s), every tenant allowed priority. With classes priority reserves %d of the cap (classes.priority.reserved: default and flex together hold at most the rest) and the pool passes the class to the sim as vLLM's priority (-1, 0, 1) and flex may be preempted before its first byte. Load: an open loop, Poisson, %v per arm (the idle arm at 0.2×, where nothing queues, for at least 120 requests), bench --class-mix (service_tier in the body), every class judged by TTFT ≤ %v; each arm a fresh fleet.\n\n",
-		fl.peakRate, fl.knee, 2*fl.knee, classReserve(fl.knee), cc.run, cc.slo)
+		fl.peakRate, fl.knee, 2*fl.knee, classReserve(fl.knee, cc.reserve), cc.run, cc.slo)
 	fmt.Fprintln(w, "| arm | class | sent | ok | refused (reason) | failed | TTFT p50 | TTFT p99 | gateway queue p50 | SLO met |")
 	fmt.Fprintln(w, "|---|---|---:|---:|---|---:|---:|---:|---:|---:|")
 	for _, a := range arms {
