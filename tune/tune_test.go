@@ -89,7 +89,30 @@ func readJournal(t *testing.T, path string) []Entry {
 // line names, keeps nothing that did not hold on a second measurement,
 // and keeps every step whose goodput rose beyond doubt while no quality
 // rate rose (checkGainsKept).
+//
+// The rule is tested only if some step gained beyond doubt; on a CPU
+// starved enough that the simulator fails a share of a measurement's
+// requests (44 of 194 seen), no step may. Such a walk is made once more
+// on a fresh stack, and the second must gain: everything else each walk
+// asserts holds on both.
 func TestTuneMemoryBound(t *testing.T) {
+	for attempt := 1; ; attempt++ {
+		gains, out := walkMemoryBound(t)
+		if gains > 0 {
+			return
+		}
+		if attempt == 2 {
+			t.Fatalf("no step's goodput rose beyond doubt with quality unchanged, in two walks: the rule was not tested\n%s", out)
+		}
+		t.Log("no step's goodput rose beyond doubt with quality unchanged (a starved run?): once more")
+	}
+}
+
+// walkMemoryBound is one walk of TestTuneMemoryBound: it fails t on what
+// any walk must hold, and returns the steps that gained beyond doubt and
+// the walk's output.
+func walkMemoryBound(t *testing.T) (int, string) {
+	t.Helper()
 	s := serveStack(t, "memory-bound")
 	cfg := s.config(t, 24, 2*time.Second, "ttft=2s,tpot=50ms")
 	// The demo's load with a 3-point quality tolerance: 194 requests a
@@ -134,9 +157,10 @@ func TestTuneMemoryBound(t *testing.T) {
 	if !strings.Contains(out.String(), "knobs only the backend owns") || len(res.Next) == 0 {
 		t.Errorf("no backend knob named for a memory bottleneck\n%s", out.String())
 	}
-	checkGainsKept(t, cfg, j, out.String())
+	gains := checkGainsKept(t, cfg, j, out.String())
 	checkFreshPrompts(t, cfg.Dir)
 	t.Logf("\n%s", out.String())
+	return gains, out.String()
 }
 
 // checkFreshPrompts: every measurement of a walk sent prompts no earlier
@@ -166,9 +190,9 @@ func checkFreshPrompts(t *testing.T, dir string) {
 // goodput rose beyond doubt, with no quality rate risen and at least the
 // settling size of answers, was judged KEEP; every measurement sent the
 // size printed before it, with the tolerance that size settles; and each
-// judged step names the figures that decided it. At least one step must
-// have gained, or the rule was not put to the test.
-func checkGainsKept(t *testing.T, cfg Config, j []Entry, out string) {
+// judged step names the figures that decided it. It returns how many
+// steps gained: none, and the rule was not put to the test.
+func checkGainsKept(t *testing.T, cfg Config, j []Entry, out string) int {
 	t.Helper()
 	size := verdict.SettlingSize(cfg.Options.QualityTolerance)
 	if want := fmt.Sprintf("each measurement sends %d requests", 2*size); !strings.Contains(out, want) || !strings.Contains(out, fmt.Sprintf("%d answers a run settle a quality rate at 0 in both runs within the %.3g-point tolerance", size, cfg.Options.QualityTolerance*100)) {
@@ -216,9 +240,7 @@ func checkGainsKept(t *testing.T, cfg Config, j []Entry, out string) {
 			}
 		}
 	}
-	if gains == 0 {
-		t.Errorf("no step's goodput rose beyond doubt with quality unchanged: the rule was not tested\n%s", out)
-	}
+	return gains
 }
 
 // A healthy server under light load: nothing to tune, nothing changed.
