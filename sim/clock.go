@@ -35,28 +35,8 @@ func (c *clock) lightLoad() bool { return c == nil || c.active.Load() <= maxSpin
 // the last spinWindow to be spun. timer is reused across calls; it must be
 // stopped and drained.
 func waitUntil(t time.Time, timer *time.Timer, abort <-chan struct{}, spin bool) bool {
-	d := time.Until(t)
-	if spin {
-		d -= spinWindow
-	}
-	if d > 0 {
-		timer.Reset(d)
-		select {
-		case <-timer.C:
-		case <-abort:
-			timer.Stop()
-			return false
-		}
-	}
-	for spin && time.Now().Before(t) {
-		select {
-		case <-abort:
-			return false
-		default:
-		}
-		runtime.Gosched()
-	}
-	return true
+	stopped, _ := waitUntilKick(t, timer, abort, nil, spin) // a nil kick never receives
+	return !stopped
 }
 
 // waitUntilKick is waitUntil that also returns early, with kicked set,
