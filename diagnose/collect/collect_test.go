@@ -119,10 +119,38 @@ func TestPresetsNamed(t *testing.T) {
 
 // TestSweepFindsTheKnee sweeps a memory-bound deployment and holds that
 // the cap it proposes sits below the level where preemptions began.
+//
+// The simulator runs in real time: on a CPU starved enough (a full -race
+// run on two busy cores), its heaviest level can show no pressure at all
+// and the verdict read none. That sweep is made once more on a fresh
+// deployment, and the second must find memory; any other wrong verdict
+// fails at once.
 func TestSweepFindsTheKnee(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 12 s sweep")
 	}
+	for attempt := 1; ; attempt++ {
+		pts, rep, report := sweepMemoryBound(t)
+		if rep.Bottleneck == diagnose.None && attempt == 1 {
+			t.Logf("bottleneck none at the heaviest level (a starved run?): once more\n%s", report)
+			continue
+		}
+		last := pts[len(pts)-1]
+		if rep.Bottleneck != diagnose.Memory || rep.CapAt < 4 || rep.CapAt >= 48 {
+			t.Fatalf("bottleneck %s, cap at %d; want memory, capped below 48\n%s", rep.Bottleneck, rep.CapAt, report)
+		}
+		if !(pts[0].PerRequestTokPerS > last.PerRequestTokPerS) {
+			t.Errorf("per-request speed %v at 4 and %v at 48: it should fall", pts[0].PerRequestTokPerS, last.PerRequestTokPerS)
+		}
+		t.Log(report)
+		return
+	}
+}
+
+// sweepMemoryBound sweeps a fresh memory-bound deployment at 4, 12 and
+// 48, and returns the points, the diagnosis of the last and its text.
+func sweepMemoryBound(t *testing.T) ([]diagnose.SweepPoint, diagnose.Report, string) {
+	t.Helper()
 	d := deploy(t, "memory-bound", 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -144,13 +172,7 @@ func TestSweepFindsTheKnee(t *testing.T) {
 	rep := diagnose.Diagnose(diagnose.Input{Backends: last.Backends, Gateway: last.Gateway, Sweep: pts})
 	var sb strings.Builder
 	rep.Write(&sb)
-	if rep.Bottleneck != diagnose.Memory || rep.CapAt < 4 || rep.CapAt >= 48 {
-		t.Fatalf("bottleneck %s, cap at %d; want memory, capped below 48\n%s", rep.Bottleneck, rep.CapAt, sb.String())
-	}
-	if !(pts[0].PerRequestTokPerS > last.PerRequestTokPerS) {
-		t.Errorf("per-request speed %v at 4 and %v at 48: it should fall", pts[0].PerRequestTokPerS, last.PerRequestTokPerS)
-	}
-	t.Log(sb.String())
+	return pts, rep, sb.String()
 }
 
 // TestSweepSaturatedCompute sweeps 1, 8, 64 on a simulator whose
