@@ -46,16 +46,34 @@ func TestSweepStopsPastTheKnee(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	url := simtest.Start(t, cfg).URL
-	c := baseConfig(url)
-	c.Workload.InputTokens, c.Workload.OutputTokens = "32", "4"
-	c.Load = LoadSpec{Mode: "open", Rate: 20, Arrival: "constant", Duration: 500 * time.Millisecond}
-	c.Sweep = []float64{20, 40, 80, 160, 320, 640, 1280, 2560, 5120, 10240}
-	rec, err := Run(context.Background(), c)
-	if err != nil {
-		t.Fatal(err)
+	// The simulator runs in real time: a CPU starved enough lowers its
+	// ceiling, and the sweep stops early (before the fourth level, or on
+	// a level's failed requests). Such a sweep is made once more on a
+	// fresh simulator, and the second must hold; a sweep that never stops
+	// fails at once.
+	var (
+		c   Config
+		rec *Record
+		n   int
+	)
+	for attempt := 1; ; attempt++ {
+		url := simtest.Start(t, cfg).URL
+		c = baseConfig(url)
+		c.Workload.InputTokens, c.Workload.OutputTokens = "32", "4"
+		c.Load = LoadSpec{Mode: "open", Rate: 20, Arrival: "constant", Duration: 500 * time.Millisecond}
+		c.Sweep = []float64{20, 40, 80, 160, 320, 640, 1280, 2560, 5120, 10240}
+		var err error
+		rec, err = Run(context.Background(), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n = len(rec.Stages)
+		early := rec.StopReason != "" && (n < 4 || !strings.Contains(rec.StopReason, "over-saturated"))
+		if !early || attempt == 2 {
+			break
+		}
+		t.Logf("stopped early after %d stages (a starved run?): %s; once more", n, rec.StopReason)
 	}
-	n := len(rec.Stages)
 	if rec.StopReason == "" || n >= len(c.Sweep) || n < 4 || !strings.Contains(rec.StopReason, "over-saturated") {
 		t.Fatalf("%d of %d stages ran; stop reason %q", n, len(c.Sweep), rec.StopReason)
 	}
