@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/internal/testredis"
+	"github.com/redis/go-redis/v9"
 )
 
 // reserveConfig caps the global level at n requests with classes on,
@@ -305,6 +306,9 @@ func TestReserveReleaseWakesOtherReplicas(t *testing.T) {
 		got <- err
 	}()
 	queued(t, b, 1)
+	// go-redis subscribes in the background: a release published before
+	// b listens would be missed, and only the poll would let it in.
+	subscribed(t, addr, b.shared.channel, 2)
 	start := time.Now()
 	prio.Release()
 	if err := <-got; err != nil {
@@ -313,4 +317,15 @@ func TestReserveReleaseWakesOtherReplicas(t *testing.T) {
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("the flex waiter got the slot %v after the release: it was not woken", d)
 	}
+}
+
+// subscribed waits until n clients listen on channel.
+func subscribed(t *testing.T, addr, channel string, n int64) {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	waitFor(t, func() bool {
+		got, err := c.PubSubNumSub(context.Background(), channel).Result()
+		return err == nil && got[channel] >= n
+	})
 }
