@@ -446,9 +446,7 @@ func TestClassCapSharedAcrossReplicas(t *testing.T) {
 					continue
 				}
 				granted.Add(1)
-				cur := inside[c].Add(1)
-				for old := peak[c].Load(); cur > old && !peak[c].CompareAndSwap(old, cur); old = peak[c].Load() {
-				}
+				bump(inside[c].Add(1), &peak[c])
 				time.Sleep(2 * time.Millisecond)
 				inside[c].Add(-1)
 				p.Release()

@@ -31,9 +31,7 @@ func load(t *testing.T, lims []*Limiter, workers int, d time.Duration) (peak, gr
 				if err != nil {
 					continue
 				}
-				cur := inside.Add(1)
-				for old := pk.Load(); cur > old && !pk.CompareAndSwap(old, cur); old = pk.Load() {
-				}
+				bump(inside.Add(1), &pk)
 				n.Add(1)
 				time.Sleep(time.Duration(1+rng.IntN(4)) * time.Millisecond)
 				inside.Add(-1)

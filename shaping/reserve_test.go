@@ -196,10 +196,6 @@ func TestReserveSharedAcrossReplicas(t *testing.T) {
 
 	// Under load from both: the lower classes' peak stays at 4.
 	var lower, all, peakLower, peakAll atomic.Int64
-	bump := func(cur int64, peak *atomic.Int64) {
-		for old := peak.Load(); cur > old && !peak.CompareAndSwap(old, cur); old = peak.Load() {
-		}
-	}
 	var wg sync.WaitGroup
 	deadline := time.Now().Add(1500 * time.Millisecond)
 	for w := range 10 {
@@ -328,4 +324,10 @@ func subscribed(t *testing.T, addr, channel string, n int64) {
 		got, err := c.PubSubNumSub(context.Background(), channel).Result()
 		return err == nil && got[channel] >= n
 	})
+}
+
+// bump raises peak to cur if cur is higher, under concurrent bumps.
+func bump(cur int64, peak *atomic.Int64) {
+	for old := peak.Load(); cur > old && !peak.CompareAndSwap(old, cur); old = peak.Load() {
+	}
 }
