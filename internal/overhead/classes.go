@@ -36,14 +36,15 @@ type classCase struct {
 	mix string
 	// replicas is the shared arm's gateway processes.
 	replicas int
-	// reserve is the share of the cap the classes arms reserve for
-	// priority (classes.priority.reserved).
+	// reserve is the share of the knee the classes arms reserve for
+	// priority above it (classes.priority.reserved; the cap knee plus
+	// that).
 	reserve float64
 }
 
 func (o *Overhead) classCase() classCase {
 	cc := classCase{input: 128, output: 64, stage: 2 * time.Second, run: 20 * time.Second, slo: time.Second,
-		mix: "priority=0.2,default=0.5,flex=0.3", replicas: 3, reserve: 0.125}
+		mix: "priority=0.2,default=0.5,flex=0.3", replicas: 3, reserve: 0.25}
 	if o.ClassesReserve > 0 {
 		cc.reserve = o.ClassesReserve
 	}
@@ -79,6 +80,20 @@ type classRun struct {
 type classFleet struct {
 	peakRate float64 // requests/s at the sweep's peak throughput
 	knee     int     // the first level within 5% of that peak: the gateway's cap
+	// kneeTTFT is the TTFT p99 at the knee (p90 when the stage had
+	// too few requests for a p99): what a request admitted at the cap
+	// still needs before its first token.
+	kneeTTFT time.Duration
+}
+
+// queueWait is the longest a request judged by slo may wait for a slot
+// and still meet it: the SLO less the TTFT it needs once admitted at the
+// cap, at least 100 ms. Both loaded arms wait this long (without
+// classes, shaping.queue.timeout; with them, default's queue_timeout): a
+// request admitted later cannot meet its SLO, and its place in the
+// queue makes the ones behind it late too.
+func (fl classFleet) queueWait(slo time.Duration) time.Duration {
+	return max(slo-fl.kneeTTFT, 100*time.Millisecond)
 }
 
 // classesScenario measures the sim's capacity, then runs the arms.
@@ -138,6 +153,15 @@ func (o *Overhead) classCapacity(ctx context.Context, cc classCase) (classFleet,
 	for _, s := range rec.Stages {
 		if s.OutputTokenThroughput >= 0.95*peak {
 			fl.knee = int(s.Level)
+			// A 2 s stage has too few requests for a p99; then its p90.
+			if m := s.Metrics["ttft"]; m != nil {
+				for _, p := range []*float64{m.P99, m.P90} {
+					if p != nil {
+						fl.kneeTTFT = time.Duration(*p * float64(time.Millisecond))
+						break
+					}
+				}
+			}
 			break
 		}
 	}
@@ -177,7 +201,9 @@ func (o *Overhead) classOnce(ctx context.Context, dir string, cc classCase, fl c
 		if a.replicas > 1 {
 			redis = o.Redis
 		}
-		if err := os.WriteFile(cfgPath, []byte(classGatewayConfig(sim.addr, fl.knee, classReserve(fl.knee, cc.reserve), cc.slo, a.classes, redis, prefix, logPath)), 0o600); err != nil {
+		gc := classGateway{sim: sim.addr, knee: fl.knee, reserve: classReserve(fl.knee, cc.reserve), wait: fl.queueWait(cc.slo), slo: cc.slo,
+			classes: a.classes, redis: redis, prefix: prefix, log: logPath}
+		if err := os.WriteFile(cfgPath, []byte(gc.config()), 0o600); err != nil {
 			return classRun{}, err
 		}
 		gw, err := startInfergate(o.Binary, fmt.Sprintf("gateway%d", i), "serve", "--config", cfgPath, "--log-level", "warn")
@@ -228,11 +254,37 @@ func (o *Overhead) classOnce(ctx context.Context, dir string, cc classCase, fl c
 	return out, nil
 }
 
-// classGatewayConfig is a gateway's configuration for an arm: one pool
-// of the sim, capped at the knee with a queue twice that (all of it open
-// to the one tenant the load is), every tenant allowed priority; with classes, the class passed to the sim as vLLM's
-// priority and each class judged by slo; with redis, the cap shared.
-func classGatewayConfig(sim string, knee, reserve int, slo time.Duration, classes bool, redis, prefix, logPath string) string {
+// classGateway is one gateway of an arm: one pool of the sim, every
+// tenant allowed priority, a queue of twice the knee all open to the
+// one tenant the load is; with redis, the caps shared.
+type classGateway struct {
+	sim string
+	// knee is the cap default and flex share (and, without classes,
+	// every request); reserve is priority's headroom above it
+	// (classes.priority.reserved, the global cap knee+reserve). The
+	// knee is where throughput stops rising, not where the sim's KV
+	// cache ends: the memory-bound sim holds 42 requests of this size.
+	knee, reserve int
+	// wait is the queue deadline of the loaded arms (see queueWait).
+	wait time.Duration
+	// slo is each class's TTFT objective, for attainment.
+	slo                time.Duration
+	classes            bool
+	redis, prefix, log string
+}
+
+// cap is the global max_requests.
+func (g classGateway) cap() int {
+	if g.classes {
+		return g.knee + g.reserve
+	}
+	return g.knee
+}
+
+// config is the gateway's configuration file. With classes the class
+// reaches the sim as vLLM's priority, priority may wait 5 s for a slot
+// and flex 20 s (it absorbs the shedding).
+func (g classGateway) config() string {
 	cfg := fmt.Sprintf(`pools:
   sim:
     backends:
@@ -244,28 +296,24 @@ shaping:
   queue:
     max_waiting: %d
     max_waiting_per_tenant: -1
-    timeout: 10s
+    timeout: %v
   default_tenant:
     max_class: priority
-`, sim, map[bool]string{true: "    class_priority: vllm\n"}[classes], knee, 2*knee)
-	if redis != "" {
-		cfg += fmt.Sprintf("  redis:\n    addr: %s\n    key_prefix: %s\n", redis, prefix)
+`, g.sim, map[bool]string{true: "    class_priority: vllm\n"}[g.classes], g.cap(), 2*g.knee, g.wait)
+	if g.redis != "" {
+		cfg += fmt.Sprintf("  redis:\n    addr: %s\n    key_prefix: %s\n", g.redis, g.prefix)
 	}
-	cfg += fmt.Sprintf("classes:\n  enabled: %v\n", classes)
-	if classes {
-		// Priority keeps a share of the cap (an eighth unless
-		// --classes-reserve says otherwise) from default and flex
-		// (classes.priority.reserved): without it, at the engine's knee,
-		// priority waits behind their running requests.
-		cfg += fmt.Sprintf("  priority:\n    queue_timeout: 5s\n    slo_ttft: %[1]v\n    reserved: %[2]d\n  default:\n    slo_ttft: %[1]v\n  flex:\n    queue_timeout: 20s\n    slo_ttft: %[1]v\n", slo, reserve)
+	cfg += fmt.Sprintf("classes:\n  enabled: %v\n", g.classes)
+	if g.classes {
+		cfg += fmt.Sprintf("  priority:\n    queue_timeout: 5s\n    slo_ttft: %[1]v\n    reserved: %[2]d\n  default:\n    queue_timeout: %[3]v\n    slo_ttft: %[1]v\n  flex:\n    queue_timeout: 20s\n    slo_ttft: %[1]v\n", g.slo, g.reserve, g.wait)
 	}
-	return cfg + fmt.Sprintf("request_log:\n  path: %s\n", logPath)
+	return cfg + fmt.Sprintf("request_log:\n  path: %s\n", g.log)
 }
 
-// classReserve is the requests the classes arms reserve for priority at
-// a cap of knee: share of it, at least 1, less than the cap.
+// classReserve is the requests the classes arms reserve for priority
+// above a knee: share of it, at least 1.
 func classReserve(knee int, share float64) int {
-	return min(max(int(float64(knee)*share), 1), max(knee-1, 0))
+	return max(int(float64(knee)*share), 1)
 }
 
 // countLog adds the request log's lines at path to by, by outcome.

@@ -22,7 +22,9 @@ func TestClassGatewayConfig(t *testing.T) {
 		redis   string
 	}{{"without classes", false, ""}, {"with classes", true, ""}, {"replica", true, "127.0.0.1:6379"}} {
 		path := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-")+".yaml")
-		if err := os.WriteFile(path, []byte(classGatewayConfig("127.0.0.1:9", 24, classReserve(24, 0.125), time.Second, tc.classes, tc.redis, "ovtest", filepath.Join(dir, "log.jsonl"))), 0o600); err != nil {
+		g := classGateway{sim: "127.0.0.1:9", knee: 24, reserve: classReserve(24, 0.25), wait: 700 * time.Millisecond, slo: time.Second,
+			classes: tc.classes, redis: tc.redis, prefix: "ovtest", log: filepath.Join(dir, "log.jsonl")}
+		if err := os.WriteFile(path, []byte(g.config()), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		var cfg proxy.Config
@@ -34,13 +36,14 @@ func TestClassGatewayConfig(t *testing.T) {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
 		s := cfg.Shaping
-		if cfg.Classes.Enabled != tc.classes || s.Global.MaxRequests != 24 || s.Queue.MaxWaiting != 48 || s.Queue.MaxWaitingPerTenant != -1 || s.Redis.Addr != tc.redis {
+		wantCap := map[bool]int64{false: 24, true: 30}[tc.classes]
+		if cfg.Classes.Enabled != tc.classes || s.Global.MaxRequests != wantCap || s.Queue.MaxWaiting != 48 || s.Queue.MaxWaitingPerTenant != -1 || s.Queue.Timeout != 700*time.Millisecond || s.Redis.Addr != tc.redis {
 			t.Errorf("%s: classes %v, cap %d, queue %d (per tenant %d), redis %q", tc.name, cfg.Classes.Enabled, s.Global.MaxRequests, s.Queue.MaxWaiting, s.Queue.MaxWaitingPerTenant, s.Redis.Addr)
 		}
 		if want := map[bool]string{true: "vllm"}[tc.classes]; cfg.Pools["sim"].ClassPriority != want {
 			t.Errorf("%s: class_priority %q, want %q", tc.name, cfg.Pools["sim"].ClassPriority, want)
 		}
-		if tc.classes && (cfg.Classes.Default.SLOTTFT != time.Second || cfg.Classes.Flex.QueueTimeout != 20*time.Second || cfg.Classes.Priority.Reserved != 3) {
+		if tc.classes && (cfg.Classes.Default.SLOTTFT != time.Second || cfg.Classes.Default.QueueTimeout != 700*time.Millisecond || cfg.Classes.Flex.QueueTimeout != 20*time.Second || cfg.Classes.Priority.Reserved != 6) {
 			t.Errorf("%s: classes %+v", tc.name, cfg.Classes.Classes)
 		}
 		if cfg.RequestLog.Path == "" {

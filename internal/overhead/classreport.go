@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/infergate/infergate/bench"
 )
@@ -23,14 +24,15 @@ func (o *Overhead) classReport(cc classCase, fl classFleet, sweep *bench.Record,
 		}
 		fmt.Fprintf(w, "| %g | %.2f | %.0f | %s | %s |\n", s.Level, s.RequestThroughput, s.OutputTokenThroughput, p50, p99s(s.Metrics["ttft"]))
 	}
-	fmt.Fprintf(w, "\nCapacity %.2f req/s (the peak's rate); the gateways' cap: %d in flight (the first level within 5%% of the peak), a queue of %d all open to the one tenant (10 s wait; with classes priority 5 s, flex 20 s), every tenant allowed priority. With classes priority reserves %d of the cap (classes.priority.reserved: default and flex together hold at most the rest) and the pool passes the class to the sim as vLLM's priority (-1, 0, 1) and flex may be preempted before its first byte. Load: an open loop, Poisson, %v per arm (the idle arm at 0.2×, where nothing queues, for at least 120 requests), bench --class-mix (service_tier in the body), every class judged by TTFT ≤ %v; each arm a fresh fleet.\n\n",
-		fl.peakRate, fl.knee, 2*fl.knee, classReserve(fl.knee, cc.reserve), cc.run, cc.slo)
-	fmt.Fprintln(w, "| arm | class | sent | ok | refused (reason) | failed | TTFT p50 | TTFT p99 | gateway queue p50 | SLO met |")
-	fmt.Fprintln(w, "|---|---|---:|---:|---|---:|---:|---:|---:|---:|")
+	reserve, wait := classReserve(fl.knee, cc.reserve), fl.queueWait(cc.slo)
+	fmt.Fprintf(w, "\nCapacity %.2f req/s (the peak's rate); the gateways' cap: %d in flight (the knee: the first level within 5%% of the peak), a queue of %d all open to the one tenant, every tenant allowed priority. A request waits at most %v for a slot (the SLO less the knee's TTFT p99, or p90 in a short stage, %v: one admitted later cannot meet it): without classes every request, with them default; priority waits up to 5 s, flex 20 s. With classes priority has %d more slots above the knee (cap %d, classes.priority.reserved %d: default and flex together hold at most the knee; the sim's KV cache holds about 42 requests of this size), the pool passes the class to the sim as vLLM's priority (-1, 0, 1) and flex may be preempted before its first byte. Load: an open loop, Poisson, %v per arm (the idle arm at 0.2×, where nothing queues, for at least 120 requests), bench --class-mix (service_tier in the body), every class judged by TTFT ≤ %v; each arm a fresh fleet.\n\n",
+		fl.peakRate, fl.knee, 2*fl.knee, wait.Round(time.Millisecond), fl.kneeTTFT.Round(time.Millisecond), reserve, fl.knee+reserve, reserve, cc.run, cc.slo)
+	fmt.Fprintln(w, "| arm | class | sent | ok | refused (reason) | failed | TTFT p50 | TTFT p99 | gateway queue p50 | gateway queue p99 | SLO met |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|")
 	for _, a := range arms {
 		for _, c := range runs[a.label].stage.Classes {
-			fmt.Fprintf(w, "| %s | %s | %d | %d | %s | %d | %s | %s | %s | %s |\n", a.label, c.Class, c.Requests, c.OK, refusedText(c), c.Failed,
-				msp(c.TTFTP50), msp(c.TTFTP99), msp(c.QueueP50), pct(c.SLOAttainment))
+			fmt.Fprintf(w, "| %s | %s | %d | %d | %s | %d | %s | %s | %s | %s | %s |\n", a.label, c.Class, c.Requests, c.OK, refusedText(c), c.Failed,
+				msp(c.TTFTP50), msp(c.TTFTP99), msp(c.QueueP50), msp(c.QueueP99), pct(c.SLOAttainment))
 		}
 	}
 	fmt.Fprintf(w, "\nTotals: sent is what bench sent (measured, plus any cut off at the end); the request-log lines are the gateways' own count, by outcome; the sim's peak is the most requests it held at once (running and waiting, sampled every 50 ms) against the cap.\n\n")
@@ -44,7 +46,7 @@ func (o *Overhead) classReport(cc classCase, fl classFleet, sweep *bench.Record,
 			refused += c.RefusedTotal()
 		}
 		fmt.Fprintf(w, "| %s | %d | %d | %d | %d | %d | %s | %.0f / %d |\n", a.label, s.Requests+s.Cancelled, s.OK, refused, s.Requests-s.OK-refused, s.Cancelled,
-			loggedText(r.logged), r.peak, fl.knee)
+			loggedText(r.logged), r.peak, armCap(fl, cc, a))
 	}
 	idle, without := runs[arms[0].label], runs[arms[1].label]
 	idleP99 := classFigure(idle.stage, "priority", func(c bench.ClassSummary) *float64 { return c.TTFTP99 })
@@ -64,7 +66,8 @@ func (o *Overhead) classReport(cc classCase, fl classFleet, sweep *bench.Record,
 	}
 	if len(arms) > 3 {
 		r := runs[arms[3].label]
-		fmt.Fprintf(w, "| the cap holds across replicas (the sim never holds more than it) | %s | peak %.0f against %d: %s |\n", arms[3].label, r.peak, fl.knee, met(r.peak <= float64(fl.knee)))
+		c := armCap(fl, cc, arms[3])
+		fmt.Fprintf(w, "| the cap holds across replicas (the sim never holds more than it) | %s | peak %.0f against %d: %s |\n", arms[3].label, r.peak, c, met(r.peak <= float64(c)))
 	}
 	if !redis {
 		fmt.Fprintf(w, "\nNo Redis answered at %q: the replicas arm was left out.\n", o.Redis)
@@ -73,6 +76,12 @@ func (o *Overhead) classReport(cc classCase, fl classFleet, sweep *bench.Record,
 }
 
 func attainment(c bench.ClassSummary) *float64 { return c.SLOAttainment }
+
+// armCap is the arm's global cap: the knee, with classes priority's
+// reserve above it.
+func armCap(fl classFleet, cc classCase, a classArm) int {
+	return classGateway{knee: fl.knee, reserve: classReserve(fl.knee, cc.reserve), classes: a.classes}.cap()
+}
 
 // classFigure is f of the stage's class, NaN when it has none.
 func classFigure(s *bench.Summary, class string, f func(bench.ClassSummary) *float64) float64 {

@@ -46,8 +46,8 @@ type Overhead struct {
 	// ClassesRun is each loaded arm's time in the classes scenario (0:
 	// 20 s, a run of about two minutes).
 	ClassesRun time.Duration
-	// ClassesReserve is the share of the gateways' cap the classes
-	// scenario's arms with classes reserve for priority (0: an eighth).
+	// ClassesReserve is the share of the knee the classes scenario's
+	// arms with classes let priority hold above it (0: a quarter).
 	ClassesReserve float64
 	// Streams is a stream suite's streams per target per round (0:
 	// DefaultStreams).
