@@ -109,9 +109,16 @@ type Limiter struct {
 	stats    Stats
 
 	// Shared mode (shared.go); shared is nil when the caps are local.
-	shared   *sharedCaps
-	sharedUp atomic.Bool
-	panics   atomic.Int64 // recovered in shared mode's loops
+	shared *sharedCaps
+	// posted is what the dispatcher last posted to the waiting board
+	// (board.go), and when.
+	posted   [NumClasses]int
+	postedAt time.Time
+	// boardStreak counts lower-class tries in a row a shared cap refused
+	// (boardFor); guarded by mu.
+	boardStreak int
+	sharedUp    atomic.Bool
+	panics      atomic.Int64 // recovered in shared mode's loops
 	// relOverflow counts leases the release queue had no room for, since
 	// the releaser last looked; leasesExpiring all of them.
 	relOverflow, leasesExpiring atomic.Int64

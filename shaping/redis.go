@@ -96,11 +96,39 @@ type rediser interface {
 // tokens per cap (0: none). Returns 0 when granted, else the 1-based index
 // of the first full cap. The token hash is touched only for caps with a
 // token limit: Redis's time per script is what bounds the shared rate.
+//
+// With the waiting board (board.go) its key follows the caps' and ARGV
+// goes on with this replica, the mask of the classes above the
+// request's (bit c for Class c), and a flag per cap ("1": a global, pool
+// or model cap, which the board cuts): such a cap counts as smaller by
+// the other replicas' unexpired waiters of those classes.
 var acquireScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease, ttl, tokens = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local n = #KEYS / 2
+local n = math.floor(#KEYS / 2)
+local cut, flags = 0, ''
+if #KEYS > 2 * n then
+  local me, mask = ARGV[4+2*n], tonumber(ARGV[5+2*n])
+  flags = ARGV[6+2*n]
+  if mask > 0 then
+    local board = KEYS[2*n+1]
+    local all = redis.call('HGETALL', board)
+    for j = 1, #all, 2 do
+      if all[j] ~= me then
+        local f = {}
+        for v in string.gmatch(all[j+1], '[^,]+') do f[#f + 1] = tonumber(v) end
+        if (f[1] or 0) <= now then
+          redis.call('HDEL', board, all[j])
+        else
+          for c = 0, #f - 2 do
+            if math.floor(mask / 2 ^ c) % 2 == 1 then cut = cut + f[c + 2] end
+          end
+        end
+      end
+    end
+  end
+end
 for i = 1, n do
   local z, h = KEYS[2*i-1], KEYS[2*i]
   local maxReq, maxTok = tonumber(ARGV[2+2*i]), tonumber(ARGV[3+2*i])
@@ -114,7 +142,9 @@ for i = 1, n do
     end
   end
   redis.call('ZREMRANGEBYSCORE', z, '-inf', now)
-  if maxReq > 0 and redis.call('ZCARD', z) >= maxReq then return i end
+  local c = 0
+  if maxReq > 0 and string.sub(flags, i, i) == '1' then c = cut end
+  if maxReq > 0 and redis.call('ZCARD', z) >= maxReq - c then return i end
   if maxTok > 0 then
     local total = tonumber(redis.call('HGET', h, '_total') or '0')
     if total > 0 and total + tokens > maxTok then return i end
@@ -223,12 +253,25 @@ type sharedCap struct {
 
 // acquire tries to take a lease in every cap at once (one round trip).
 // full is the cap that had no room when it did not work.
-func (s *sharedCaps) acquire(ctx context.Context, id string, caps []sharedCap, tokens int64) (l lease, full *sharedCap, err error) {
+// board, when not nil, is the waiting board's arguments (boardArgs).
+func (s *sharedCaps) acquire(ctx context.Context, id string, caps []sharedCap, tokens int64, board []any) (l lease, full *sharedCap, err error) {
 	l = s.newLease(id, caps, tokens)
 	args := append([]any{id, s.cfg.LeaseTTL.Milliseconds(), tokens}, l.caps...)
+	keys := l.keys
+	if board != nil {
+		flags := make([]byte, len(caps))
+		for i, c := range caps {
+			flags[i] = '0'
+			if c.level != "tenant" && c.level != "class" {
+				flags[i] = '1'
+			}
+		}
+		keys = append(keys[:len(keys):len(keys)], s.boardKey())
+		args = append(append(args, board...), string(flags))
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
 	defer cancel()
-	n, err := acquireScript.Run(ctx, s.c, l.keys, args...).Int()
+	n, err := acquireScript.Run(ctx, s.c, keys, args...).Int()
 	if err != nil {
 		return l, nil, fmt.Errorf("shaping: redis acquire: %w", err)
 	}

@@ -106,7 +106,8 @@ func (l *Limiter) sharedCaps(p *Permit) []sharedCap {
 			return
 		}
 		sc := &out[n]
-		sc.reserveCut = heldR > 0 && c.MaxRequests > 0 || heldT > 0 && c.MaxTokens > 0
+		sc.reserveCut = heldR > 0 && c.MaxRequests > 0 || heldT > 0 && c.MaxTokens > 0 ||
+			l.cfg.Classes.Enabled && p.class != ClassesByRank[0] && c.MaxRequests > 0 // the waiting board cuts it
 		if c.MaxRequests > 0 {
 			sc.maxReqs, sc.wakeReqs = c.MaxRequests-heldR, c.MaxRequests-floorR
 		}
@@ -141,19 +142,22 @@ func (l *Limiter) sharedCaps(p *Permit) []sharedCap {
 func (l *Limiter) tryShared(ctx context.Context, p *Permit) (ok bool, full *sharedCap, err error) {
 	l.mu.Lock()
 	caps := l.sharedCaps(p)
+	board := l.boardFor(p)
 	l.mu.Unlock()
 	id := l.shared.leaseID(l.leaseN.Add(1))
 	// The call runs under Redis's own timeout, not the request's: a client
 	// that hangs up meanwhile must not make Redis look down.
-	ls, full, err := l.shared.acquire(context.WithoutCancel(ctx), id, caps, p.tokens)
+	ls, full, err := l.shared.acquire(context.WithoutCancel(ctx), id, caps, p.tokens, board)
 	if err != nil {
 		l.down(err)
 		return false, nil, err
 	}
+	l.mu.Lock()
+	l.boardHeld(p, full)
 	if full != nil {
+		l.mu.Unlock()
 		return false, full, nil
 	}
-	l.mu.Lock()
 	l.take(p)
 	p.lease = &ls
 	l.leases[ls.id] = ls
@@ -269,6 +273,7 @@ func (l *Limiter) dispatcher() {
 			}
 		}
 		l.dispatchShared()
+		l.postBoard()
 	}
 }
 
@@ -295,14 +300,18 @@ func (l *Limiter) dispatchShared() {
 		w.dispatching = true
 		w.permit.tenant.dispatching++
 		caps := l.sharedCaps(&w.permit)
+		board := l.boardFor(&w.permit)
 		l.mu.Unlock()
 
 		id := l.shared.leaseID(l.leaseN.Add(1))
-		ls, full, err := l.shared.acquire(context.Background(), id, caps, w.permit.tokens)
+		ls, full, err := l.shared.acquire(context.Background(), id, caps, w.permit.tokens, board)
 
 		l.mu.Lock()
 		w.dispatching = false
 		w.permit.tenant.dispatching--
+		if err == nil {
+			l.boardHeld(&w.permit, full)
+		}
 		switch {
 		case err != nil || full != nil:
 			if w.permit.byShare {
