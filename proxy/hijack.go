@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"crypto/tls"
 	"errors"
+	"io"
 	"net"
 	"strconv"
 	"sync"
@@ -235,24 +236,22 @@ func (g *Gateway) serveAgain(hc net.Conn) {
 		g.reservedMu.Unlock()
 	}(raw)
 	if len(pc.pre) == 0 {
-		// An idle keep-alive connection: wait for the next request as long
-		// as server.idle_timeout allows, and close it silently if none
-		// comes. ServeConn would count the wait as the first request's
-		// header read and answer 408 to a client that merely kept its
-		// connection open, racing the request it sends next.
-		if d := g.state.Load().cfg.Server.IdleTimeout; d > 0 {
-			_ = raw.SetReadDeadline(time.Now().Add(d))
+		// An idle keep-alive connection. The server takes it at once, so
+		// that its per-connection setup (context, reader) is done while
+		// the client is idle rather than when its next request comes; but
+		// ServeConn would count the wait as the first request's header
+		// read and answer 408 to a client that merely kept its connection
+		// open, racing the request it sends next. So pc waits for the
+		// first byte as long as server.idle_timeout allows, keeping the
+		// server's deadline off meanwhile, and tells the server the
+		// client left if none comes: closed silently, as an idle one is.
+		cfg := g.state.Load().cfg.Server
+		pc.waiting, pc.header = true, cfg.HeaderTimeout
+		var dl time.Time
+		if cfg.IdleTimeout > 0 {
+			dl = time.Now().Add(cfg.IdleTimeout)
 		}
-		// The hijacked reader was emptied above, so the next request is
-		// read from the connection itself: nothing of it can stay behind
-		// in that reader, where the server would not look.
-		n, _ := raw.Read(pc.buf[:])
-		_ = raw.SetReadDeadline(time.Time{})
-		if n == 0 {
-			_ = raw.Close()
-			return
-		}
-		pc.pre = pc.buf[:n]
+		_ = raw.SetReadDeadline(dl)
 	}
 	_ = g.srv.ServeConn(pc)
 }
@@ -266,11 +265,35 @@ func (g *Gateway) closeReserved() {
 	}
 }
 
-// prefixConn reads pre before the connection itself.
+// prefixConn reads pre before the connection itself. While waiting (an
+// idle keep-alive connection the server has taken, serveAgain), the read
+// deadline is the idle one set before: the server's are ignored, a
+// timeout or error before the first byte reads as the client's leaving
+// (io.EOF), and the first byte starts header's deadline, as the server
+// would have for a new connection's first request.
 type prefixConn struct {
 	net.Conn
-	pre []byte
-	buf [2048]byte // the first bytes of the next request, read while waiting for it
+	pre     []byte
+	buf     [2048]byte // bytes of the next request the hijacked reader held
+	waiting bool
+	header  time.Duration
+}
+
+// SetReadDeadline is the connection's, but for while waiting.
+func (p *prefixConn) SetReadDeadline(t time.Time) error {
+	if p.waiting {
+		return nil
+	}
+	return p.Conn.SetReadDeadline(t)
+}
+
+// SetDeadline sets the write deadline and, but for while waiting, the
+// read one.
+func (p *prefixConn) SetDeadline(t time.Time) error {
+	if p.waiting {
+		return p.Conn.SetWriteDeadline(t)
+	}
+	return p.Conn.SetDeadline(t)
 }
 
 // SyscallConn is the socket's, so the hang-up watch and the round-trip
@@ -296,7 +319,20 @@ func (p *prefixConn) Read(b []byte) (int, error) {
 		p.pre = p.pre[n:]
 		return n, nil
 	}
-	return p.Conn.Read(b)
+	if !p.waiting {
+		return p.Conn.Read(b)
+	}
+	n, err := p.Conn.Read(b)
+	if n == 0 {
+		return 0, io.EOF // idle past idle_timeout, or gone: nothing to answer
+	}
+	p.waiting = false
+	var dl time.Time
+	if p.header > 0 {
+		dl = time.Now().Add(p.header)
+	}
+	_ = p.Conn.SetReadDeadline(dl)
+	return n, err
 }
 
 var lastChunk = []byte("0\r\n\r\n")
