@@ -51,7 +51,8 @@ run ending when its sessions do (--round-time does not apply); classes
 capacity with a 20/50/30 priority/default/flex mix, through a gateway
 without classes, with them, and with them on three replicas sharing the
 --redis Redis, against an idle baseline; --classes-run is each arm's
-time, --classes-reserve the share of the knee priority may hold above it).
+time, --classes-reserve the share of the knee priority may hold above it,
+--classes-reserve-inside within it instead).
 --gateway-bin runs another binary in the gateway's place, started as
 infergate serve is: another build, or the floor, the least a fasthttp
 proxy does (go build -o floorproxy ./internal/overhead/floorproxy; its
@@ -73,6 +74,7 @@ func runOverhead(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	replicas := fs.Int("replicas", 4, "replicas scenario: gateway processes behind the round-robin front")
 	classesRun := fs.Duration("classes-run", 20*time.Second, "classes scenario: each loaded arm's time (the full size: 2m)")
 	classesReserve := fs.Float64("classes-reserve", 0.25, "classes scenario: the share of the knee priority may hold above it (classes.priority.reserved; default and flex are held to the knee)")
+	classesInside := fs.Bool("classes-reserve-inside", false, "classes scenario: keep priority's reserve within the knee (the cap the knee) instead of above it")
 	streams := fs.Int("streams", overhead.DefaultStreams, "stream suites (stream1): streams per target per round, one at a time")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -95,7 +97,7 @@ func runOverhead(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 	}
 	o := &overhead.Overhead{Binary: self, Nginx: ng, Rounds: *rounds, RoundTime: *roundTime, IdleStreams: *idle, GatewayBinary: *gwBin, Report: stdout, Progress: stderr, Redis: *redisAddr,
-		Sessions: *sessions, Turns: *turns, Replicas: *replicas, Streams: *streams, ClassesRun: *classesRun, ClassesReserve: *classesReserve}
+		Sessions: *sessions, Turns: *turns, Replicas: *replicas, Streams: *streams, ClassesRun: *classesRun, ClassesReserve: *classesReserve, ClassesInside: *classesInside}
 	if *gwEnv != "" {
 		o.GatewayEnv = strings.Split(*gwEnv, ",")
 	}

@@ -40,6 +40,9 @@ type classCase struct {
 	// priority above it (classes.priority.reserved; the cap knee plus
 	// that).
 	reserve float64
+	// inside keeps the reserve within the knee (the cap the knee,
+	// default and flex held to knee-reserve) instead of above it.
+	inside bool
 }
 
 func (o *Overhead) classCase() classCase {
@@ -48,6 +51,7 @@ func (o *Overhead) classCase() classCase {
 	if o.ClassesReserve > 0 {
 		cc.reserve = o.ClassesReserve
 	}
+	cc.inside = o.ClassesInside
 	if o.ClassesRun > 0 {
 		cc.run = o.ClassesRun
 		cc.stage = max(cc.stage, o.ClassesRun/10)
@@ -201,7 +205,7 @@ func (o *Overhead) classOnce(ctx context.Context, dir string, cc classCase, fl c
 		if a.replicas > 1 {
 			redis = o.Redis
 		}
-		gc := classGateway{sim: sim.addr, knee: fl.knee, reserve: classReserve(fl.knee, cc.reserve), wait: fl.queueWait(cc.slo), slo: cc.slo,
+		gc := classGateway{sim: sim.addr, knee: fl.knee, reserve: classReserve(fl.knee, cc.reserve), inside: cc.inside, wait: fl.queueWait(cc.slo), slo: cc.slo,
 			classes: a.classes, redis: redis, prefix: prefix, log: logPath}
 		if err := os.WriteFile(cfgPath, []byte(gc.config()), 0o600); err != nil {
 			return classRun{}, err
@@ -265,6 +269,8 @@ type classGateway struct {
 	// knee is where throughput stops rising, not where the sim's KV
 	// cache ends: the memory-bound sim holds 42 requests of this size.
 	knee, reserve int
+	// inside: the reserve is within the knee (the cap the knee).
+	inside bool
 	// wait is the queue deadline of the loaded arms (see queueWait).
 	wait time.Duration
 	// slo is each class's TTFT objective, for attainment.
@@ -275,7 +281,7 @@ type classGateway struct {
 
 // cap is the global max_requests.
 func (g classGateway) cap() int {
-	if g.classes {
+	if g.classes && !g.inside {
 		return g.knee + g.reserve
 	}
 	return g.knee
@@ -310,10 +316,11 @@ shaping:
 	return cfg + fmt.Sprintf("request_log:\n  path: %s\n", g.log)
 }
 
-// classReserve is the requests the classes arms reserve for priority
-// above a knee: share of it, at least 1.
+// classReserve is the requests the classes arms reserve for priority: a
+// share of the knee, at least 1 and (for a reserve inside it) less than
+// the knee.
 func classReserve(knee int, share float64) int {
-	return max(int(float64(knee)*share), 1)
+	return min(max(int(float64(knee)*share), 1), max(knee-1, 1))
 }
 
 // countLog adds the request log's lines at path to by, by outcome.

@@ -25,8 +25,8 @@ func (o *Overhead) classReport(cc classCase, fl classFleet, sweep *bench.Record,
 		fmt.Fprintf(w, "| %g | %.2f | %.0f | %s | %s |\n", s.Level, s.RequestThroughput, s.OutputTokenThroughput, p50, p99s(s.Metrics["ttft"]))
 	}
 	reserve, wait := classReserve(fl.knee, cc.reserve), fl.queueWait(cc.slo)
-	fmt.Fprintf(w, "\nCapacity %.2f req/s (the peak's rate); the gateways' cap: %d in flight (the knee: the first level within 5%% of the peak), a queue of %d all open to the one tenant, every tenant allowed priority. A request waits at most %v for a slot (the SLO less the knee's TTFT p99, or p90 in a short stage, %v: one admitted later cannot meet it): without classes every request, with them default; priority waits up to 5 s, flex 20 s. With classes priority has %d more slots above the knee (cap %d, classes.priority.reserved %d: default and flex together hold at most the knee; the sim's KV cache holds about 42 requests of this size), the pool passes the class to the sim as vLLM's priority (-1, 0, 1) and flex may be preempted before its first byte. Load: an open loop, Poisson, %v per arm (the idle arm at 0.2×, where nothing queues, for at least 120 requests), bench --class-mix (service_tier in the body), every class judged by TTFT ≤ %v; each arm a fresh fleet.\n\n",
-		fl.peakRate, fl.knee, 2*fl.knee, wait.Round(time.Millisecond), fl.kneeTTFT.Round(time.Millisecond), reserve, fl.knee+reserve, reserve, cc.run, cc.slo)
+	fmt.Fprintf(w, "\nCapacity %.2f req/s (the peak's rate); the gateways' cap: %d in flight (the knee: the first level within 5%% of the peak), a queue of %d all open to the one tenant, every tenant allowed priority. A request waits at most %v for a slot (the SLO less the knee's TTFT p99, or p90 in a short stage, %v: one admitted later cannot meet it): without classes every request, with them default; priority waits up to 5 s, flex 20 s. With classes %s, the pool passes the class to the sim as vLLM's priority (-1, 0, 1) and flex may be preempted before its first byte. Load: an open loop, Poisson, %v per arm (the idle arm at 0.2×, where nothing queues, for at least 120 requests), bench --class-mix (service_tier in the body), every class judged by TTFT ≤ %v; each arm a fresh fleet.\n\n",
+		fl.peakRate, fl.knee, 2*fl.knee, wait.Round(time.Millisecond), fl.kneeTTFT.Round(time.Millisecond), reserveText(fl.knee, reserve, cc.inside), cc.run, cc.slo)
 	fmt.Fprintln(w, "| arm | class | sent | ok | refused (reason) | failed | TTFT p50 | TTFT p99 | gateway queue p50 | gateway queue p99 | SLO met |")
 	fmt.Fprintln(w, "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|")
 	for _, a := range arms {
@@ -77,10 +77,18 @@ func (o *Overhead) classReport(cc classCase, fl classFleet, sweep *bench.Record,
 
 func attainment(c bench.ClassSummary) *float64 { return c.SLOAttainment }
 
+// reserveText says where priority's reserve is.
+func reserveText(knee, reserve int, inside bool) string {
+	if inside {
+		return fmt.Sprintf("priority reserves %d of the cap (classes.priority.reserved: default and flex together hold at most %d of the knee's %d)", reserve, knee-reserve, knee)
+	}
+	return fmt.Sprintf("priority has %d more slots above the knee (cap %d, classes.priority.reserved %d: default and flex together hold at most the knee; the sim's KV cache holds about 42 requests of this size)", reserve, knee+reserve, reserve)
+}
+
 // armCap is the arm's global cap: the knee, with classes priority's
 // reserve above it.
 func armCap(fl classFleet, cc classCase, a classArm) int {
-	return classGateway{knee: fl.knee, reserve: classReserve(fl.knee, cc.reserve), classes: a.classes}.cap()
+	return classGateway{knee: fl.knee, reserve: classReserve(fl.knee, cc.reserve), inside: cc.inside, classes: a.classes}.cap()
 }
 
 // classFigure is f of the stage's class, NaN when it has none.

@@ -49,6 +49,8 @@ type Overhead struct {
 	// ClassesReserve is the share of the knee the classes scenario's
 	// arms with classes let priority hold above it (0: a quarter).
 	ClassesReserve float64
+	// ClassesInside keeps that reserve within the knee instead.
+	ClassesInside bool
 	// Streams is a stream suite's streams per target per round (0:
 	// DefaultStreams).
 	Streams int
