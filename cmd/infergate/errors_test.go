@@ -2,21 +2,36 @@ package main
 
 import (
 	"bytes"
-	"context"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 )
 
-// infergate runs a command in this process and returns its exit status
-// and what it printed.
-func infergate(args ...string) (code int, stdout, stderr string) {
+// infergate runs the binary with OPENAI_API_KEY empty (the errors must
+// not depend on a key the developer has set) and returns its exit status
+// and what it printed. A child process rather than run() in this one, so
+// the tests need no t.Setenv and run side by side.
+func infergate(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
 	var o, e bytes.Buffer
-	code = run(context.Background(), args, &o, &e)
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), "OPENAI_API_KEY=")
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	default:
+		t.Fatalf("infergate %v: %v", args, err)
+	}
 	return code, o.String(), e.String()
 }
 
@@ -39,7 +54,7 @@ var htmlPage = "<!DOCTYPE html>\n<html><head><title>Welcome to nginx!</title><st
 // a gateway whose backend is down: each error says which it is, on one
 // line, and never prints a whole HTML page.
 func TestErrorsNameTheCause(t *testing.T) {
-	t.Setenv("OPENAI_API_KEY", "")
+	t.Parallel()
 	refusing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusUnauthorized)
@@ -53,7 +68,7 @@ func TestErrorsNameTheCause(t *testing.T) {
 	defer web.Close()
 
 	t.Run("a refused key, finding the model", func(t *testing.T) {
-		code, _, stderr := infergate("bench", "--url", refusing.URL, "--api-key", "sk-wrong", "--duration", "1s")
+		code, _, stderr := infergate(t, "bench", "--url", refusing.URL, "--api-key", "sk-wrong", "--duration", "1s")
 		if code == 0 {
 			t.Fatal("exit 0")
 		}
@@ -63,7 +78,7 @@ func TestErrorsNameTheCause(t *testing.T) {
 		}
 	})
 	t.Run("a refused key, every request", func(t *testing.T) {
-		code, stdout, stderr := infergate("probe", refusing.URL, "--model", "m", "-n", "3", "--api-key", "sk-wrong")
+		code, stdout, stderr := infergate(t, "probe", refusing.URL, "--model", "m", "-n", "3", "--api-key", "sk-wrong")
 		if code == 0 {
 			t.Fatalf("exit 0 when every request failed\n%s", stdout)
 		}
@@ -71,7 +86,7 @@ func TestErrorsNameTheCause(t *testing.T) {
 		wants(t, "stderr", stderr, "all 3 requests failed")
 	})
 	t.Run("a web server, finding the model", func(t *testing.T) {
-		code, _, stderr := infergate("probe", web.URL)
+		code, _, stderr := infergate(t, "probe", web.URL)
 		if code == 0 {
 			t.Fatal("exit 0")
 		}
@@ -81,7 +96,7 @@ func TestErrorsNameTheCause(t *testing.T) {
 		}
 	})
 	t.Run("a web server, every request", func(t *testing.T) {
-		code, _, stderr := infergate("bench", "--url", web.URL, "--model", "m", "--concurrency", "2", "--duration", "3s")
+		code, _, stderr := infergate(t, "bench", "--url", web.URL, "--model", "m", "--concurrency", "2", "--duration", "3s")
 		if code == 0 {
 			t.Fatal("exit 0")
 		}
@@ -97,7 +112,7 @@ func TestErrorsNameTheCause(t *testing.T) {
 			w.Write([]byte("<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n<center><h1>502 Bad Gateway</h1></center>\r\n" + strings.Repeat("<!-- padding -->\r\n", 30) + "</body>\r\n</html>\r\n"))
 		}))
 		defer bad.Close()
-		code, stdout, _ := infergate("probe", bad.URL, "--model", "m", "-n", "4")
+		code, stdout, _ := infergate(t, "probe", bad.URL, "--model", "m", "-n", "4")
 		if code == 0 {
 			t.Fatal("exit 0 when every request failed")
 		}
@@ -113,7 +128,7 @@ func TestErrorsNameTheCause(t *testing.T) {
 // TestGatewayErrorShown: behind a gateway whose one backend is down, the
 // user reads the gateway's own error message, not a bare 502.
 func TestGatewayErrorShown(t *testing.T) {
-	t.Setenv("OPENAI_API_KEY", "")
+	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -122,7 +137,7 @@ func TestGatewayErrorShown(t *testing.T) {
 	l.Close() // nothing listens there now
 	gw := start(t, "serve", "--listen", "127.0.0.1:0", "--upstream", dead)
 	url := gw.url(t)
-	code, stdout, _ := infergate("probe", url, "--model", "m", "-n", "2")
+	code, stdout, _ := infergate(t, "probe", url, "--model", "m", "-n", "2")
 	if code == 0 {
 		t.Fatalf("exit 0 when every request failed\n%s", stdout)
 	}
@@ -133,7 +148,7 @@ func TestGatewayErrorShown(t *testing.T) {
 	}
 	wants(t, "probe's stdout", stdout, "error: status 502, application/json: the gateway could not connect to a backend")
 	// Without --model, the model lookup is what fails, and says why.
-	code, _, stderr := infergate("bench", "--url", url, "--duration", "1s")
+	code, _, stderr := infergate(t, "bench", "--url", url, "--duration", "1s")
 	if code == 0 {
 		t.Fatal("bench: exit 0")
 	}
@@ -143,7 +158,7 @@ func TestGatewayErrorShown(t *testing.T) {
 // TestURLWithoutScheme: every command that takes an API URL says what to
 // write when the scheme is missing, under the name the user wrote.
 func TestURLWithoutScheme(t *testing.T) {
-	t.Setenv("OPENAI_API_KEY", "")
+	t.Parallel()
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "gw.yaml")
 	os.WriteFile(conf, []byte("pools:\n  default:\n    backends:\n      - url: 127.0.0.1:8000\nmodels:\n  - {name: m, pool: default}\n"), 0o600)
@@ -170,7 +185,7 @@ func TestURLWithoutScheme(t *testing.T) {
 		{[]string{"diagnose", "--backend-metrics", "http://127.0.0.1:1/metrics", "--dcgm", "127.0.0.1:9400", "--window", "1s"}, `"127.0.0.1:9400" ` + hint},
 		{[]string{"rank", ranks}, `"localhost:8000" ` + hint + "localhost:8000?"},
 	} {
-		code, _, stderr := infergate(tc.args...)
+		code, _, stderr := infergate(t, tc.args...)
 		name := strings.Join(tc.args, " ")
 		if code == 0 {
 			t.Errorf("infergate %s: exit 0", name)
@@ -188,6 +203,7 @@ func TestURLWithoutScheme(t *testing.T) {
 // path in the file; a key in the wrong section names its place; a bare
 // number where a duration goes says to write 120s.
 func TestConfigErrorsSpeakYAML(t *testing.T) {
+	t.Parallel()
 	conf := filepath.Join(t.TempDir(), "gw.yaml")
 	os.WriteFile(conf, []byte(`server:
   listen: 127.0.0.1:0
@@ -204,7 +220,7 @@ models:
 listen: 127.0.0.1:0
 `), 0o600)
 	for _, args := range [][]string{{"serve", "--config", conf}, {"config", "check", conf}} {
-		code, _, stderr := infergate(args...)
+		code, _, stderr := infergate(t, args...)
 		if code == 0 {
 			t.Errorf("infergate %s: exit 0", strings.Join(args, " "))
 		}

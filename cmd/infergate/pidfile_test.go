@@ -29,6 +29,7 @@ func waitLog(t *testing.T, p *proc, want string) {
 // the file's number and through the admin API, stop it; the file is
 // there while it runs, guards against a second gateway, and goes.
 func TestPIDFileAndConfigReload(t *testing.T) {
+	t.Parallel()
 	sim := start(t, "sim", "--listen", "127.0.0.1:0", "--ttft", "1ms", "--itl", "1ms")
 	simURL := sim.url(t)
 	dir := t.TempDir()
@@ -99,6 +100,7 @@ func TestPIDFileAndConfigReload(t *testing.T) {
 
 // Without --config, config reload says there is no file, not "reloaded".
 func TestConfigReloadWithoutFile(t *testing.T) {
+	t.Parallel()
 	gw := start(t, "serve", "--listen", "127.0.0.1:0")
 	gw.url(t)
 	out, err := exec.Command(binary, "config", "reload", "--admin", gw.adminURL(t)).CombinedOutput()
@@ -110,6 +112,7 @@ func TestConfigReloadWithoutFile(t *testing.T) {
 // A stale pid file (its process gone, or the number now another
 // program's) does not stop a start; a live infergate's does.
 func TestPIDFileFree(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	write := func(pid int) string {
 		p := filepath.Join(dir, strconv.Itoa(pid))
@@ -139,6 +142,7 @@ func TestPIDFileFree(t *testing.T) {
 
 // serve on its defaults says where its simulator listens, and it does.
 func TestServeNamesItsSimulator(t *testing.T) {
+	t.Parallel()
 	gw := start(t, "serve", "--listen", "127.0.0.1:0")
 	gw.url(t)
 	m := regexp.MustCompile(`msg="built-in simulator listening \(no --config or --upstream\)" addr=(\S+)`).FindStringSubmatch(gw.log())
