@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"math"
 	"strings"
 	"sync"
@@ -50,6 +51,7 @@ func TestAgentSessionShape(t *testing.T) {
 // is high and their TTFT lower than turn 1's. The pooled "2+" figures
 // are the follow-up turns' own, recomputed here from every result.
 func TestTurnFiguresAgainstPrefixCache(t *testing.T) {
+	t.Parallel()
 	cfg := sim.DefaultConfig()
 	s := simtest.Start(t, cfg)
 	c := baseConfig(s.URL)
@@ -112,27 +114,38 @@ func TestTurnFiguresAgainstPrefixCache(t *testing.T) {
 // follow-up turns find their history evicted by the other sessions' turns,
 // and the pooled figure says so.
 func TestTurnFiguresWhenTheCacheIsSmall(t *testing.T) {
-	run := func(kv int) *TurnSummary {
+	t.Parallel()
+	// The two runs go at once, each on its own simulator: what is judged
+	// is the share of the prompt the cache held, not a time.
+	preset, _ := sim.Preset("memory-bound")
+	kvs := []int{sim.DefaultConfig().Engine.KVCacheTokens, preset.Engine.KVCacheTokens}
+	cfgs := make([]Config, len(kvs))
+	for i, kv := range kvs {
 		cfg := sim.DefaultConfig()
 		cfg.Engine.KVCacheTokens = kv
-		s := simtest.Start(t, cfg)
-		c := baseConfig(s.URL)
+		c := baseConfig(simtest.Start(t, cfg).URL)
 		c.Tokenizer = sharedTokenizer()
 		c.Workload.InputTokens, c.Workload.OutputTokens, c.Workload.Turns = "40", "10", 4
 		c.Workload.PrefixGroups, c.Workload.PrefixTokens = 8, 1500
 		c.Load = LoadSpec{Mode: "sessions", Concurrency: 8}
-		rec, err := Run(context.Background(), c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st := rec.Stages[0]; st.OK != 32 || st.FollowUps == nil || st.FollowUps.CachedShare == nil {
-			t.Fatalf("kv %d: %d ok, follow-ups %+v (%v)", kv, st.OK, st.FollowUps, st.ErrorSamples)
-		}
-		t.Logf("kv %d: follow-ups cached %.3f, TTFT p50 %.1f ms", kv, *rec.Stages[0].FollowUps.CachedShare, rec.Stages[0].FollowUps.TTFTP50)
-		return rec.Stages[0].FollowUps
+		cfgs[i] = c
 	}
-	preset, _ := sim.Preset("memory-bound")
-	big, small := run(sim.DefaultConfig().Engine.KVCacheTokens), run(preset.Engine.KVCacheTokens)
+	recs, errs := make([]*Record, len(cfgs)), make([]error, len(cfgs))
+	var wg sync.WaitGroup
+	for i := range cfgs {
+		wg.Go(func() { recs[i], errs[i] = Run(context.Background(), cfgs[i]) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	for i, rec := range recs {
+		if st := rec.Stages[0]; st.OK != 32 || st.FollowUps == nil || st.FollowUps.CachedShare == nil {
+			t.Fatalf("kv %d: %d ok, follow-ups %+v (%v)", kvs[i], st.OK, st.FollowUps, st.ErrorSamples)
+		}
+		t.Logf("kv %d: follow-ups cached %.3f, TTFT p50 %.1f ms", kvs[i], *rec.Stages[0].FollowUps.CachedShare, rec.Stages[0].FollowUps.TTFTP50)
+	}
+	big, small := recs[0].Stages[0].FollowUps, recs[1].Stages[0].FollowUps
 	if *big.CachedShare < 0.85 || *small.CachedShare > *big.CachedShare-0.2 {
 		t.Errorf("follow-ups cached %.3f with room for every session, %.3f in %d tokens: want the small cache's at least 0.2 lower",
 			*big.CachedShare, *small.CachedShare, preset.Engine.KVCacheTokens)

@@ -6,6 +6,7 @@ import (
 )
 
 func TestDescribeAnswer(t *testing.T) {
+	t.Parallel()
 	page := "<html><head><title>\n  Sign in · Corp SSO\n</title></head><body>" + strings.Repeat("<div>x</div>", 500) + "</body></html>"
 	for _, c := range []struct {
 		status int

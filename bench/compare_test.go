@@ -139,6 +139,7 @@ func TestJournal(t *testing.T) {
 // attainment too close to call does not hold back a goodput gain that
 // settled, and an attainment that fell beyond doubt rolls it back.
 func TestOpenLoopAttainmentGuardsGoodput(t *testing.T) {
+	t.Parallel()
 	run := func(requests, ok, met int, window float64) *Summary {
 		s := &Summary{Requests: requests, OK: ok, Window: window, PerRequest: map[string][]float64{}}
 		for i := range ok {

@@ -30,6 +30,7 @@ func sweepRecord() *Record {
 // TTFT chart, each in its own colour, and says there is no knee within
 // the levels when throughput never flattened.
 func TestSweepPage(t *testing.T) {
+	t.Parallel()
 	var b strings.Builder
 	if err := sweepRecord().WriteHTML(&b); err != nil {
 		t.Fatal(err)

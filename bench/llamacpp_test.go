@@ -16,6 +16,7 @@ import (
 // server's count (Llama's vocabulary and a ChatML template) is reported
 // beside the cl100k_base length asked, and the usage check stays quiet.
 func TestCacheStateOnLlamaCpp(t *testing.T) {
+	t.Parallel()
 	srv := llamatest.Start(t, llamatest.Options{Parallel: 2})
 	cfg := func(seed uint64, cache string) Config {
 		c := cacheConfig(srv.URL, seed, cache)

@@ -38,6 +38,7 @@ func sloOptions(slo string) verdict.Options {
 // change the operator wants; the strict rule rolls it back and says
 // which flag would judge it.
 func TestTradeKeptUnderSLOsRolledBackWithout(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(1, 2))
 	base, next := runOf(rng, 400, 2500, 30), runOf(rng, 400, 600, 42)
 
@@ -70,6 +71,7 @@ func TestTradeKeptUnderSLOsRolledBackWithout(t *testing.T) {
 // 50 ms at p90, so it rolls back under SLOs although goodput may not say
 // so alone.
 func TestCrossingItsSLORollsBack(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(3, 4))
 	base, next := runOf(rng, 400, 1500, 40), runOf(rng, 400, 600, 55)
 	c := Compare(base, next, sloOptions("ttft=2s,tpot=50ms"))
@@ -84,8 +86,10 @@ func TestCrossingItsSLORollsBack(t *testing.T) {
 // Identical conditions measured twice: the verdict may not roll back
 // more often than 5% of the time (each judged figure's test runs at 5%
 // two-sided, half of that on the side that rolls back; the tolerances
-// lower it further).
+// lower it further). The runs are drawn from a seeded generator, not
+// measured: the test reads no clock and may share the CPU.
 func TestIdenticalRunsRarelyRollBack(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(5, 6))
 	pairs, limit := 200, 10 // at most 5% of identical pairs
 	if raceBuild {

@@ -15,6 +15,7 @@ func stageOf(level, thr, ttft float64) *Summary {
 }
 
 func TestOverSaturated(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		stages []*Summary
@@ -42,6 +43,7 @@ func TestOverSaturated(t *testing.T) {
 // stops itself once throughput is flat and TTFT grows, says why, and
 // does not run the levels beyond.
 func TestSweepStopsPastTheKnee(t *testing.T) {
+	t.Parallel()
 	cfg, err := sim.Preset("compute-bound")
 	if err != nil {
 		t.Fatal(err)
