@@ -70,31 +70,26 @@ func TestPresetsNamed(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			d := deploy(t, tc.preset, tc.cap)
-			ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
-			defer cancel()
-			done := make(chan error, 1)
-			go func() {
-				_, err := bench.Run(ctx, benchConfig(d, tc.concurrency, 9*time.Second))
-				done <- err
-			}()
-			time.Sleep(2500 * time.Millisecond) // the batch fills
-			cfg := collect.Config{Gateway: d.admin, Interval: 500 * time.Millisecond, Window: 5 * time.Second}
-			backends, err := collect.Discover(ctx, cfg)
-			if err != nil || len(backends) != 1 {
-				t.Fatalf("discover: %v %v", backends, err)
-			}
-			cfg.Backends = backends
-			w, err := collect.Sample(ctx, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := <-done; err != nil {
-				t.Fatal(err)
-			}
-			rep := diagnose.Diagnose(diagnose.Input{Backends: w.Backends, Gateway: w.Gateway})
+			// The simulator runs in real time: starved of CPU (five
+			// deployments at once beside other packages' tests), the
+			// compute-bound one leaves gaps between its steps, its GPU
+			// reads below pinned and a queue reads as a batch bound. Such
+			// a reading is made once more on a fresh deployment, and the
+			// second must hold; any other wrong verdict fails at once.
+			var rep diagnose.Report
 			var sb strings.Builder
-			rep.Write(&sb)
+			for attempt := 1; ; attempt++ {
+				var w collect.Windows
+				rep, w = presetReading(t, tc.preset, tc.cap, tc.concurrency)
+				sb.Reset()
+				rep.Write(&sb)
+				starved := tc.want == diagnose.Compute && len(w.Backends) == 1 && w.Backends[0].GPUUtil.Mean < 85
+				if rep.Bottleneck != tc.want && starved && attempt == 1 {
+					t.Logf("bottleneck %s with the GPU at %.0f%% (a starved simulator?): once more\n%s", rep.Bottleneck, float64(w.Backends[0].GPUUtil.Mean), sb.String())
+					continue
+				}
+				break
+			}
 			if rep.Bottleneck != tc.want {
 				t.Fatalf("bottleneck %s, want %s\n%s", rep.Bottleneck, tc.want, sb.String())
 			}
@@ -115,6 +110,36 @@ func TestPresetsNamed(t *testing.T) {
 			t.Logf("%s", sb.String())
 		})
 	}
+}
+
+// presetReading loads a fresh deployment of the preset behind a gateway
+// of the cap with concurrency clients for 9 s, samples the metrics for
+// 5 s once the batch has filled, and diagnoses the window.
+func presetReading(t *testing.T, preset string, gatewayCap int64, concurrency int) (diagnose.Report, collect.Windows) {
+	t.Helper()
+	d := deploy(t, preset, gatewayCap)
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := bench.Run(ctx, benchConfig(d, concurrency, 9*time.Second))
+		done <- err
+	}()
+	time.Sleep(2500 * time.Millisecond) // the batch fills
+	cfg := collect.Config{Gateway: d.admin, Interval: 500 * time.Millisecond, Window: 5 * time.Second}
+	backends, err := collect.Discover(ctx, cfg)
+	if err != nil || len(backends) != 1 {
+		t.Fatalf("discover: %v %v", backends, err)
+	}
+	cfg.Backends = backends
+	w, err := collect.Sample(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	return diagnose.Diagnose(diagnose.Input{Backends: w.Backends, Gateway: w.Gateway}), w
 }
 
 // TestSweepFindsTheKnee sweeps a memory-bound deployment and holds that
@@ -181,6 +206,7 @@ func sweepMemoryBound(t *testing.T) ([]diagnose.SweepPoint, diagnose.Report, str
 // fraction of the lightest step's speed. That was called NONE with high
 // confidence.
 func TestSweepSaturatedCompute(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a 12 s sweep")
 	}

@@ -84,8 +84,12 @@ func scrapeLlama(t *testing.T, ctx context.Context, client *http.Client, base st
 
 // TestDiagnoseRealLlamaCpp: on llama.cpp's own server, one slot under 8
 // clients is named a slot limit with llama-server's -np in the proposal;
-// four slots under one client is "none". No output prints NaN.
+// four slots under one client is "none". No output prints NaN. What is
+// judged is what the server's own metrics count (busy slots, deferred
+// requests), not a time: it runs beside other tests, each case on its
+// own server.
 func TestDiagnoseRealLlamaCpp(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name           string
 		slots, clients int
@@ -95,6 +99,7 @@ func TestDiagnoseRealLlamaCpp(t *testing.T) {
 		{"np 4, 1 client", 4, 1, diagnose.None},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			rep := diagnoseLlama(t, tc.slots, tc.clients)
 			text := reportText(t, &rep)
 			if rep.Bottleneck != tc.want {
