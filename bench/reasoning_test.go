@@ -12,7 +12,7 @@ import (
 // tokens of thinking at 5 ms each), bench reports the time to the first
 // output token beside TTFT, 50 ms after it, and the reasoning tokens
 // apart, on the chat API (both delta names) and the Responses API,
-// streamed; and reads the Responses API whole.
+// streamed. Not parallel: it bounds milliseconds.
 func TestReasoningTTFO(t *testing.T) {
 	for _, tc := range []struct{ api, field string }{{"chat", "reasoning_content"}, {"chat", "reasoning"}, {"responses", "reasoning_content"}} {
 		t.Run(tc.api+"/"+tc.field, func(t *testing.T) {
@@ -45,6 +45,13 @@ func TestReasoningTTFO(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The Responses API read whole, and --json on it: they judge no time
+// (10.8 of the 16.5 s TestReasoningTTFO took on a loaded run when they
+// were part of it), so they run beside other tests.
+func TestResponsesWholeAndJSON(t *testing.T) {
+	t.Parallel()
 	url := simtest.Start(t, simtest.Fixed(0, time.Millisecond)).URL
 	c := baseConfig(url)
 	c.Workload.Endpoint, c.Workload.Stream = "responses", false
