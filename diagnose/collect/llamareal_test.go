@@ -29,6 +29,10 @@ func diagnoseLlama(t *testing.T, slots, clients int) diagnose.Report {
 	// llama.cpp answers /metrics from its task loop, between decodes: on
 	// a busy machine a scrape can take seconds.
 	client := &http.Client{Timeout: 30 * time.Second}
+	// The clients close each connection after its answer: on kept-alive
+	// ones they held llama-server's HTTP threads, and a scrape of /metrics
+	// waited 28 s for one (the test took 29-55 s; 3.5 s so).
+	loadClient := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
@@ -40,7 +44,7 @@ func diagnoseLlama(t *testing.T, slots, clients int) diagnose.Report {
 			for ctx.Err() == nil {
 				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.URL+"/v1/chat/completions", strings.NewReader(body))
 				req.Header.Set("Content-Type", "application/json")
-				if resp, err := client.Do(req); err == nil {
+				if resp, err := loadClient.Do(req); err == nil {
 					_, _ = io.Copy(io.Discard, resp.Body)
 					resp.Body.Close()
 				}
