@@ -44,6 +44,15 @@ func acquireAsync(t *testing.T, l *Limiter, c Class) <-chan error {
 	return got
 }
 
+// waitPosted waits until l's post is on the board.
+func waitPosted(t *testing.T, rc *redis.Client, l *Limiter) {
+	t.Helper()
+	waitFor(t, func() bool {
+		v, _ := rc.HGet(context.Background(), l.shared.boardKey(), l.shared.replica).Result()
+		return v != ""
+	})
+}
+
 // A slot freed on one replica goes to the priority request waiting on
 // the other, not to the flex request waiting where it was freed; the
 // flex request gets the next one. Without the waiting board the replica
@@ -57,10 +66,7 @@ func TestClassOrderAcrossReplicas(t *testing.T) {
 	queued(t, b, 1)
 	rc := redis.NewClient(&redis.Options{Addr: addr})
 	defer rc.Close()
-	waitFor(t, func() bool {
-		v, _ := rc.HGet(context.Background(), b.shared.boardKey(), b.shared.replica).Result()
-		return v != ""
-	})
+	waitPosted(t, rc, b)
 	flex := acquireAsync(t, a, ClassFlex)
 	queued(t, a, 1)
 	subscribed(t, addr, b.shared.channel, 2)
@@ -114,10 +120,7 @@ func TestBoardPostExpires(t *testing.T) {
 	// its waiter leaving the queue.
 	rc := redis.NewClient(&redis.Options{Addr: addr})
 	defer rc.Close()
-	waitFor(t, func() bool {
-		v, _ := rc.HGet(context.Background(), b.shared.boardKey(), b.shared.replica).Result()
-		return v != ""
-	})
+	waitPosted(t, rc, b)
 	b.Close()
 	start := time.Now()
 	held[0].Release()
