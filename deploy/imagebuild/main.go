@@ -346,9 +346,12 @@ func Image(p v1.Platform, m Meta, caBundle, bin []byte) (v1.Image, error) {
 		if err != nil {
 			return nil, err
 		}
+		// Compressed once and kept: without the cache every digest, OCI
+		// layout and tarball write gzips the layer again (four times a
+		// build with --oci and --tar, for a 30 MB binary).
 		layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 			return io.NopCloser(bytes.NewReader(data)), nil
-		}, tarball.WithMediaType(types.OCILayer))
+		}, tarball.WithMediaType(types.OCILayer), tarball.WithCompressedCaching)
 		if err != nil {
 			return nil, err
 		}
