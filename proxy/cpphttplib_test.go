@@ -1,10 +1,12 @@
 package proxy
 
 import (
+	"bufio"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -30,24 +32,31 @@ func cppHttplibServer(t *testing.T) string {
 	if out, err := exec.Command(gxx, "-O1", "-o", bin, "testdata/cpphttplib/server.cc", "-lcpp-httplib", "-lpthread").CombinedOutput(); err != nil {
 		t.Fatalf("build the cpp-httplib server: %v\n%s", err, out)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// The server binds a port the system picks and prints it.
+	cmd := exec.Command(bin)
+	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	cmd := exec.Command(bin, strings.TrimPrefix(addr, "127.0.0.1:"))
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	waitFor(t, 5*time.Second, "the cpp-httplib server to listen on "+addr, func() bool {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
+	port := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(out).ReadString('\n')
+		port <- strings.TrimSpace(line)
+	}()
+	var addr string
+	select {
+	case p := <-port:
+		if _, err := strconv.Atoi(p); err != nil {
+			t.Fatalf("the cpp-httplib server printed %q, want its port", p)
 		}
-		return err == nil
-	})
+		addr = net.JoinHostPort("127.0.0.1", p)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the cpp-httplib server printed no port in 5 s")
+	}
 	return "http://" + addr
 }
 

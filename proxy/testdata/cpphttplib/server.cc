@@ -1,12 +1,13 @@
 // A minimal OpenAI-style server on cpp-httplib, the HTTP library under
 // llama.cpp's server: a plain answer, or three SSE events when the body
-// asks for a stream. TestCppHttplibBackend builds and runs it.
+// asks for a stream. TestCppHttplibBackend builds and runs it. It binds
+// a port the system picks and prints it on a line of its own.
 #include <httplib.h>
 
-#include <cstdlib>
+#include <cstdio>
 #include <string>
 
-int main(int argc, char **argv) {
+int main() {
   httplib::Server svr;
   svr.Post("/v1/chat/completions", [](const httplib::Request &req, httplib::Response &res) {
     if (req.body.find("\"stream\":true") == std::string::npos) {
@@ -27,5 +28,9 @@ int main(int argc, char **argv) {
       return true;
     });
   });
-  svr.listen("127.0.0.1", std::atoi(argv[1]));
+  int port = svr.bind_to_any_port("127.0.0.1");
+  if (port < 0) return 1;
+  std::printf("%d\n", port);
+  std::fflush(stdout);
+  return svr.listen_after_bind() ? 0 : 1;
 }
