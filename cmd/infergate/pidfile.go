@@ -13,6 +13,8 @@ import (
 
 // serve --pid-file: the process id in a file, so a person signals this
 // gateway (kill -HUP "$(cat FILE)") and not every one on the machine.
+// serve and sim --addr-file: the addresses bound, for whoever started the
+// process on port 0.
 
 // pidFileFree refuses a file that names a running infergate: a second
 // gateway started with the same file would take the first one's name.
@@ -58,17 +60,45 @@ func infergateRunning(pid int) bool {
 // what removes it at exit, unless another process has taken the file
 // over since.
 func writePIDFile(path string) (remove func(), err error) {
-	pid := strconv.Itoa(os.Getpid())
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(pid+"\n"), 0o644); err != nil {
+	remove, err = writeOwnFile(path, strconv.Itoa(os.Getpid())+"\n")
+	if err != nil {
 		return nil, fmt.Errorf("--pid-file: %w", err)
+	}
+	return remove, nil
+}
+
+// addrFileHelp is --addr-file's help, for serve and sim.
+const addrFileHelp = "once the listeners are bound, write their addresses to this file, a line each (\"api 127.0.0.1:41234\", \"admin ...\"): with --listen 127.0.0.1:0 a script or test learns the ports the system picked; removed at exit"
+
+// writeAddrFile writes the bound addresses, given as name, address pairs,
+// to path, a "name address" line each, and returns what removes it at
+// exit.
+func writeAddrFile(path string, nameAddr ...string) (remove func(), err error) {
+	var b strings.Builder
+	for i := 0; i+1 < len(nameAddr); i += 2 {
+		fmt.Fprintf(&b, "%s %s\n", nameAddr[i], nameAddr[i+1])
+	}
+	remove, err = writeOwnFile(path, b.String())
+	if err != nil {
+		return nil, fmt.Errorf("--addr-file: %w", err)
+	}
+	return remove, nil
+}
+
+// writeOwnFile writes content to path through a temporary file and a
+// rename, so a reader never sees half of it, and returns what removes
+// it, unless another process has written the file since.
+func writeOwnFile(path, content string) (remove func(), err error) {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		return nil, err
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		os.Remove(tmp)
-		return nil, fmt.Errorf("--pid-file: %w", err)
+		return nil, err
 	}
 	return func() {
-		if b, err := os.ReadFile(path); err == nil && strings.TrimSpace(string(b)) == pid {
+		if b, err := os.ReadFile(path); err == nil && string(b) == content {
 			os.Remove(path)
 		}
 	}, nil

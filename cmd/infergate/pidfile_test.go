@@ -158,3 +158,70 @@ func TestServeNamesItsSimulator(t *testing.T) {
 		t.Errorf("%s/health: %d", m[1], resp.StatusCode)
 	}
 }
+
+// What a script does to run the simulator and a gateway on ports the
+// system picks, with quiet logs: --listen 127.0.0.1:0 and --addr-file,
+// then read the file. Each address answers; the files go at exit.
+func TestAddrFileNamesTheBoundPorts(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	simFile, gwFile := filepath.Join(dir, "sim.addr"), filepath.Join(dir, "gw.addr")
+	sim := start(t, "sim", "--listen", "127.0.0.1:0", "--addr-file", simFile, "--log-level", "warn", "--ttft", "1ms", "--itl", "1ms")
+	simAddr := readAddrFile(t, sim, simFile)
+	gw := start(t, "serve", "--upstream", "http://"+simAddr["api"], "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
+		"--addr-file", gwFile, "--log-level", "warn")
+	gwAddr := readAddrFile(t, gw, gwFile)
+	if len(simAddr) != 1 || len(gwAddr) != 2 {
+		t.Fatalf("sim's file %v, gateway's %v: want api, and api and admin", simAddr, gwAddr)
+	}
+	for _, a := range []string{simAddr["api"], gwAddr["api"], gwAddr["admin"]} {
+		if !strings.HasPrefix(a, "127.0.0.1:") || strings.HasSuffix(a, ":0") {
+			t.Fatalf("address %q, want the port bound on 127.0.0.1", a)
+		}
+	}
+	if code, _ := chat(t, "http://"+gwAddr["api"], "sim-model"); code != 200 {
+		t.Errorf("chat through the gateway's api address: %d\n%s", code, gw.log())
+	}
+	resp, err := http.Get("http://" + gwAddr["admin"] + "/metrics")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET the admin address's /metrics: %v %v", err, resp)
+	}
+	resp.Body.Close()
+	for _, p := range []struct {
+		p    *proc
+		file string
+	}{{gw, gwFile}, {sim, simFile}} {
+		p.p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.p.done:
+		case <-time.After(15 * time.Second):
+			t.Fatalf("no exit after SIGTERM\n%s", p.p.log())
+		}
+		if _, err := os.Stat(p.file); !os.IsNotExist(err) {
+			t.Errorf("%s after exit: %v, want it gone", p.file, err)
+		}
+	}
+}
+
+// readAddrFile waits for p's --addr-file and returns its lines as name
+// to address.
+func readAddrFile(t *testing.T, p *proc, path string) map[string]string {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		out := map[string]string{}
+		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			k, v, ok := strings.Cut(line, " ")
+			if !ok {
+				t.Fatalf("%s: line %q, want \"name address\"", path, line)
+			}
+			out[k] = v
+		}
+		return out
+	}
+	t.Fatalf("no %s after 10 s\n%s", path, p.log())
+	return nil
+}

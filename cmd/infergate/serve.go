@@ -98,6 +98,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	mirrorAA := fs.Bool("mirror-aa", false, "with --mirror: also send each copied request once more to the primary (the A/A noise floor ab report shows)")
 	mirrorRecord := fs.String("mirror-record", "", "with --mirror: write the pairs to this JSONL file (mirror.record.path); infergate ab report reads it")
 	watchEvery := fs.Duration("watch-config", 0, "with --config: also reload when the file's (or --auth-keys file's) contents change, checked this often, e.g. 10s (a Kubernetes ConfigMap or Secret update); 0: on SIGHUP only")
+	addrFile := fs.String("addr-file", "", addrFileHelp)
 	pidFile := fs.String("pid-file", "", "write the process id to this file once the listeners are bound (kill -HUP \"$(cat FILE)\"); removed at exit; serve refuses to start while it names a running infergate")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile (pprof) to this file until exit")
 	memprofile := fs.String("memprofile", "", "write an allocation profile (pprof) to this file at exit")
@@ -268,6 +269,21 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		remove, err := writePIDFile(*pidFile)
 		if err != nil {
 			ln.Close()
+			return err
+		}
+		defer remove()
+	}
+	if *addrFile != "" {
+		kv := []string{"api", ln.Addr().String()}
+		if aln != nil {
+			kv = append(kv, "admin", aln.Addr().String())
+		}
+		remove, err := writeAddrFile(*addrFile, kv...)
+		if err != nil {
+			ln.Close()
+			if aln != nil {
+				aln.Close()
+			}
 			return err
 		}
 		defer remove()

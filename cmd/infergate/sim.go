@@ -29,7 +29,7 @@ Presets:
   ` + "%s"
 
 func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg, log, err := parseSimFlags(args, stderr)
+	cfg, log, addrFile, err := parseSimFlags(args, stderr)
 	if err != nil {
 		return err
 	}
@@ -40,6 +40,14 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	if addrFile != "" {
+		remove, err := writeAddrFile(addrFile, "api", ln.Addr().String())
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		defer remove()
 	}
 	log.Info("sim listening", "addr", ln.Addr().String(), "mode", cfg.Mode, "model", cfg.Model, "variant", cfg.Quality.Variant)
 	errc := make(chan error, 1)
@@ -55,7 +63,8 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 }
 
 // parseSimFlags builds the sim config: preset, variant, file, then flags.
-func parseSimFlags(args []string, stderr io.Writer) (sim.Config, *slog.Logger, error) {
+// It also returns --addr-file's path.
+func parseSimFlags(args []string, stderr io.Writer) (sim.Config, *slog.Logger, string, error) {
 	syn := fmt.Sprintf(simSynopsis, strings.Join(sim.Presets(), "\n  "))
 	// Parse into a scratch config: it finds the preset, variant and file,
 	// checks every flag, and records which were given.
@@ -66,22 +75,23 @@ func parseSimFlags(args []string, stderr io.Writer) (sim.Config, *slog.Logger, e
 	file := fs.String("config", "", "YAML file of sim parameters (keys as in the sim section of the docs)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	format := fs.String("log-format", "text", "text or json")
+	addrFile := fs.String("addr-file", "", addrFileHelp)
 	scratch.RegisterFlags(fs)
 	if err := fs.Parse(args); err != nil {
-		return scratch, nil, err
+		return scratch, nil, "", err
 	}
 	cfg, err := sim.Preset(*preset)
 	if err != nil {
-		return cfg, nil, err
+		return cfg, nil, "", err
 	}
 	if *variant != "" {
 		if err := cfg.ApplyVariant(*variant); err != nil {
-			return cfg, nil, err
+			return cfg, nil, "", err
 		}
 	}
 	if *file != "" {
 		if err := cfg.LoadFile(*file); err != nil {
-			return cfg, nil, err
+			return cfg, nil, "", err
 		}
 	}
 	// Then the flags that were given, over preset and file: each is set
@@ -105,14 +115,14 @@ func parseSimFlags(args []string, stderr io.Writer) (sim.Config, *slog.Logger, e
 		}
 	})
 	if setErr != nil {
-		return cfg, nil, setErr
+		return cfg, nil, "", setErr
 	}
 	if fixed && !modeSet {
 		cfg.Mode = sim.ModeFixed
 	}
 	log, err := newLogger(stderr, *level, *format)
 	if err != nil {
-		return cfg, nil, err
+		return cfg, nil, "", err
 	}
-	return cfg, log, cfg.Validate()
+	return cfg, log, *addrFile, cfg.Validate()
 }

@@ -14,7 +14,7 @@ func TestSimFlagPrecedence(t *testing.T) {
 	t.Parallel()
 	file := filepath.Join(t.TempDir(), "sim.yaml")
 	os.WriteFile(file, []byte("engine:\n  max_num_seqs: 5\n  block_size: 32\n"), 0o600)
-	cfg, _, err := parseSimFlags([]string{"--preset", "memory-bound", "--config", file, "--max-num-seqs", "9", "--itl", "3ms"}, io.Discard)
+	cfg, _, _, err := parseSimFlags([]string{"--preset", "memory-bound", "--config", file, "--max-num-seqs", "9", "--itl", "3ms"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,10 +28,10 @@ func TestSimFlagPrecedence(t *testing.T) {
 	case cfg.Mode != sim.ModeFixed || cfg.ITL != 3*time.Millisecond:
 		t.Errorf("mode %s itl %v: --itl should imply fixed mode", cfg.Mode, cfg.ITL)
 	}
-	if cfg, _, _ := parseSimFlags([]string{"--itl", "3ms", "--mode", "engine"}, io.Discard); cfg.Mode != sim.ModeEngine {
+	if cfg, _, _, _ := parseSimFlags([]string{"--itl", "3ms", "--mode", "engine"}, io.Discard); cfg.Mode != sim.ModeEngine {
 		t.Errorf("an explicit --mode engine was overridden by --itl")
 	}
-	if _, _, err := parseSimFlags([]string{"--max-num-seqs", "0"}, io.Discard); err == nil {
+	if _, _, _, err := parseSimFlags([]string{"--max-num-seqs", "0"}, io.Discard); err == nil {
 		t.Error("invalid flag value accepted")
 	}
 }

@@ -131,7 +131,7 @@ func (o *Overhead) classesScenario(ctx context.Context, dir string) error {
 
 // classSim starts the memory-bound sim scheduling by priority.
 func (o *Overhead) classSim(name string) (*proc, error) {
-	return startInfergate(o.Binary, name, "sim", "--log-level", "warn", "--preset", "memory-bound", "--scheduling-policy", "priority")
+	return startInfergate(o.Binary, name, "sim", "--preset", "memory-bound", "--scheduling-policy", "priority")
 }
 
 // classCapacity finds the sim's peak request rate and knee with a
@@ -210,7 +210,7 @@ func (o *Overhead) classOnce(ctx context.Context, dir string, cc classCase, fl c
 		if err := os.WriteFile(cfgPath, []byte(gc.config()), 0o600); err != nil {
 			return classRun{}, err
 		}
-		gw, err := startInfergate(o.Binary, fmt.Sprintf("gateway%d", i), "serve", "--config", cfgPath, "--log-level", "warn")
+		gw, err := startInfergate(o.Binary, fmt.Sprintf("gateway%d", i), "serve", "--config", cfgPath)
 		if err != nil {
 			return classRun{}, err
 		}

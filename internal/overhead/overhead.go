@@ -165,16 +165,17 @@ func (o *Overhead) setup(dir string, simArgs []string) ([]target, func(), error)
 			procs[i].stop()
 		}
 	}
-	backend, err := startInfergate(o.Binary, "sim", append([]string{"sim", "--log-level", "warn"}, simArgs...)...)
+	backend, err := startInfergate(o.Binary, "sim", append([]string{"sim"}, simArgs...)...)
 	if err != nil {
 		return nil, stop, err
 	}
 	procs = append(procs, backend)
-	gwBinary := o.Binary
+	var gw *proc
 	if o.GatewayBinary != "" {
-		gwBinary = o.GatewayBinary
+		gw, err = startOther(o.GatewayEnv, o.GatewayBinary, "gateway", "serve", "--upstream", "http://"+backend.addr, "--log-level", "warn")
+	} else {
+		gw, err = startInfergateEnv(o.GatewayEnv, o.Binary, "gateway", "serve", "--upstream", "http://"+backend.addr)
 	}
-	gw, err := startInfergateEnv(o.GatewayEnv, gwBinary, "gateway", "serve", "--upstream", "http://"+backend.addr, "--log-level", "warn")
 	if err != nil {
 		return nil, stop, err
 	}

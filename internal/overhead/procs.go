@@ -23,7 +23,8 @@ type proc struct {
 	done  chan error
 }
 
-// freeAddr returns a 127.0.0.1 address with a port free a moment ago.
+// freeAddr returns a 127.0.0.1 address with a port free a moment ago, for
+// a process that cannot name the port it bound (nginx, another build).
 func freeAddr() (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -52,27 +53,81 @@ func (p *proc) waitListening(d time.Duration) error {
 	return fmt.Errorf("%s did not listen on %s within %v", p.name, p.addr, d)
 }
 
-// startInfergate runs the infergate binary with args plus --listen on a
-// free port, and waits until it accepts connections.
+// startInfergate runs the infergate binary with args, listening on ports
+// the system picks, and waits until it has written them down.
 func startInfergate(binary, name string, args ...string) (*proc, error) {
 	return startInfergateEnv(nil, binary, name, args...)
 }
 
 // startInfergateEnv is startInfergate with env added to the environment.
+// The process binds 127.0.0.1:0 (and, for serve, an admin listener the
+// same way: gateways run side by side) and writes the addresses it bound
+// to --addr-file, which the harness reads: no port is picked before it is
+// bound. It logs at warn (at info serve logs a line per request).
 func startInfergateEnv(env []string, binary, name string, args ...string) (*proc, error) {
+	serve := len(args) > 0 && args[0] == "serve"
+	dir, err := os.MkdirTemp("", "infergate-harness-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	file := filepath.Join(dir, "addr")
+	args = append(args, "--listen", "127.0.0.1:0", "--addr-file", file, "--log-level", "warn")
+	if serve {
+		args = append(args, "--admin-listen", "127.0.0.1:0")
+	}
+	p := &proc{name: name, cmd: exec.Command(binary, args...), done: make(chan error, 1)}
+	p.cmd.Stderr = os.Stderr
+	if len(env) > 0 {
+		p.cmd.Env = append(os.Environ(), env...)
+	}
+	if err := p.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	go func() { p.done <- p.cmd.Wait() }()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if b, err := os.ReadFile(file); err == nil {
+			for _, line := range strings.Split(string(b), "\n") {
+				switch k, v, _ := strings.Cut(line, " "); k {
+				case "api":
+					p.addr = v
+				case "admin":
+					p.admin = v
+				}
+			}
+			if p.addr == "" || (serve && p.admin == "") {
+				p.stop()
+				return nil, fmt.Errorf("%s: its --addr-file says %q, want its api (and, for serve, admin) address", name, b)
+			}
+			return p, nil
+		}
+		select {
+		case err := <-p.done:
+			p.done <- err // for stop
+			return nil, fmt.Errorf("%s exited before listening: %v", name, err)
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			p.stop()
+			return nil, fmt.Errorf("%s wrote no --addr-file within 15 s", name)
+		}
+	}
+}
+
+// startOther runs another build of a gateway (--gateway-binary) as
+// startInfergateEnv runs serve, on ports picked for it (it may not name
+// the ones it bound), with its log passed on as it comes.
+func startOther(env []string, binary, name string, args ...string) (*proc, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
-	args = append(args, "--listen", addr)
-	var admin string
-	if len(args) > 0 && args[0] == "serve" {
-		// Gateways run side by side: each its own admin port.
-		if admin, err = freeAddr(); err != nil {
-			return nil, err
-		}
-		args = append(args, "--admin-listen", admin)
+	admin, err := freeAddr()
+	if err != nil {
+		return nil, err
 	}
+	args = append(args, "--listen", addr, "--admin-listen", admin)
 	p := &proc{name: name, cmd: exec.Command(binary, args...), addr: addr, admin: admin, done: make(chan error, 1)}
 	p.cmd.Stderr = os.Stderr
 	if len(env) > 0 {

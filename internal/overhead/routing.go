@@ -127,10 +127,10 @@ func (o *Overhead) routingOnce(ctx context.Context, dir string, rc routingCase, 
 			procs[i].stop()
 		}
 	}()
-	args := []string{"serve", "--log-level", "warn", "--selection", a.selection}
+	args := []string{"serve", "--selection", a.selection}
 	var sims []*proc
 	for i := range 4 {
-		sa := []string{"sim", "--log-level", "warn", "--kv-cache-tokens", strconv.Itoa(rc.kv), "--seed", strconv.Itoa(i + 1)}
+		sa := []string{"sim", "--kv-cache-tokens", strconv.Itoa(rc.kv), "--seed", strconv.Itoa(i + 1)}
 		if a.slow && i == 3 {
 			sa = append(sa, slowSim...)
 		}

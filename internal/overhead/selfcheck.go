@@ -62,7 +62,7 @@ func cpuSeconds(pid int) (float64, error) {
 // It reports the bench's CPU against the sim's over the same run, and its
 // memory per open stream against a one-stream run.
 func (o *Overhead) benchCapacity(ctx context.Context, dir string, streams int) error {
-	sim, err := startInfergate(o.Binary, "sim", "sim", "--log-level", "warn", "--max-num-seqs", fmt.Sprint(streams+64),
+	sim, err := startInfergate(o.Binary, "sim", "sim", "--max-num-seqs", fmt.Sprint(streams+64),
 		"--kv-cache-tokens", fmt.Sprint((streams+64)*512), "--decode-base-ms", "20", "--decode-per-seq-ms", "0", "--prefill-tokens-per-s", "100000000",
 		"--max-batched-tokens", fmt.Sprint(4*streams))
 	if err != nil {
@@ -123,7 +123,7 @@ func (o *Overhead) benchVsHey(ctx context.Context, dir string, conc int) error {
 		fmt.Fprintf(o.Report, "### bench-vs-hey\n\nhey not found (Debian package hey): skipped.\n\n")
 		return nil
 	}
-	sim, err := startInfergate(o.Binary, "sim", "sim", "--log-level", "warn", "--ttft", "0", "--itl", "0")
+	sim, err := startInfergate(o.Binary, "sim", "sim", "--ttft", "0", "--itl", "0")
 	if err != nil {
 		return err
 	}
@@ -186,7 +186,7 @@ func joinF(xs []float64) string {
 // (X-Sim-Timing), and the bench's TTFT less that is the loopback network
 // both ways, the sim's own write path after its stamp, and the client.
 func (o *Overhead) benchTiming(ctx context.Context, dir string) error {
-	sim, err := startInfergate(o.Binary, "sim", "sim", "--log-level", "warn", "--ttft", "50ms", "--itl", "10ms")
+	sim, err := startInfergate(o.Binary, "sim", "sim", "--ttft", "50ms", "--itl", "10ms")
 	if err != nil {
 		return err
 	}

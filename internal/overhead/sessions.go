@@ -215,9 +215,9 @@ func (o *Overhead) sessionOnce(ctx context.Context, dir string, sc sessionCase, 
 		}
 	}()
 	var sims []*proc
-	gwArgs := []string{"serve", "--log-level", "warn", "--selection", a.selection}
+	gwArgs := []string{"serve", "--selection", a.selection}
 	for i := range sc.sims {
-		s, err := startInfergate(o.Binary, fmt.Sprintf("sim%d", i), "sim", "--log-level", "warn", "--kv-cache-tokens", strconv.Itoa(sc.kv()), "--seed", strconv.Itoa(i+1))
+		s, err := startInfergate(o.Binary, fmt.Sprintf("sim%d", i), "sim", "--kv-cache-tokens", strconv.Itoa(sc.kv()), "--seed", strconv.Itoa(i+1))
 		if err != nil {
 			return sessionRun{}, err
 		}

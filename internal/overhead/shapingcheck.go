@@ -47,17 +47,17 @@ func (o *Overhead) shapingRedis(ctx context.Context) error {
 		fmt.Fprintf(o.Report, "### shaping-redis\n\nNo Redis (--redis): skipped.\n\n")
 		return nil
 	}
-	sim, err := startInfergate(o.Binary, "sim", "sim", "--log-level", "warn", "--ttft", "20ms", "--itl", "1ms")
+	sim, err := startInfergate(o.Binary, "sim", "sim", "--ttft", "20ms", "--itl", "1ms")
 	if err != nil {
 		return err
 	}
 	defer sim.stop()
-	plain, err := startInfergate(o.Binary, "gateway", "serve", "--upstream", "http://"+sim.addr, "--log-level", "warn")
+	plain, err := startInfergate(o.Binary, "gateway", "serve", "--upstream", "http://"+sim.addr)
 	if err != nil {
 		return err
 	}
 	defer plain.stop()
-	shared, err := startInfergate(o.Binary, "gateway", "serve", "--upstream", "http://"+sim.addr, "--log-level", "warn",
+	shared, err := startInfergate(o.Binary, "gateway", "serve", "--upstream", "http://"+sim.addr,
 		"--max-concurrency", "100000", "--redis", o.Redis)
 	if err != nil {
 		return err
@@ -88,7 +88,7 @@ func (o *Overhead) shapingRedis(ctx context.Context) error {
 // an open loop at 1.5× the knee's rate through a gateway without a cap
 // and through one capped at the knee, and compares TTFT and throughput.
 func (o *Overhead) shapingKnee(ctx context.Context) error {
-	sim, err := startInfergate(o.Binary, "sim", "sim", "--log-level", "warn", "--preset", "batch-starved")
+	sim, err := startInfergate(o.Binary, "sim", "sim", "--preset", "batch-starved")
 	if err != nil {
 		return err
 	}
@@ -129,7 +129,7 @@ func (o *Overhead) shapingKnee(ctx context.Context) error {
 		{"no cap", nil},
 		{fmt.Sprintf("cap %g, queue %g, 500ms wait", capAt.Level, capAt.Level), []string{"--max-concurrency", fmt.Sprint(capAt.Level), "--max-queue", fmt.Sprint(capAt.Level), "--queue-timeout", "500ms"}},
 	} {
-		p, err := startInfergate(o.Binary, "gateway", append([]string{"serve", "--upstream", "http://" + sim.addr, "--log-level", "warn"}, gw.args...)...)
+		p, err := startInfergate(o.Binary, "gateway", append([]string{"serve", "--upstream", "http://" + sim.addr}, gw.args...)...)
 		if err != nil {
 			return err
 		}

@@ -32,7 +32,7 @@ func (o *Overhead) simFidelity(ctx context.Context) error {
 		{"engine", []string{"--decode-base-ms", "10", "--decode-per-seq-ms", "0.5", "--prefill-tokens-per-s", "1000000"}, 0, 12 * time.Millisecond},
 	}
 	for _, c := range cases {
-		p, err := startInfergate(o.Binary, "sim", append([]string{"sim", "--log-level", "warn"}, c.args...)...)
+		p, err := startInfergate(o.Binary, "sim", append([]string{"sim"}, c.args...)...)
 		if err != nil {
 			return err
 		}
@@ -66,7 +66,7 @@ func (o *Overhead) simFidelity(ctx context.Context) error {
 // decode steps and reports the scheduler's own share of each step and the
 // memory per running sequence.
 func (o *Overhead) simCapacity(ctx context.Context, streams int) error {
-	p, err := startInfergate(o.Binary, "sim", "sim", "--log-level", "warn", "--max-num-seqs", fmt.Sprint(streams+48),
+	p, err := startInfergate(o.Binary, "sim", "sim", "--max-num-seqs", fmt.Sprint(streams+48),
 		"--kv-cache-tokens", fmt.Sprint(streams*4096), "--decode-base-ms", "20", "--decode-per-seq-ms", "0", "--prefill-tokens-per-s", "10000000")
 	if err != nil {
 		return err

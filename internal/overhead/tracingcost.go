@@ -30,7 +30,7 @@ func (o *Overhead) tracingCost(ctx context.Context, dir string) error {
 	})}
 	go srv.Serve(sink)
 	defer srv.Close()
-	sim, err := startInfergate(o.Binary, "sim", "sim", "--log-level", "warn", "--mode", "fixed", "--ttft", "0", "--itl", "0")
+	sim, err := startInfergate(o.Binary, "sim", "sim", "--mode", "fixed", "--ttft", "0", "--itl", "0")
 	if err != nil {
 		return err
 	}
@@ -43,7 +43,7 @@ func (o *Overhead) tracingCost(ctx context.Context, dir string) error {
 		if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
 			return nil, err
 		}
-		return startInfergate(o.Binary, "gateway", "serve", "--config", conf, "--log-level", "warn")
+		return startInfergate(o.Binary, "gateway", "serve", "--config", conf)
 	}
 	plain, err := gatewayWith("off.yaml", "metrics:\n  off: true\n")
 	if err != nil {
