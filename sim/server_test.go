@@ -473,8 +473,13 @@ func TestMetricsMoveWithLoad(t *testing.T) {
 	}
 }
 
+// Asked for (TimingHeader), the stream's last event carries the time the
+// simulator itself took to its first token: 30 ms here, not the whole
+// answer's 30 + 2 × 40 ms. The bound between them is wide, so that a
+// late wake-up on a busy machine (a few ms) is not taken for the wrong
+// figure; the simulator's precision is held by the sim-fidelity figures.
 func TestTimingHeaderReportsOwnTTFT(t *testing.T) {
-	url, _ := startSim(t, fixedConfig(30*time.Millisecond, time.Millisecond))
+	url, _ := startSim(t, fixedConfig(30*time.Millisecond, 40*time.Millisecond))
 	body := `{"model":"sim-model","stream":true,"stream_options":{"include_usage":true},"max_tokens":3,"messages":[{"role":"user","content":"hi"}]}`
 	for _, asked := range []bool{false, true} {
 		req, _ := http.NewRequest("POST", url+"/v1/chat/completions", strings.NewReader(body))
@@ -499,8 +504,8 @@ func TestTimingHeaderReportsOwnTTFT(t *testing.T) {
 			t.Fatalf("no sim_timing in %s", b)
 		}
 		fmt.Sscanf(string(b[i+len(`"sim_timing":{"ttft_us":`):]), "%d", &us)
-		if us < 30000 || us > 33000 {
-			t.Errorf("sim_timing ttft %dµs, want about 30ms", us)
+		if us < 30000 || us >= 70000 {
+			t.Errorf("sim_timing ttft %dµs, want 30 ms and more by no more than a late wake-up (the whole answer takes 110 ms)", us)
 		}
 	}
 }
