@@ -12,6 +12,7 @@
 # Chromium, llama.cpp's server, the INFERGATE_* variables) on a machine
 # doing nothing else. Both sides' race-built packages are compiled first,
 # untimed, so that each timed run finds the build cache warm, as CI's do.
+# The output of a run with a failed test is kept, and its path printed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 rev=${1:-6fb128b}
@@ -37,6 +38,11 @@ for round in $(seq "$rounds"); do
     fi
     read -r wall user sys <"$log.time"
     failed=$(grep -c -- '--- FAIL' "$log")
+    if [ "$failed" -gt 0 ]; then
+      kept=$(mktemp --suffix ".$arm-$round.log")
+      cp "$log" "$kept"
+      echo "($arm round $round's output: $kept)" >&2
+    fi
     printf '%-6s round %d: %4.0f s wall, %4.0f s CPU, %d failed tests%s\n' "$arm" "$round" "$wall" \
       "$(awk -v u="$user" -v s="$sys" 'BEGIN { print u + s }')" "$failed" "$(grep -- '--- FAIL' "$log" | sed 's/^ *--- FAIL: / /; s/ (.*//' | tr -d '\n')"
   done

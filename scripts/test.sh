@@ -16,9 +16,11 @@
 #   - the longest packages first, so that none starts last and runs
 #     alone at the end (go starts packages in the order they are named;
 #     ./... after them adds the rest once);
-#   - deploy's module beside the root's: its image and chart tests are
-#     compile and gzip work, which fills the root's waits; its output is
-#     printed when the root's is done, not interleaved with it;
+#   - deploy's module beside the root's, at a lower priority (nice): its
+#     image and chart tests are mostly compile and gzip work, which fills
+#     the root's waits without taking CPU from the simulators that the
+#     root's timing tests measure; its output is printed when the root's
+#     is done, not interleaved with it;
 #   - up to four tests at once within a package (-parallel 4): the long
 #     end-to-end tests that mostly wait on simulated time are t.Parallel;
 #     the ones that bound milliseconds or run A/A arms one after the
@@ -33,7 +35,7 @@ slowest="./tune ./cmd/infergate ./diagnose/collect ./bench ./proxy ./internal/do
 
 deploy_out=$(mktemp)
 trap 'rm -f "$deploy_out"' EXIT
-(cd deploy && go test -race -parallel 4 "$@" ./...) >"$deploy_out" 2>&1 &
+(cd deploy && nice -n 10 go test -race -parallel 4 "$@" ./...) >"$deploy_out" 2>&1 &
 deploy_pid=$!
 # shellcheck disable=SC2086 # $slowest is a list of packages
 go test -race -p $((cores + 1)) -parallel 4 "$@" $slowest ./...

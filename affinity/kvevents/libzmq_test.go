@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -43,7 +44,8 @@ func TestLibzmqPublisher(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { stdin.Close(); _ = cmd.Wait() }()
-	line, err := bufio.NewReader(stdout).ReadString('\n')
+	out := bufio.NewReader(stdout)
+	line, err := out.ReadString('\n')
 	eps := strings.Fields(line)
 	if err != nil || len(eps) != 2 {
 		t.Fatalf("publisher said %q: %v", line, err)
@@ -63,9 +65,17 @@ func TestLibzmqPublisher(t *testing.T) {
 		tokens[i] = uint32(i)
 	}
 	p := kvevents.NewPrompt(tokens, 16) // A B C D
-	eventually(t, "A, B, C held and D evicted", func() bool {
+	// The index holds A, B, C once C is replayed too, before D comes and
+	// goes: the scenario is over only at its last sequence number.
+	line, err = out.ReadString('\n')
+	last, perr := strconv.ParseUint(strings.TrimSpace(line), 10, 64)
+	if err != nil || perr != nil {
+		t.Fatalf("publisher's last sequence number %q: %v %v", line, err, perr)
+	}
+	eventually(t, "the last batch applied, A, B, C held and D evicted", func() bool {
+		st, _ := sub.Stats("vllm")
 		n, ok := idx.Match("vllm", &p)
-		return ok && n == 3 && idx.Blocks("vllm") == 3
+		return st.LastSeq == last && ok && n == 3 && idx.Blocks("vllm") == 3
 	})
 	if st, _ := sub.Stats("vllm"); st.Gaps != 1 || st.Replayed != 1 || st.Rejected != 0 {
 		t.Fatalf("stream counts %+v: want one gap, replayed", st)

@@ -6,8 +6,8 @@ Batches are msgpack arrays as msgspec writes array_like structs; the last
 two carry their events as maps, as newer vLLM writes them.
 
 Used by TestLibzmqPublisher: it prints the two endpoints, publishes empty
-batches until a line arrives on stdin, then the scenario below, then serves
-replays until stdin closes."""
+batches until a line arrives on stdin, then the scenario below, prints the
+scenario's last sequence number, then serves replays until stdin closes."""
 
 import select
 import sys
@@ -68,6 +68,7 @@ publish([{"type": "BlockStored", "block_hashes": H[3:4], "parent_block_hash": H[
           "token_ids": list(range(48, 64)), "block_size": 16, "lora_id": None,
           "medium": "GPU", "lora_name": None, "group_idx": 0}])  # block D: reveals the gap
 publish([{"type": "BlockRemoved", "block_hashes": [H[3]], "medium": "GPU"}])  # D evicted
+print(seq - 1, flush=True)  # the scenario's last sequence number
 while True:
     serve_replay()
     if select.select([sys.stdin], [], [], 0.02)[0] and not sys.stdin.readline():
