@@ -201,7 +201,9 @@ func TestABRefusesDifferentCacheStates(t *testing.T) {
 	}
 	code, out := exitCode(t, "ab", "report", pairs)
 	if code != 3 || !strings.Contains(out, "different conditions") || !strings.Contains(out, "primary 9") || !strings.Contains(out, "candidate 0.0%") || !strings.Contains(out, "--force") {
-		t.Errorf("ab report on a warm primary and a cold candidate: exit %d, want 3 naming both shares\n%s", code, out)
+		b, _ := os.ReadFile(pairs)
+		first, _, _ := strings.Cut(string(b), "\n")
+		t.Errorf("ab report on a warm primary and a cold candidate: exit %d, want 3 naming both shares\n%s\nthe first pair: %s\ngateway log:\n%s", code, out, first, gw.log())
 	}
 	code, out = exitCode(t, "ab", "report", "--force", pairs)
 	if code == 3 || !strings.Contains(out, "cached prompt tokens") || !strings.Contains(out, "judged under --force") {
