@@ -263,13 +263,22 @@ func (e *engine) loop() {
 		dur := e.stepCost(plan.decodes, plan.kvTokens, plan.prefillTokens)
 		// Steps are laid end to end on the clock, so time spent scheduling
 		// or oversleeping does not accumulate.
+		load := min(1, float64(plan.decodes+plan.prefillTokens)/float64(e.cfg.SaturationBatch))
 		if stepEnd.IsZero() || t0.Sub(stepEnd) > dur {
+			if !stepEnd.IsZero() && e.metrics != nil {
+				// Woken later than a whole step with work waiting since the
+				// last one ended: the host was starved, not the simulated
+				// GPU, which would have gone on stepping. The gap reads as
+				// busy, so a busy machine does not show a compute-bound
+				// engine as one with headroom.
+				e.metrics.util.add(stepEnd, t0.Sub(stepEnd), load)
+			}
 			stepEnd = t0
 		}
 		stepStart := stepEnd
 		stepEnd = stepEnd.Add(dur)
 		if e.metrics != nil {
-			e.metrics.util.add(stepStart, dur, min(1, float64(plan.decodes+plan.prefillTokens)/float64(e.cfg.SaturationBatch)))
+			e.metrics.util.add(stepStart, dur, load)
 		}
 		e.busy.Add(int64(time.Since(t0)))
 		// Spin the end of the wait only for a small batch: with many
