@@ -76,15 +76,10 @@ func startInfergateEnv(env []string, binary, name string, args ...string) (*proc
 	if serve {
 		args = append(args, "--admin-listen", "127.0.0.1:0")
 	}
-	p := &proc{name: name, cmd: exec.Command(binary, args...), done: make(chan error, 1)}
-	p.cmd.Stderr = os.Stderr
-	if len(env) > 0 {
-		p.cmd.Env = append(os.Environ(), env...)
+	p, err := launch(env, binary, name, args)
+	if err != nil {
+		return nil, err
 	}
-	if err := p.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	go func() { p.done <- p.cmd.Wait() }()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		if b, err := os.ReadFile(file); err == nil {
@@ -128,7 +123,18 @@ func startOther(env []string, binary, name string, args ...string) (*proc, error
 		return nil, err
 	}
 	args = append(args, "--listen", addr, "--admin-listen", admin)
-	p := &proc{name: name, cmd: exec.Command(binary, args...), addr: addr, admin: admin, done: make(chan error, 1)}
+	p, err := launch(env, binary, name, args)
+	if err != nil {
+		return nil, err
+	}
+	p.addr, p.admin = addr, admin
+	return p, p.waitListening(15 * time.Second)
+}
+
+// launch starts binary with args (env added to the environment, its
+// stderr the harness's) and reports its exit on done.
+func launch(env []string, binary, name string, args []string) (*proc, error) {
+	p := &proc{name: name, cmd: exec.Command(binary, args...), done: make(chan error, 1)}
 	p.cmd.Stderr = os.Stderr
 	if len(env) > 0 {
 		p.cmd.Env = append(os.Environ(), env...)
@@ -137,7 +143,7 @@ func startOther(env []string, binary, name string, args ...string) (*proc, error
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	go func() { p.done <- p.cmd.Wait() }()
-	return p, p.waitListening(15 * time.Second)
+	return p, nil
 }
 
 // startNginx runs nginx as a plain reverse proxy to upstream: HTTP/1.1
