@@ -2,10 +2,15 @@
 package testredis
 
 import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -35,37 +40,101 @@ func Addr(tb testing.TB) string {
 type Server struct {
 	Port int
 	cmd  *exec.Cmd
+	done chan struct{} // closed when the process has exited
 }
 
-// Start runs redis-server on port (0: a free one) until the test ends;
-// tb skips when redis-server is not installed.
+// Start runs redis-server on port until the test ends; tb skips when
+// redis-server is not installed. Port 0 picks a free one: redis-server
+// cannot bind port 0 and say which it got, so a port is picked, and the
+// server that answers on it is taken only when it is this one (its
+// process id, asked over INFO); a port another process took in between
+// is given up for another.
 func Start(tb testing.TB, port int) *Server {
 	tb.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		tb.Skip("redis-server not installed")
 	}
-	if port == 0 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			tb.Fatal(err)
+	for attempt := 1; ; attempt++ {
+		p := port
+		if port == 0 {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				tb.Fatal(err)
+			}
+			p = ln.Addr().(*net.TCPAddr).Port
+			ln.Close()
 		}
-		port = ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-	}
-	s := &Server{Port: port, cmd: exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")}
-	if err := s.cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(s.Kill)
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if c, err := net.Dial("tcp", s.Addr()); err == nil {
-			c.Close()
+		s, err := start(bin, p)
+		if err == nil {
+			tb.Cleanup(s.Kill)
 			return s
 		}
+		if port != 0 || attempt == 5 {
+			tb.Fatalf("redis-server on port %d: %v", p, err)
+		}
 	}
-	tb.Fatal("redis-server did not start")
-	return nil
+}
+
+// start runs redis-server on port and waits until it answers there as
+// itself.
+func start(bin string, port int) (*Server, error) {
+	s := &Server{Port: port, done: make(chan struct{}),
+		cmd: exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")}
+	if err := s.cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() { s.cmd.Wait(); close(s.done) }()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		select {
+		case <-s.done:
+			return nil, fmt.Errorf("redis-server exited (%v): the port taken?", s.cmd.ProcessState)
+		default:
+		}
+		pid, err := serverPID(s.Addr())
+		if err != nil {
+			continue // not listening yet
+		}
+		if pid != s.cmd.Process.Pid {
+			s.Kill()
+			return nil, fmt.Errorf("the Redis answering there is process %d, not ours (%d)", pid, s.cmd.Process.Pid)
+		}
+		return s, nil
+	}
+	s.Kill()
+	return nil, errors.New("did not answer within 5 s")
+}
+
+// serverPID asks the Redis at addr for its process id (INFO server).
+func serverPID(addr string) (int, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Write([]byte("INFO server\r\n")); err != nil {
+		return 0, err
+	}
+	r := bufio.NewReader(c)
+	head, err := r.ReadString('\n')
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(head, "$")))
+	if !strings.HasPrefix(head, "$") || err != nil || n < 0 || n > 1<<20 {
+		return 0, fmt.Errorf("INFO answered %q", head)
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+			return strconv.Atoi(v)
+		}
+	}
+	return 0, errors.New("INFO server named no process_id")
 }
 
 // Addr is the server's host:port.
@@ -74,8 +143,6 @@ func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.Port) }
 // Kill stops the server at once (SIGKILL: nothing is saved); safe to
 // call twice.
 func (s *Server) Kill() {
-	if s.cmd.Process != nil && s.cmd.ProcessState == nil {
-		s.cmd.Process.Kill()
-		s.cmd.Wait()
-	}
+	s.cmd.Process.Kill()
+	<-s.done
 }
