@@ -2,10 +2,9 @@
 package testredis
 
 import (
-	"bufio"
+	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -13,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Addr returns the address of the Redis server the integration tests
@@ -107,29 +108,13 @@ func start(bin string, port int) (*Server, error) {
 
 // serverPID asks the Redis at addr for its process id (INFO server).
 func serverPID(addr string) (int, error) {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		return 0, err
-	}
+	c := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: time.Second, ReadTimeout: 2 * time.Second, MaxRetries: -1})
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(2 * time.Second))
-	if _, err := c.Write([]byte("INFO server\r\n")); err != nil {
-		return 0, err
-	}
-	r := bufio.NewReader(c)
-	head, err := r.ReadString('\n')
+	info, err := c.Info(context.Background(), "server").Result()
 	if err != nil {
 		return 0, err
 	}
-	n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(head, "$")))
-	if !strings.HasPrefix(head, "$") || err != nil || n < 0 || n > 1<<20 {
-		return 0, fmt.Errorf("INFO answered %q", head)
-	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(r, body); err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(body), "\n") {
+	for _, line := range strings.Split(info, "\n") {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
 			return strconv.Atoi(v)
 		}
